@@ -16,6 +16,7 @@ trainer keeps acting on batches up to ``max_lag`` versions old (see
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -224,6 +225,9 @@ class AsyncRollout:
     A result produced by a policy more than ``max_lag`` versions older than the
     learner's is dropped (counted in ``dropped``) and the next one is awaited. The
     queue holds at most ``max_lag + 1`` results: back-pressure on the producer.
+
+    The producer holds :attr:`pool_lock` while it produces; the learner takes it
+    (:meth:`paused`) to use the same pool in between, e.g. for a held-out evaluation.
     """
 
     def __init__(self, produce: Callable[[int], RolloutResult], *, max_lag: int = 1, start_iteration: int = 0):
@@ -234,15 +238,19 @@ class AsyncRollout:
         self._q: queue.Queue = queue.Queue(maxsize=max_lag + 1)
         self._stop = threading.Event()
         self._it = start_iteration
+        self.pool_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="rollout", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            try:
-                item: Any = self.produce(self._it)
-            except BaseException as e:  # surfaced to the learner
-                item = e
+            with self.pool_lock:
+                if self._stop.is_set():
+                    return
+                try:
+                    item: Any = self.produce(self._it)
+                except BaseException as e:  # surfaced to the learner
+                    item = e
             self._it += 1
             while not self._stop.is_set():
                 try:
@@ -267,6 +275,13 @@ class AsyncRollout:
                 continue
             return item
 
-    def close(self) -> None:
+    @contextlib.contextmanager
+    def paused(self):
+        """Hold the producer between two rollouts (the one in flight finishes first)."""
+        with self.pool_lock:
+            yield
+
+    def close(self, timeout: float = 600.0) -> None:
+        """Stop producing; wait for the rollout in flight, so the pool is free afterwards."""
         self._stop.set()
-        self._thread.join(timeout=30)
+        self._thread.join(timeout=timeout)

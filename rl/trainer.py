@@ -13,6 +13,7 @@ Seeds: training samples task seeds below 1,000,000; ``guiagent eval`` evaluates 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -123,6 +124,8 @@ class TrainConfig:
     """most judge calls in the whole run (None: unlimited)"""
     eval_episodes: int = 24
     """held-out episodes evaluated greedily before and after training (0: skip)"""
+    eval_every: int = 0
+    """also evaluate every N iterations (stored as the metric eval_success; 0: only before and after)"""
     warm_start_demos: int = 120
     """no --model: oracle episodes recorded for the SFT warm start"""
     warm_start_steps: int = 400
@@ -136,8 +139,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.group_size < 2:
             raise ValueError("--group-size must be >= 2: group advantages compare episodes of one task")
-        if self.iterations < 0 or self.groups_per_iteration <= 0 or self.slots <= 0:
-            raise ValueError("--iterations must be >= 0, --groups-per-iteration and --slots positive")
+        if self.iterations < 0 or self.groups_per_iteration <= 0 or self.slots <= 0 or self.eval_every < 0:
+            raise ValueError("--iterations and --eval-every must be >= 0, --groups-per-iteration and --slots positive")
         if self.clip_eps_low <= 0 or self.clip_eps_high <= 0:
             raise ValueError("clip epsilons must be positive")
         if self.loss_agg == "":
@@ -482,9 +485,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 return float("nan")
             greedy = load_model_policy(model_dir, settings=settings, policy=policy, temperature=0.0,
                                        max_new_tokens=cfg.max_new_tokens)
-            r = run_eval(EvalConfig(env=cfg.env, agent="model", model=model_dir, episodes=cfg.eval_episodes,
-                                    out=str(out / f"eval-{tag}"), tasks=tuple(tasks), slots=cfg.slots,
-                                    name=f"eval {tag}"), policy=greedy, pool=pool)
+            ecfg = EvalConfig(env=cfg.env, agent="model", model=model_dir, episodes=cfg.eval_episodes,
+                              out=str(out / f"eval-{tag}"), tasks=tuple(tasks), slots=cfg.slots, name=f"eval {tag}")
+            # async: the rollout thread shares the pool, so it waits between two rollouts
+            with async_rollout.paused() if async_rollout is not None else contextlib.nullcontext():
+                r = run_eval(ecfg, policy=greedy, pool=pool)
             _log(f"held-out success {tag}: {r['success_rate']:.1%} over {r['episodes']} episodes")
             return float(r["success_rate"])
 
@@ -516,6 +521,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         if cfg.mode == "async":
             async_rollout = AsyncRollout(produce, max_lag=cfg.max_lag, start_iteration=state.iteration)
         history: list[dict[str, float]] = []
+        first = state.iteration
         # ---- loop ------------------------------------------------------------------------------
         while state.iteration < cfg.iterations:
             it = state.iteration
@@ -538,6 +544,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             metrics["policy_version"] = float(policy.version)
             state.iteration = it + 1
             save_checkpoint(out, policy, opt, state)
+            if cfg.eval_every and (it + 1) % cfg.eval_every == 0 and it + 1 < cfg.iterations:
+                metrics["eval_success"] = evaluate(f"iter-{it + 1}")
             store.log_metrics(state.run_id, it, metrics)
             history.append(metrics)
             upd = (f"loss {metrics['loss']:.4f} grad {metrics['grad_norm']:.3f}" if "loss" in metrics
@@ -546,6 +554,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                  f"{metrics['reward_mean']:.3f} len {metrics['episode_length']:.1f} parse-err "
                  f"{metrics['parse_error_rate']:.2f} {upd} ({metrics['iteration_seconds']:.1f} s)")
         # ---- cleanup ---------------------------------------------------------------------------
+        if async_rollout is not None:  # the rollout in flight ends before the pool is used again
+            async_rollout.close()
         final = out / "model"
         policy.save(final)
         settings.save(str(final))
@@ -561,6 +571,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         store.close()
     return {"run_dir": str(out), "run_id": state.run_id, "iterations": state.iteration,
             "success_before": state.eval_before, "success_after": after, "model": str(final),
+            "eval_curve": {str(i + 1): h["eval_success"] for i, h in enumerate(history, start=first)
+                           if "eval_success" in h},
             "last": history[-1] if history else {}}
 
 

@@ -1,0 +1,111 @@
+"""Async rollouts: bounded policy lag, pausing the producer, a clean stop; the trainer in async mode."""
+
+import math
+import threading
+import time
+
+import pytest
+
+from guiagent.store import StoreReader
+from guiagent.types import Click, Observation, Step, TaskSpec, Trajectory
+from rl.rollout import AsyncRollout, RolloutResult
+from rl.trainer import TrainConfig, train
+
+
+def _result(iteration: int, version: int) -> RolloutResult:
+    obs = Observation(b"x", 2, 2)
+    step = Step(0, obs, Click(0.5, 0.5), policy_version=version)
+    traj = Trajectory(f"e{iteration}", TaskSpec("webapps", "t", iteration, "g"), (step,), group_id="g")
+    return RolloutResult(trajectories=[traj])
+
+
+class _Producer:
+    """Produces one result per iteration, stamped with the version the learner last published."""
+
+    def __init__(self, seconds: float = 0.0):
+        self.version = 0
+        self.seconds = seconds
+        self.active = threading.Event()
+        self.calls: list[int] = []
+
+    def __call__(self, iteration: int) -> RolloutResult:
+        self.active.set()
+        self.calls.append(iteration)
+        time.sleep(self.seconds)
+        self.active.clear()
+        return _result(iteration, self.version)
+
+
+def test_results_older_than_max_lag_are_dropped():
+    prod = _Producer()
+    ar = AsyncRollout(prod, max_lag=1, start_iteration=5)
+    try:
+        first = ar.get(timeout=10)
+        assert first.trajectories[0].task.seed == 5
+        # the queue already holds results made at version 0; the learner moves to version 2
+        time.sleep(0.2)
+        prod.version = 2
+        ar.set_version(2)
+        nxt = ar.get(timeout=10)
+        assert nxt.trajectories[0].steps[0].policy_version == 2
+        assert ar.dropped >= 1
+    finally:
+        ar.close()
+    # iterations are consecutive from the start cursor, whatever was dropped
+    assert prod.calls == list(range(5, 5 + len(prod.calls)))
+
+
+def test_paused_waits_for_the_rollout_in_flight_and_holds_the_producer():
+    prod = _Producer(seconds=0.3)
+    ar = AsyncRollout(prod, max_lag=3)
+    try:
+        assert prod.active.wait(5)
+        with ar.paused():
+            # the rollout that was running has finished; no new one starts while paused
+            assert not prod.active.is_set()
+            n = len(prod.calls)
+            time.sleep(0.5)
+            assert len(prod.calls) == n and not prod.active.is_set()
+        assert ar.get(timeout=10) is not None
+    finally:
+        ar.close()
+
+
+def test_close_waits_for_the_rollout_in_flight():
+    prod = _Producer(seconds=0.5)
+    ar = AsyncRollout(prod, max_lag=1)
+    assert prod.active.wait(5)
+    ar.close()
+    assert not prod.active.is_set() and not ar._thread.is_alive()
+
+
+def test_producer_errors_reach_the_learner():
+    def boom(iteration):
+        raise RuntimeError("fleet down")
+
+    ar = AsyncRollout(boom)
+    try:
+        with pytest.raises(RuntimeError, match="fleet down"):
+            ar.get(timeout=10)
+    finally:
+        ar.close()
+
+
+@pytest.mark.browser
+def test_async_training_with_periodic_evaluation(tiny_model_dir, tmp_path):
+    """Async mode shares the pool between the rollout thread and held-out evaluations."""
+    out = tmp_path / "run"
+    result = train(TrainConfig(model=tiny_model_dir, tasks=("go_home",), mode="async", max_lag=1, iterations=2,
+                               groups_per_iteration=1, group_size=2, slots=2, pool="inprocess", max_new_tokens=8,
+                               eval_episodes=2, eval_every=1, out=str(out), seed=1))
+    assert result["iterations"] == 2
+    assert math.isfinite(result["success_before"]) and math.isfinite(result["success_after"])
+    assert list(result["eval_curve"]) == ["1"]
+    reader = StoreReader(out)
+    [run] = reader.list_runs()
+    assert run.status == "finished"
+    curves = reader.metrics(run.run_id)
+    assert [m.iteration for m in curves["eval_success"]] == [0]
+    assert [m.iteration for m in curves["policy_version"]] == [0, 1]
+    for tag in ("before", "iter-1", "after"):
+        assert (out / f"eval-{tag}" / "store.sqlite").is_file()
