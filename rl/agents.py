@@ -170,7 +170,8 @@ class AgentSettings:
 
 def load_model_policy(spec: str, *, backend: str = "auto", settings: AgentSettings | None = None,
                       temperature: float = 0.0, max_new_tokens: int = 96, keep_chats: bool = False,
-                      policy: Any = None, **policy_opts: Any) -> ModelPolicy:
+                      policy: Any = None, top_p: float = 1.0, min_p: float = 0.0,
+                      **policy_opts: Any) -> ModelPolicy:
     """A :class:`ModelPolicy` for a model folder, hub id or server URL (or an already loaded ``policy``).
 
     Settings come from ``settings``, else the model folder's ``guiagent_agent.json``
@@ -182,6 +183,7 @@ def load_model_policy(spec: str, *, backend: str = "auto", settings: AgentSettin
     settings = settings or AgentSettings.load(spec) or AgentSettings()
     if policy is None:
         policy = load_policy(spec, backend=None if backend == "auto" else backend, **policy_opts)
-    sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature)
+    sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                              min_p=min_p)
     return ModelPolicy(ModelAgent(policy, settings.format(), settings.prompt_config(), sampling,
                                   keep_chats=keep_chats))

@@ -86,9 +86,12 @@ class TrainConfig:
     lr: float = 2e-4
     """AdamW learning rate"""
     epochs: int = 1
-    """passes over each iteration's turns (each pass is one optimiser step)"""
+    """passes over each iteration's turns"""
+    mini_batch_size: int = 0
+    """turns per optimiser step (0: all of an iteration's turns, one step per epoch); e.g. 16 with
+    --epochs 2 takes 2 x ceil(turns / 16) PPO steps an iteration"""
     micro_batch_size: int = 8
-    """turns per forward/backward pass (gradient accumulation covers the batch)"""
+    """turns per forward/backward pass (gradient accumulation covers the mini-batch)"""
     clip_eps_low: float = 0.2
     """PPO ε below 1"""
     clip_eps_high: float = 0.28
@@ -111,6 +114,12 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     temperature: float = 1.0
     """rollout sampling temperature"""
+    top_p: float = 1.0
+    """rollout nucleus sampling (< 1 cuts the low-probability tail, e.g. malformed replies of a
+    weak warm start; log-probs for the loss stay those of the unmodified model)"""
+    min_p: float = 0.0
+    """rollout min-p sampling: drop tokens below min_p x the most likely one (0: off); keeps
+    exploring coordinates while cutting malformed replies"""
     max_new_tokens: int = 64
     """longest reply per turn"""
     rewards: RewardConfig = field(default_factory=RewardConfig)
@@ -139,8 +148,10 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.group_size < 2:
             raise ValueError("--group-size must be >= 2: group advantages compare episodes of one task")
-        if self.iterations < 0 or self.groups_per_iteration <= 0 or self.slots <= 0 or self.eval_every < 0:
-            raise ValueError("--iterations and --eval-every must be >= 0, --groups-per-iteration and --slots positive")
+        if (self.iterations < 0 or self.groups_per_iteration <= 0 or self.slots <= 0 or self.eval_every < 0
+                or self.mini_batch_size < 0 or self.micro_batch_size <= 0 or self.epochs <= 0):
+            raise ValueError("--iterations, --eval-every and --mini-batch-size must be >= 0; --groups-per-iteration, "
+                             "--slots, --epochs and --micro-batch-size positive")
         if self.clip_eps_low <= 0 or self.clip_eps_high <= 0:
             raise ValueError("clip epsilons must be positive")
         if self.loss_agg == "":
@@ -308,47 +319,56 @@ def compute_advantages(cfg: TrainConfig, result: Any, extra: dict[str, float] | 
 
 def update(cfg: TrainConfig, policy: Any, ref: Any, opt: torch.optim.Optimizer, turns: list[Any],
            adv: torch.Tensor) -> dict[str, float]:
-    """One optimiser step per epoch over ``turns``, in micro-batches with gradient accumulation."""
+    """PPO steps over ``turns``: ``epochs`` shuffled passes, one optimiser step per mini-batch,
+    each mini-batch in micro-batches with gradient accumulation."""
     from rl.losses import ppo_clip_loss
 
     params = [p for p in policy.parameters() if p.requires_grad]
-    total_tokens = sum(len(u.completion_ids) for u in turns)
-    out = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "grad_norm": 0.0, "approx_kl_old": 0.0}
+    out = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "grad_norm": 0.0, "approx_kl_old": 0.0, "optimizer_steps": 0.0}
     n_mb = 0
     order = list(range(len(turns)))
+    mini = cfg.mini_batch_size or len(turns)
     for _ in range(cfg.epochs):
         random.shuffle(order)
-        opt.zero_grad(set_to_none=True)
-        for i in range(0, len(order), cfg.micro_batch_size):
-            idx = order[i:i + cfg.micro_batch_size]
-            mb = [turns[j] for j in idx]
-            chats = [u.prompt for u in mb]
-            comps = [list(u.completion_ids) for u in mb]
-            sb = policy.score_batch(chats, comps, grad=True)
-            old = _place(sb.mask, [u.old_logprobs for u in mb], sb.logprobs.dtype)
-            ref_lp = None
-            if ref is not None and cfg.kl_coef > 0:
-                ref_lp = ref.score_batch(chats, comps, grad=False).logprobs.detach()
-            loss, st = ppo_clip_loss(sb.logprobs, old, adv[idx].to(sb.logprobs.dtype), sb.mask,
-                                     clip_eps_low=cfg.clip_eps_low, clip_eps_high=cfg.clip_eps_high,
-                                     agg=cfg.loss_agg, ref_logp=ref_lp, kl_coef=cfg.kl_coef, kl_kind=cfg.kl_kind,
-                                     max_len=cfg.max_new_tokens,
-                                     group_ids=torch.tensor([hash(u.group_id) % (2**31) for u in mb]))
-            # Each micro-batch's share of the whole batch, so accumulation equals one big batch.
-            share = (int(sb.mask.sum()) / max(total_tokens, 1)) if cfg.loss_agg == "token_mean" else len(mb) / len(turns)
-            (loss * share).backward()
-            out["loss"] += float(loss.detach()) * share
-            out["clip_frac"] += st.clip_frac
-            out["kl"] += st.kl
-            out["approx_kl_old"] += st.approx_kl_old
-            n_mb += 1
-        gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        opt.step()
-        policy.mark_updated()
-        out["grad_norm"] = float(gn)
+        for m in range(0, len(order), mini):
+            part = order[m:m + mini]
+            part_tokens = sum(len(turns[j].completion_ids) for j in part)
+            opt.zero_grad(set_to_none=True)
+            loss_sum = 0.0
+            for i in range(0, len(part), cfg.micro_batch_size):
+                idx = part[i:i + cfg.micro_batch_size]
+                mb = [turns[j] for j in idx]
+                chats = [u.prompt for u in mb]
+                comps = [list(u.completion_ids) for u in mb]
+                sb = policy.score_batch(chats, comps, grad=True)
+                old = _place(sb.mask, [u.old_logprobs for u in mb], sb.logprobs.dtype)
+                ref_lp = None
+                if ref is not None and cfg.kl_coef > 0:
+                    ref_lp = ref.score_batch(chats, comps, grad=False).logprobs.detach()
+                loss, st = ppo_clip_loss(sb.logprobs, old, adv[idx].to(sb.logprobs.dtype), sb.mask,
+                                         clip_eps_low=cfg.clip_eps_low, clip_eps_high=cfg.clip_eps_high,
+                                         agg=cfg.loss_agg, ref_logp=ref_lp, kl_coef=cfg.kl_coef, kl_kind=cfg.kl_kind,
+                                         max_len=cfg.max_new_tokens,
+                                         group_ids=torch.tensor([hash(u.group_id) % (2**31) for u in mb]))
+                # Each micro-batch's share of the mini-batch, so accumulation equals one big batch.
+                share = (int(sb.mask.sum()) / max(part_tokens, 1)) if cfg.loss_agg == "token_mean" else len(mb) / len(part)
+                (loss * share).backward()
+                loss_sum += float(loss.detach()) * share
+                out["clip_frac"] += st.clip_frac
+                out["kl"] += st.kl
+                out["approx_kl_old"] += st.approx_kl_old
+                n_mb += 1
+            gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            opt.step()
+            out["loss"] += loss_sum
+            out["grad_norm"] += float(gn)
+            out["optimizer_steps"] += 1
     for k in ("clip_frac", "kl", "approx_kl_old"):
         out[k] /= max(n_mb, 1)
-    out["loss"] /= max(cfg.epochs, 1)
+    for k in ("loss", "grad_norm"):  # means over the optimiser steps
+        out[k] /= max(out["optimizer_steps"], 1)
+    if out["optimizer_steps"]:
+        policy.mark_updated()  # one new policy version per update: what rollouts are tagged and lag-checked with
     return out
 
 
@@ -500,8 +520,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         rollout_policy = load_transformers(model_dir, threads=cfg.threads or None) if cfg.mode == "async" else policy
         lock = threading.Lock()
         sampler = _LockedModelPolicy(load_model_policy(model_dir, settings=settings, policy=rollout_policy,
-                                                       temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
-                                                       keep_chats=True), lock)
+                                                       temperature=cfg.temperature, top_p=cfg.top_p, min_p=cfg.min_p,
+                                                       max_new_tokens=cfg.max_new_tokens, keep_chats=True), lock)
 
         def sync_weights() -> None:
             if rollout_policy is not policy:

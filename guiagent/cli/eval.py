@@ -53,6 +53,10 @@ class EvalConfig:
     auto: what the model folder's guiagent_agent.json says, else json)"""
     temperature: float = 0.0
     """--agent model: sampling temperature (0 = greedy)"""
+    top_p: float = 1.0
+    """--agent model: nucleus sampling when temperature > 0"""
+    min_p: float = 0.0
+    """--agent model: min-p sampling when temperature > 0 (0: off)"""
     name: str = ""
     """run name shown in the web UI (default: <agent>-<env>)"""
     json: bool = False
@@ -94,7 +98,8 @@ def make_policy(cfg: EvalConfig):
     settings = AgentSettings.load(cfg.model) if cfg.action_format == "auto" else None
     if settings is None:
         settings = AgentSettings(action_format="json" if cfg.action_format == "auto" else cfg.action_format)
-    return load_model_policy(cfg.model, backend=cfg.backend, settings=settings, temperature=cfg.temperature)
+    return load_model_policy(cfg.model, backend=cfg.backend, settings=settings, temperature=cfg.temperature,
+                             top_p=cfg.top_p, min_p=cfg.min_p)
 
 
 def episode_plan(ids: list[str], episodes: int, seed: int, max_steps: int | None):

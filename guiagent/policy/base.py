@@ -150,6 +150,9 @@ class SamplingParams:
     max_new_tokens: int = 256
     temperature: float = 1.0
     top_p: float = 1.0
+    min_p: float = 0.0
+    """drop tokens less likely than min_p x the most likely one (0: off): cuts the tail where the
+    model is sure (format tokens) and keeps the alternatives where it is not (coordinates)"""
     seed: int | None = None
     stop: tuple[str, ...] = ()
 
@@ -160,6 +163,8 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if not (0.0 < self.top_p <= 1.0):
             raise ValueError(f"top_p must lie in (0, 1], got {self.top_p}")
+        if not (0.0 <= self.min_p < 1.0):
+            raise ValueError(f"min_p must lie in [0, 1), got {self.min_p}")
         if isinstance(self.stop, str):
             raise ValueError("stop must be a tuple of strings, e.g. stop=('</tool_call>',)")
 

@@ -279,7 +279,7 @@ class TransformersPolicy:
         gen_config = GenerationConfig(
             max_new_tokens=sampling.max_new_tokens, do_sample=not greedy,
             temperature=None if greedy else sampling.temperature, top_p=None if greedy else sampling.top_p,
-            top_k=None, repetition_penalty=None, eos_token_id=self.eos_ids, pad_token_id=self.pad_id,
+            min_p=None if greedy or not sampling.min_p else sampling.min_p, top_k=None, repetition_penalty=None, eos_token_id=self.eos_ids, pad_token_id=self.pad_id,
             stop_strings=list(sampling.stop) or None, output_logits=True, return_dict_in_generate=True,
             suppress_tokens=self.suppressed_ids or None,
         )

@@ -103,6 +103,8 @@ class OpenAIPolicy:
             "max_tokens": sampling.max_new_tokens, "temperature": sampling.temperature,
             "top_p": sampling.top_p,
         }
+        if sampling.min_p:  # not in OpenAI's API; vLLM and SGLang servers accept it
+            body["min_p"] = sampling.min_p
         if sampling.seed is not None:
             body["seed"] = sampling.seed
         if sampling.stop:

@@ -80,6 +80,7 @@ class VLLMPolicy:
             prompts.append(p)
         params = [vllm.SamplingParams(
             max_tokens=sampling.max_new_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
+            min_p=sampling.min_p,
             seed=None if sampling.seed is None else sampling.seed + i, stop=list(sampling.stop) or None,
             logprobs=0, include_stop_str_in_output=True, skip_special_tokens=True)
             for i in range(len(prompts))]

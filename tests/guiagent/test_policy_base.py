@@ -30,7 +30,7 @@ def test_good_chat_passes_and_message_builder():
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(max_new_tokens=0), "max_new_tokens"), (dict(temperature=-1), "temperature"),
-    (dict(top_p=0), "top_p"), (dict(stop="x"), "tuple"),
+    (dict(top_p=0), "top_p"), (dict(stop="x"), "tuple"), (dict(min_p=1.0), "min_p"), (dict(min_p=-0.1), "min_p"),
 ])
 def test_sampling_params_checks(kwargs, match):
     with pytest.raises(ValueError, match=match):

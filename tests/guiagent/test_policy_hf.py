@@ -96,6 +96,17 @@ def test_greedy_is_deterministic_and_batch_independent(policy):
     assert [g.token_ids for g in batch] == [g.token_ids for g in single]
 
 
+def test_min_p_cuts_the_tail_and_keeps_unmodified_logprobs(policy):
+    cs = chats()
+    greedy = policy.generate(cs, SamplingParams(max_new_tokens=8, temperature=0))
+    # min_p near 1 keeps only the most likely token: sampling becomes greedy decoding
+    sharp = policy.generate(cs, SamplingParams(max_new_tokens=8, temperature=1.0, min_p=0.999, seed=3))
+    assert [g.token_ids for g in sharp] == [g.token_ids for g in greedy]
+    # the log-probs are the model's own, not those of the truncated distribution (which would be 0)
+    assert max(abs(x - y) for a, b in zip(sharp, greedy) for x, y in zip(a.logprobs, b.logprobs)) < 1e-5
+    assert all(lp < 0 for g in sharp for lp in g.logprobs)
+
+
 def test_stop_string_ends_generation(policy):
     c = chats()[:1]
     sp = SamplingParams(max_new_tokens=12, temperature=1.0, seed=11)

@@ -97,7 +97,7 @@ def test_async_training_with_periodic_evaluation(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     result = train(TrainConfig(model=tiny_model_dir, tasks=("go_home",), mode="async", max_lag=1, iterations=2,
                                groups_per_iteration=1, group_size=2, slots=2, pool="inprocess", max_new_tokens=8,
-                               eval_episodes=2, eval_every=1, out=str(out), seed=1))
+                               eval_episodes=2, eval_every=1, top_p=0.9, out=str(out), seed=1))
     assert result["iterations"] == 2
     assert math.isfinite(result["success_before"]) and math.isfinite(result["success_after"])
     assert list(result["eval_curve"]) == ["1"]

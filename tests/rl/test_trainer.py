@@ -43,6 +43,12 @@ def test_update_changes_parameters_with_finite_loss(tiny_model_dir):
     assert changed > 0 and policy.version == v0 + 1
     # on-policy: the first epoch's ratios are 1, so nothing was clipped
     assert stats["clip_frac"] == 0.0
+    assert stats["optimizer_steps"] == 1
+    # mini-batches: one optimiser step per mini-batch and epoch, one new policy version in all
+    cfg2 = TrainConfig(micro_batch_size=1, mini_batch_size=1, epochs=2, lr=1e-3)
+    stats2 = update(cfg2, policy, None, opt, turns, adv)
+    assert stats2["optimizer_steps"] == 2 * len(turns) and policy.version == v0 + 2
+    assert math.isfinite(stats2["loss"]) and math.isfinite(stats2["grad_norm"])
 
 
 def test_judge_verdicts_join_the_reward_and_the_store(tiny_model_dir, tmp_path):
