@@ -70,6 +70,22 @@ class RolloutResult:
     def steps_per_second(self) -> float:
         return self.env_steps / self.wall_seconds if self.wall_seconds else 0.0
 
+    def extend(self, other: "RolloutResult") -> "RolloutResult":
+        """Append another rollout's episodes, turns and timings (one iteration sampled in rounds)."""
+        self.trajectories += other.trajectories
+        self.turns += other.turns
+        for name in ("env_seconds", "policy_seconds", "store_seconds", "wall_seconds", "env_steps", "aborted"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        return self
+
+    def informative_groups(self) -> int:
+        """Groups whose completed episodes got different rewards (the ones GRPO learns from)."""
+        rewards: dict[str, set[float]] = {}
+        for t in self.trajectories:
+            if t.group_id and t.status == "completed":
+                rewards.setdefault(t.group_id, set()).add(round(t.total_reward, 9))
+        return sum(len(r) > 1 for r in rewards.values())
+
 
 def make_groups(task_ids: Sequence[str], seeds: Sequence[int], group_size: int, *,
                 max_steps: int | None = None) -> list[EpisodeRequest]:

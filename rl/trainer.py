@@ -109,6 +109,11 @@ class TrainConfig:
     """discount of step-level returns"""
     filter_zero_variance: bool = True
     """skip groups whose episodes all got the same reward (no GRPO signal)"""
+    min_informative_groups: int = 0
+    """dynamic sampling (DAPO): while fewer groups than this have unequal rewards, sample another
+    --groups-per-iteration groups, at most --max-sampling-rounds rounds an iteration (0: off)"""
+    max_sampling_rounds: int = 3
+    """dynamic sampling: most rollout rounds in one iteration"""
     neg_adv_min_scale: float = 1.0
     """success-adaptive scaling of negative advantages: scale = m + (1-m)·group success (1: off)"""
     max_grad_norm: float = 1.0
@@ -149,9 +154,11 @@ class TrainConfig:
         if self.group_size < 2:
             raise ValueError("--group-size must be >= 2: group advantages compare episodes of one task")
         if (self.iterations < 0 or self.groups_per_iteration <= 0 or self.slots <= 0 or self.eval_every < 0
-                or self.mini_batch_size < 0 or self.micro_batch_size <= 0 or self.epochs <= 0):
-            raise ValueError("--iterations, --eval-every and --mini-batch-size must be >= 0; --groups-per-iteration, "
-                             "--slots, --epochs and --micro-batch-size positive")
+                or self.mini_batch_size < 0 or self.micro_batch_size <= 0 or self.epochs <= 0
+                or self.min_informative_groups < 0 or self.max_sampling_rounds <= 0):
+            raise ValueError("--iterations, --eval-every, --mini-batch-size and --min-informative-groups must be "
+                             ">= 0; --groups-per-iteration, --slots, --epochs, --micro-batch-size and "
+                             "--max-sampling-rounds positive")
         if self.clip_eps_low <= 0 or self.clip_eps_high <= 0:
             raise ValueError("clip epsilons must be positive")
         if self.loss_agg == "":
@@ -533,10 +540,16 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
         def produce(iteration: int):
             rng = random.Random(cfg.seed * 7919 + iteration)  # the data cursor: iteration i -> its groups
-            picks = [rng.choice(tasks) for _ in range(cfg.groups_per_iteration)]
-            seeds = [rng.randrange(TRAIN_SEED_RANGE) for _ in picks]
-            return run_rollout(pool, sampler, make_groups(picks, seeds, cfg.group_size), rewards=cfg.rewards,
-                               store=store, run_id=state.run_id, suite=cfg.env)
+            result = None
+            for _ in range(max(1, cfg.max_sampling_rounds) if cfg.min_informative_groups else 1):
+                picks = [rng.choice(tasks) for _ in range(cfg.groups_per_iteration)]
+                seeds = [rng.randrange(TRAIN_SEED_RANGE) for _ in picks]
+                more = run_rollout(pool, sampler, make_groups(picks, seeds, cfg.group_size), rewards=cfg.rewards,
+                                   store=store, run_id=state.run_id, suite=cfg.env)
+                result = more if result is None else result.extend(more)
+                if result.informative_groups() >= cfg.min_informative_groups:
+                    break
+            return result
 
         if cfg.mode == "async":
             async_rollout = AsyncRollout(produce, max_lag=cfg.max_lag, start_iteration=state.iteration)

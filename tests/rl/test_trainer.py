@@ -138,3 +138,37 @@ def test_killed_run_resumes_from_checkpoint(tiny_model_dir, tmp_path):
     n = reader.count_episodes(EpisodeFilter(run_id=run.run_id))
     assert n >= 6
     assert (Path(result["model"]) / "guiagent_agent.json").is_file()
+
+
+def test_dynamic_sampling_adds_rounds_until_groups_are_informative(tiny_model_dir, tmp_path):
+    from rl.trainer import train
+
+    out = tmp_path / "run"
+    # an untrained model never reaches 99 informative groups: every iteration samples the
+    # most rounds, each with --groups-per-iteration fresh groups
+    result = train(TrainConfig(model=tiny_model_dir, tasks=("go_home",), iterations=1, groups_per_iteration=1,
+                               group_size=2, slots=2, pool="inprocess", max_new_tokens=8, eval_episodes=0,
+                               min_informative_groups=99, max_sampling_rounds=2, out=str(out), seed=2))
+    assert result["last"]["groups"] == 2.0
+    reader = StoreReader(out)
+    [run] = reader.list_runs()
+    eps = reader.list_episodes(EpisodeFilter(run_id=run.run_id), limit=50).items
+    assert len(eps) == 4 and len({e.group_id for e in eps}) == 2
+
+
+def test_rollout_results_merge_and_count_informative_groups():
+    from guiagent.types import Click, Observation, Step, TaskSpec, Trajectory
+    from rl.rollout import RolloutResult
+
+    obs = Observation(b"x", 2, 2)
+
+    def res(*rows):
+        trajs = [Trajectory(f"{g}{i}", TaskSpec("webapps", "t", 0, "g"), (Step(0, obs, Click(0.5, 0.5), reward=r),),
+                            group_id=g) for i, (g, r) in enumerate(rows)]
+        return RolloutResult(trajectories=trajs, env_steps=len(rows), wall_seconds=1.0)
+
+    a = res(("g1", 1.0), ("g1", 1.0))
+    assert a.informative_groups() == 0
+    a.extend(res(("g2", 0.0), ("g2", 1.0), ("g3", 0.0), ("g3", 0.0)))
+    assert a.informative_groups() == 1
+    assert len(a.trajectories) == 6 and a.env_steps == 6 and a.wall_seconds == 2.0
