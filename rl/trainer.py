@@ -100,6 +100,14 @@ class TrainConfig:
     """β of the KL(π‖π_ref) loss term (0: no reference model is kept)"""
     kl_kind: Literal["k1", "k2", "k3"] = "k3"
     """KL estimator"""
+    kl_target: float = 0.0
+    """adaptive KL (a soft trust region around the reference): β starts at --kl-coef and is
+    adapted so the KL stays near this value (0: β fixed)"""
+    kl_horizon: int = 1000
+    """adaptive KL: turns over which β may change by ±20%"""
+    max_kl_old: float = 0.0
+    """trust region on each update: stop its remaining mini-batches once the approximate KL to
+    the policy that sampled them exceeds this (0: never stop early)"""
     loss_agg: str = ""
     """token_mean, seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm, group_token_mean
     (default: token_mean for grpo, seq_mean_token_sum_norm for dr_grpo)"""
@@ -161,6 +169,10 @@ class TrainConfig:
                              "--max-sampling-rounds positive")
         if self.clip_eps_low <= 0 or self.clip_eps_high <= 0:
             raise ValueError("clip epsilons must be positive")
+        if self.kl_target < 0 or self.max_kl_old < 0 or self.kl_horizon <= 0:
+            raise ValueError("--kl-target and --max-kl-old must be >= 0, --kl-horizon positive")
+        if self.kl_target > 0 and self.kl_coef <= 0:
+            raise ValueError("--kl-target adapts β from --kl-coef: give a positive --kl-coef too")
         if self.loss_agg == "":
             self.loss_agg = "seq_mean_token_sum_norm" if self.algo == "dr_grpo" else "token_mean"
 
@@ -236,6 +248,8 @@ class TrainerState:
     run_id: str = ""
     model_dir: str = ""
     eval_before: float | None = None
+    kl_coef: float | None = None
+    """β of the adaptive KL controller (None: --kl-coef)"""
 
 
 def _checkpoint_dir(out: Path) -> Path:
@@ -331,17 +345,20 @@ def update(cfg: TrainConfig, policy: Any, ref: Any, opt: torch.optim.Optimizer, 
     from rl.losses import ppo_clip_loss
 
     params = [p for p in policy.parameters() if p.requires_grad]
-    out = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "grad_norm": 0.0, "approx_kl_old": 0.0, "optimizer_steps": 0.0}
+    out = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "grad_norm": 0.0, "approx_kl_old": 0.0, "optimizer_steps": 0.0,
+           "early_stopped": 0.0}
     n_mb = 0
     order = list(range(len(turns)))
     mini = cfg.mini_batch_size or len(turns)
     for _ in range(cfg.epochs):
+        if out["early_stopped"]:
+            break
         random.shuffle(order)
         for m in range(0, len(order), mini):
             part = order[m:m + mini]
             part_tokens = sum(len(turns[j].completion_ids) for j in part)
             opt.zero_grad(set_to_none=True)
-            loss_sum = 0.0
+            loss_sum = kl_old = 0.0
             for i in range(0, len(part), cfg.micro_batch_size):
                 idx = part[i:i + cfg.micro_batch_size]
                 mb = [turns[j] for j in idx]
@@ -364,7 +381,12 @@ def update(cfg: TrainConfig, policy: Any, ref: Any, opt: torch.optim.Optimizer, 
                 out["clip_frac"] += st.clip_frac
                 out["kl"] += st.kl
                 out["approx_kl_old"] += st.approx_kl_old
+                kl_old += st.approx_kl_old * len(mb) / len(part)
                 n_mb += 1
+            if cfg.max_kl_old and kl_old > cfg.max_kl_old:  # this mini-batch left the trust region
+                opt.zero_grad(set_to_none=True)
+                out["early_stopped"] = 1.0
+                break
             gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             opt.step()
             out["loss"] += loss_sum
@@ -460,6 +482,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     from guiagent.policy.hf import load_transformers
     from guiagent.store import Store
     from rl.agents import AgentSettings, load_model_policy
+    from rl.losses import AdaptiveKL
     from rl.rollout import AsyncRollout, make_groups, run_rollout
 
     if cfg.resume:
@@ -570,7 +593,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             metrics.update(adv_stats)
             t1 = time.perf_counter()
             if turns:
-                metrics.update(update(cfg, policy, ref, opt, turns, adv))
+                beta = cfg.kl_coef if state.kl_coef is None else state.kl_coef
+                metrics.update(update(dataclasses.replace(cfg, kl_coef=beta), policy, ref, opt, turns, adv))
+                if cfg.kl_target > 0:  # adaptive β: a soft trust region around the reference
+                    state.kl_coef = AdaptiveKL(beta, cfg.kl_target, cfg.kl_horizon).update(metrics["kl"], len(turns))
+                metrics["kl_coef"] = beta
             sync_weights()
             metrics["update_seconds"] = time.perf_counter() - t1
             metrics["iteration_seconds"] = time.perf_counter() - t0

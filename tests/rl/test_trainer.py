@@ -49,6 +49,11 @@ def test_update_changes_parameters_with_finite_loss(tiny_model_dir):
     stats2 = update(cfg2, policy, None, opt, turns, adv)
     assert stats2["optimizer_steps"] == 2 * len(turns) and policy.version == v0 + 2
     assert math.isfinite(stats2["loss"]) and math.isfinite(stats2["grad_norm"])
+    # trust region: the behaviour policy is now two updates old, so the first mini-batch is
+    # already outside a tiny KL bound; nothing is stepped and the version stays
+    cfg3 = TrainConfig(micro_batch_size=1, mini_batch_size=1, epochs=3, lr=1e-3, max_kl_old=1e-9)
+    stats3 = update(cfg3, policy, None, opt, turns, adv)
+    assert stats3["early_stopped"] == 1.0 and stats3["optimizer_steps"] == 0 and policy.version == v0 + 2
 
 
 def test_judge_verdicts_join_the_reward_and_the_store(tiny_model_dir, tmp_path):
@@ -140,16 +145,22 @@ def test_killed_run_resumes_from_checkpoint(tiny_model_dir, tmp_path):
     assert (Path(result["model"]) / "guiagent_agent.json").is_file()
 
 
-def test_dynamic_sampling_adds_rounds_until_groups_are_informative(tiny_model_dir, tmp_path):
+def test_dynamic_sampling_rounds_and_adaptive_kl_coefficient(tiny_model_dir, tmp_path):
     from rl.trainer import train
 
     out = tmp_path / "run"
     # an untrained model never reaches 99 informative groups: every iteration samples the
     # most rounds, each with --groups-per-iteration fresh groups
+    # (equal-reward groups are kept here, so the update runs and the adaptive KL β moves: the
+    # policy starts at the reference, KL 0 < target, so β shrinks)
     result = train(TrainConfig(model=tiny_model_dir, tasks=("go_home",), iterations=1, groups_per_iteration=1,
                                group_size=2, slots=2, pool="inprocess", max_new_tokens=8, eval_episodes=0,
-                               min_informative_groups=99, max_sampling_rounds=2, out=str(out), seed=2))
+                               min_informative_groups=99, max_sampling_rounds=2, filter_zero_variance=False,
+                               kl_coef=0.05, kl_target=0.01, kl_horizon=10, out=str(out), seed=2))
     assert result["last"]["groups"] == 2.0
+    assert result["last"]["kl_coef"] == 0.05 and result["last"]["kl"] == pytest.approx(0.0, abs=1e-6)
+    beta = torch.load(out / "checkpoint" / "trainer_state.pt", weights_only=False)["state"]["kl_coef"]
+    assert 0.0 < beta < 0.05
     reader = StoreReader(out)
     [run] = reader.list_runs()
     eps = reader.list_episodes(EpisodeFilter(run_id=run.run_id), limit=50).items
@@ -172,3 +183,13 @@ def test_rollout_results_merge_and_count_informative_groups():
     a.extend(res(("g2", 0.0), ("g2", 1.0), ("g3", 0.0), ("g3", 0.0)))
     assert a.informative_groups() == 1
     assert len(a.trajectories) == 6 and a.env_steps == 6 and a.wall_seconds == 2.0
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(group_size=1), "group-size"), (dict(eval_every=-1), "eval-every"), (dict(mini_batch_size=-1), "mini-batch"),
+    (dict(max_sampling_rounds=0), "sampling-rounds"), (dict(kl_target=0.01), "kl-coef"),
+    (dict(max_kl_old=-1.0), "max-kl-old"), (dict(clip_eps_low=0.0), "clip"),
+])
+def test_train_config_rejects_bad_settings(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**kwargs)
