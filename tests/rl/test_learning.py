@@ -13,7 +13,7 @@ import pytest
 
 from rl.trainer import TINY_MAX_PIXELS, WARM_START_TASKS, TrainConfig, train
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.timeout(3600)]
 
 TASKS = ("open_app", "settings_turn_on", "settings_turn_off")
 
