@@ -295,11 +295,13 @@ class Trainer:
         metrics["iteration_seconds"] = time.perf_counter() - t0
         metrics["policy_version"] = float(self.policy.version)
         state.iteration = it + 1
-        save_checkpoint(self.out, self.policy, self.opt, state)
         if cfg.eval_every and (it + 1) % cfg.eval_every == 0 and it + 1 < cfg.iterations and self.stopped_by is None:
             metrics["eval_success"] = self.evaluate(f"iter-{it + 1}")
             self._keep_best(metrics["eval_success"], it + 1)
+        # Metrics before the checkpoint: a kill in between repeats the iteration, whose metrics
+        # then replace these; the other order would lose them.
         self.store.log_metrics(state.run_id, it, metrics)
+        save_checkpoint(self.out, self.policy, self.opt, state)
         self.history.append(metrics)
         log.info(self._line(it, metrics))
 
