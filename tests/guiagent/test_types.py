@@ -1,13 +1,13 @@
 import pytest
 
 from guiagent.types import (
-    ACTION_TYPES, Answer, Click, Drag, Finish, Key, LongPress, NavigateBack, NavigateHome, Observation,
+    ACTION_TYPES, Answer, Click, DoubleClick, Drag, Hover, RightClick, Finish, Key, LongPress, NavigateBack, NavigateHome, Observation,
     OpenApp, ParseError, Scroll, Step, Swipe, TaskSpec, Trajectory, Type, Wait, action_from_dict,
     action_to_dict,
 )
 
 EXAMPLES = [
-    Click(0.5, 0.25), LongPress(0.1, 0.9, duration_ms=1200), Type("hello \"world\"\n", 0.2, 0.3, submit=True),
+    Click(0.5, 0.25), DoubleClick(0.2, 0.3), RightClick(1.0, 0.0), Hover(0.7, 0.7), LongPress(0.1, 0.9, duration_ms=1200), Type("hello \"world\"\n", 0.2, 0.3, submit=True),
     Type("x"), Scroll("down"), Scroll("left", 0.5, 0.5, amount=0.3), Swipe(0.1, 0.2, 0.3, 0.4),
     Drag(0.0, 0.0, 1.0, 1.0), Key("Enter"), NavigateBack(), NavigateHome(), OpenApp("Contacts"),
     Wait(2.0), Answer("42"), Finish("failure", "cannot"),
