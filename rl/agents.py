@@ -142,6 +142,12 @@ class AgentSettings:
     system_prompt: str | None = None
     """replaces the format's system prompt (None: the format's own, generated from the action table)"""
 
+    def __post_init__(self) -> None:
+        from grounding import FORMAT_NAMES
+
+        if self.action_format not in FORMAT_NAMES:  # checked before any model loads or file is written
+            raise ValueError(f"unknown action format {self.action_format!r}; choose one of {', '.join(FORMAT_NAMES)}")
+
     def save(self, model_dir: str) -> None:
         from pathlib import Path
 
