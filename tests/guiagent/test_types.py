@@ -62,3 +62,22 @@ def test_parse_error_codes_are_checked():
     with pytest.raises(ValueError):
         ParseError("whatever", "x")
     assert str(ParseError("empty", "no text")) == "empty: no text"
+
+
+def test_pointer_actions_round_trip_through_a_real_store(tmp_path):
+    """DoubleClick / RightClick / Hover steps survive SQLite and come back as the same actions."""
+    import dataclasses
+
+    from guiagent.store import Store, StoreReader
+    from tests.guiagent.test_store_fixtures import make_traj
+
+    base = make_traj(7, steps=3)
+    acts = (DoubleClick(0.2, 0.3), RightClick(1.0, 0.0), Hover(0.7, 0.7))
+    traj = dataclasses.replace(base, steps=tuple(dataclasses.replace(s, action=a) for s, a in zip(base.steps, acts)))
+    store = Store.open(tmp_path / "run")
+    try:
+        store.write_trajectory(store.create_run("pointer"), traj)
+    finally:
+        store.close()
+    back = StoreReader(tmp_path / "run").load_trajectory(traj.episode_id)
+    assert back == traj and tuple(s.action for s in back.steps) == acts
