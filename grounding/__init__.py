@@ -3,6 +3,7 @@
 Example::
 
     >>> from grounding import get_format, parse
+    >>> from guiagent.types import Click
     >>> parse("Action: click(start_box='(500,250)')", "uitars", (1080, 2400))
     Click(x=0.5, y=0.25)
     >>> get_format("qwen_mobile").format(Click(0.5, 0.5), (1080, 2400))

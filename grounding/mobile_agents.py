@@ -48,7 +48,9 @@ from guiagent.types import (
 )
 
 from grounding.coords import ModelFrame
-from grounding.qwen import QwenToolCallFormat, _dec_terminate, _dec_type, _enc_type, _mobile_rows, _need, _text
+from grounding.qwen import (
+    QwenToolCallFormat, _dec_terminate, _dec_type, _enc_type, _mobile_rows, _need, _text,
+)
 from grounding.spec import ActionSpec, ArgError, Table, check_image_size
 
 __all__ = ["GuiOwlFormat", "MaiUiFormat"]
@@ -86,7 +88,8 @@ class GuiOwlFormat(QwenToolCallFormat):
 
         >>> fmt = GuiOwlFormat()
         >>> fmt.parse('<thinking>\\nopen it\\n</thinking>\\n<tool_call>\\n{"name": "mobile_use", '
-        ...           '"arguments": {"action": "tap", "coordinate": [546, 1204]}}\\n</tool_call>', (1080, 2400))
+        ...           '"arguments": {"action": "tap", "coordinate": [546, 1204]}}\\n</tool_call>',
+        ...           (1080, 2400))
         Click(x=0.5, y=0.5)
     """
 
@@ -99,13 +102,14 @@ class GuiOwlFormat(QwenToolCallFormat):
         super().__init__("mobile_use", min_pixels=min_pixels, max_pixels=max_pixels, factor=factor)
         self.name = "guiowl"
         extra = {"click": ("tap",), "open": ("open_app",)}
-        self.table = Table(dataclasses.replace(r, aliases=r.aliases + extra.get(r.name, ())) for r in _mobile_rows())
+        self.table = Table(dataclasses.replace(r, aliases=r.aliases + extra.get(r.name, ()))
+                           for r in _mobile_rows())
         self.supported_kinds = self.table.supported_kinds
 
     def system_prompt(self, image_size: tuple[int, int] | None = None) -> str:
         return super().system_prompt(image_size) + (
-            "\n\nBefore the tool call, explain your reasoning step by step in <thinking></thinking> tags; after "
-            "it, summarise your action in <conclusion></conclusion> tags."
+            "\n\nBefore the tool call, explain your reasoning step by step in <thinking></thinking> "
+            "tags; after it, summarise your action in <conclusion></conclusion> tags."
         )
 
     def thought(self, text: str) -> str:
@@ -174,8 +178,8 @@ def _mai_rows() -> list[ActionSpec]:
         ActionSpec("type", (Type,), ("text",), "Type into the activated input box; end with \\n to submit.",
                    _dec_type, _enc_type),
         ActionSpec("swipe", (Scroll,), ("direction", "coordinate?"),
-                   "Swipe a finger up, down, left or right (at coordinate, if given); swiping up shows what lies "
-                   "below.", dec_swipe, enc_swipe),
+                   "Swipe a finger up, down, left or right (at coordinate, if given); swiping up shows "
+                   "what lies below.", dec_swipe, enc_swipe),
         ActionSpec("drag", (Drag,), ("start_coordinate", "end_coordinate"), "Drag from one point to another.",
                    lambda a, c: Drag(*pt(a, c, "start_coordinate"), *pt(a, c, "end_coordinate")),
                    lambda a, c: {"start_coordinate": list(c.model(a.x1, a.y1)),
@@ -229,11 +233,13 @@ class MaiUiFormat(QwenToolCallFormat):
                                          if not p.endswith("?") or p == "coordinate?"}}
             lines.append(f"{json.dumps(args, ensure_ascii=False)} # {r.doc}")
         return (
-            "You are a GUI agent. You are given a task and your action history, with screenshots. You need to "
-            "perform the next action to complete the task.\n\n## Output Format\nFor each function call, return the "
-            "thinking process in <thinking> </thinking> tags, and a json object with function name and arguments "
+            "You are a GUI agent. You are given a task and your action history, with screenshots. You need "
+            "to perform the next action to complete the task.\n\n## Output Format\nFor each function call, "
+            "return the thinking process in <thinking> </thinking> tags, and a json object with function "
+            "name and arguments "
             "within <tool_call></tool_call> XML tags:\n```\n<thinking>\n...\n</thinking>\n<tool_call>\n"
-            '{"name": "mobile_use", "arguments": <args-json-object>}\n</tool_call>\n```\n\n## Action Space\n\n'
+            '{"name": "mobile_use", "arguments": <args-json-object>}\n</tool_call>\n```\n\n'
+            "## Action Space\n\n"
             + "\n".join(lines)
             + "\n\n## Note\n- Coordinates [x, y] are relative, 0-999 of the screenshot's width and height.\n"
             "- Write a small plan and finally summarize your next action (with its target element) in one "

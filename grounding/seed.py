@@ -129,9 +129,11 @@ class SeedXmlFormat(ActionFormat):
             mx, my = c.model(x, y)
             return f"<point>{mx} {my}</point>"
 
-        def one_point(cls, name):
-            return ActionSpec(name, (cls,), ("point",), "", lambda a, c: cls(*c.point(need(a, "point", name), "point")),
-                              lambda a, c: {"point": pt(c, a.x, a.y)})
+        def dec_point(cls, name):
+            return lambda a, c: cls(*c.point(need(a, "point", name), "point"))
+
+        def enc_point(a, c):
+            return {"point": pt(c, a.x, a.y)}
 
         def dec_two(cls, name):
             def dec(a, c):
@@ -145,7 +147,8 @@ class SeedXmlFormat(ActionFormat):
         def dec_scroll(a, c):
             d = need(a, "direction", "scroll").strip().lower()
             if d not in SCROLL_DIRECTIONS:
-                raise ArgError("bad_arguments", f"scroll direction must be one of {SCROLL_DIRECTIONS}, got {d!r}")
+                raise ArgError("bad_arguments",
+                               f"scroll direction must be one of {SCROLL_DIRECTIONS}, got {d!r}")
             point = c.point(a["point"], "point") if a.get("point", "").strip() else (None, None)
             return Scroll(d, *point)
 
@@ -188,48 +191,52 @@ class SeedXmlFormat(ActionFormat):
                 return {"content": a.text}
             return {} if a.status == "success" else None
 
-        empty = lambda a, c: {}  # noqa: E731
-        rows = [
-            (one_point(Click, "click"), "click(point)", "Click or tap the centre of an element.", ("left_single",)),
-            (one_point(DoubleClick, "left_double"), "left_double(point)", "Double click an element.",
-             ("double_click",)),
-            (one_point(RightClick, "right_single"), "right_single(point)", "Right click an element (mouse only).",
-             ("right_click",)),
-            (one_point(Hover, "hover"), "hover(point)", "Move the mouse over an element without clicking.",
-             ("mouse_move", "move_to")),
-            (ActionSpec("long_press", (LongPress,), ("point",), "",
-                        lambda a, c: LongPress(*c.point(need(a, "point", "long_press"), "point")),
-                        lambda a, c: {"point": pt(c, a.x, a.y)}), "long_press(point)", "Press and hold an element.",
-             ()),
-            (ActionSpec("drag", (Drag,), ("start_point", "end_point"), "", dec_two(Drag, "drag"), enc_two),
-             "drag(start_point, end_point)", "Press at the start point, move to the end point, release.", ()),
-            (ActionSpec("swipe", (Swipe,), ("start_point", "end_point"), "", dec_two(Swipe, "swipe"), enc_two),
-             "swipe(start_point, end_point)", "Swipe a finger from the start point to the end point.", ()),
-            (ActionSpec("scroll", (Scroll,), ("point?", "direction"), "", dec_scroll, enc_scroll),
-             "scroll(point, direction)", "Show more content on the `direction` side (up, down, left, right).", ()),
-            (ActionSpec("type", (Type,), ("content", "point?"), "", dec_type, enc_type), "type(content, point)",
-             "Type content (into the field at point, if given). End content with \\n to submit.", ()),
-            (ActionSpec("hotkey", (Key,), ("key",), "", dec_key,
-                        lambda a, c: {"key": " ".join(model_key_parts(a.key))}), "hotkey(key)",
-             "Press a key or chord, lower case, keys split by spaces, e.g. 'ctrl c'.", ()),
-            (ActionSpec("press_home", (NavigateHome,), (), "", lambda a, c: NavigateHome(), empty), "press_home()",
-             "Go to the home screen.", ()),
-            (ActionSpec("press_back", (NavigateBack,), (), "", lambda a, c: NavigateBack(), empty), "press_back()",
-             "Go back to the previous screen.", ()),
-            (ActionSpec("open_app", (OpenApp,), ("app_name",), "",
-                        lambda a, c: OpenApp(need(a, "app_name", "open_app").strip()),
-                        lambda a, c: {"app_name": a.app}), "open_app(app_name)", "Open an app by its name.", ()),
-            (ActionSpec("wait", (Wait,), (), "", lambda a, c: Wait(), empty), "wait()",
-             "Wait a moment, then look at the screen again.", ()),
-            (ActionSpec("finished", (Answer, Finish), ("content?", "status?"), "", dec_finished, enc_finished),
-             "finished(content)", "The task is done; put the answer in content if the task asks for one.", ()),
-            (ActionSpec("call_user", (Finish,), ("content?",), "",
-                        lambda a, c: Finish("failure", message=_unescape(a.get("content", "")).strip()),
-                        lambda a, c: {} if a.status == "failure" else None), "call_user()",
-             "Give up: the task is impossible or needs the user's help.", ()),
+        def empty(a, c):
+            return {}
+
+        def row(sig: str, kinds: tuple, params: tuple, doc: str, dec, enc, aliases: tuple = ()) -> ActionSpec:
+            return ActionSpec(sig.split("(")[0], kinds, params, doc, dec, enc, signature=sig, aliases=aliases)
+
+        return [
+            row("click(point)", (Click,), ("point",), "Click or tap the centre of an element.",
+                dec_point(Click, "click"), enc_point, ("left_single",)),
+            row("left_double(point)", (DoubleClick,), ("point",), "Double click an element.",
+                dec_point(DoubleClick, "left_double"), enc_point, ("double_click",)),
+            row("right_single(point)", (RightClick,), ("point",), "Right click an element (mouse only).",
+                dec_point(RightClick, "right_single"), enc_point, ("right_click",)),
+            row("hover(point)", (Hover,), ("point",), "Move the mouse over an element without clicking.",
+                dec_point(Hover, "hover"), enc_point, ("mouse_move", "move_to")),
+            row("long_press(point)", (LongPress,), ("point",), "Press and hold an element.",
+                dec_point(LongPress, "long_press"), enc_point),
+            row("drag(start_point, end_point)", (Drag,), ("start_point", "end_point"),
+                "Press at the start point, move to the end point, release.", dec_two(Drag, "drag"), enc_two),
+            row("swipe(start_point, end_point)", (Swipe,), ("start_point", "end_point"),
+                "Swipe a finger from the start point to the end point.", dec_two(Swipe, "swipe"), enc_two),
+            row("scroll(point, direction)", (Scroll,), ("point?", "direction"),
+                "Show more content on the `direction` side (up, down, left, right).", dec_scroll, enc_scroll),
+            row("type(content, point)", (Type,), ("content", "point?"),
+                "Type content (into the field at point, if given). End content with \\n to submit.",
+                dec_type, enc_type),
+            row("hotkey(key)", (Key,), ("key",),
+                "Press a key or chord, lower case, keys split by spaces, e.g. 'ctrl c'.",
+                dec_key, lambda a, c: {"key": " ".join(model_key_parts(a.key))}),
+            row("press_home()", (NavigateHome,), (), "Go to the home screen.",
+                lambda a, c: NavigateHome(), empty),
+            row("press_back()", (NavigateBack,), (), "Go back to the previous screen.",
+                lambda a, c: NavigateBack(), empty),
+            row("open_app(app_name)", (OpenApp,), ("app_name",), "Open an app by its name.",
+                lambda a, c: OpenApp(need(a, "app_name", "open_app").strip()),
+                lambda a, c: {"app_name": a.app}),
+            row("wait()", (Wait,), (), "Wait a moment, then look at the screen again.",
+                lambda a, c: Wait(), empty),
+            row("finished(content)", (Answer, Finish), ("content?", "status?"),
+                "The task is done; put the answer in content if the task asks for one.",
+                dec_finished, enc_finished),
+            row("call_user()", (Finish,), ("content?",),
+                "Give up: the task is impossible or needs the user's help.",
+                lambda a, c: Finish("failure", message=_unescape(a.get("content", "")).strip()),
+                lambda a, c: {} if a.status == "failure" else None),
         ]
-        return [ActionSpec(r.name, r.kinds, r.params, doc, r.decode, r.encode, signature=sig, aliases=al)
-                for r, sig, doc, al in rows]
 
     # ------------------------------------------------------------------ interface
 
@@ -243,7 +250,8 @@ class SeedXmlFormat(ActionFormat):
             "<think>...</think>\n<seed:tool_call>\n<function=click>\n"
             "<parameter=point><point>x y</point></parameter>\n</function>\n</seed:tool_call>\n\n"
             f"## Action Space\n{space}\n\n"
-            "## Note\n- Points are <point>x y</point>, relative 0-1000 of the screenshot's width and height.\n"
+            "## Note\n- Points are <point>x y</point>, relative 0-1000 of the screenshot's width and "
+            "height.\n"
             "- Output exactly one function call.\n"
         )
 
@@ -282,15 +290,15 @@ class SeedXmlFormat(ActionFormat):
                 return Answer(content) if content else ParseError("bad_arguments", "empty <answer>", text)
             if opens:
                 return ParseError("malformed", "<seed:tool_call> holds no <function=...>", text)
-            return ParseError("no_action", "no function call like <seed:tool_call><function=click>"
-                              "<parameter=point><point>x y</point></parameter></function></seed:tool_call>", text)
+            return ParseError("no_action", "no function call like <seed:tool_call><function=click><parameter="
+                              "point><point>x y</point></parameter></function></seed:tool_call>", text)
         if len(funcs) > 1:
             return ParseError("multiple_actions", f"one function per message, found {len(funcs)}", text)
         f = funcs[0]
         name = (f.group(1) or f.group(2) or "").strip()
         end = _FUNC_END.search(body, f.end())
-        if end is None and opens and _CALL_CLOSE.search(text) is None and not _PARAM_END.search(body, f.end()) \
-                and _PARAM.search(body, f.end()):
+        closed = end is not None or _CALL_CLOSE.search(text) is not None or _PARAM_END.search(body, f.end())
+        if opens and not closed and _PARAM.search(body, f.end()):  # cut off inside its first parameter
             return ParseError("malformed", "truncated function call: no </parameter> or </function>", text)
         args = _params(body[f.end():end.start() if end else len(body)])
         row = self.table.lookup(name)
@@ -299,6 +307,7 @@ class SeedXmlFormat(ActionFormat):
                               f"{list(self.table.names)}", text)
         unknown = set(args) - set(row.param_names)
         if unknown:
-            return ParseError("bad_arguments", f"{row.name} takes {list(row.param_names) or 'no parameters'}, "
-                              f"got unexpected {sorted(unknown)}", text)
+            takes = list(row.param_names) or "no parameters"
+            return ParseError("bad_arguments", f"{row.name} takes {takes}, got unexpected {sorted(unknown)}",
+                              text)
         return row.decode(args, Ctx(self.frame, image_size))
