@@ -51,5 +51,6 @@ class ActionFormat(ABC):
         if frame is None or frame.kind != "smart_resize_pixels":
             return self
         out = copy.copy(self)
-        out.frame = ModelFrame("smart_resize_pixels", factor, min_pixels, max_pixels)  # type: ignore[attr-defined]
+        frame = ModelFrame("smart_resize_pixels", factor, min_pixels, max_pixels)
+        out.frame = frame  # type: ignore[attr-defined]
         return out

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Mapping, Union
 
 __all__ = [
-    "Click", "DoubleClick", "RightClick", "Hover", "LongPress", "Type", "Scroll", "Swipe", "Drag", "Key", "NavigateBack",
+    "Click", "DoubleClick", "RightClick", "Hover", "LongPress", "Type", "Scroll", "Swipe", "Drag", "Key",
+    "NavigateBack",
     "NavigateHome", "OpenApp", "Wait", "Answer", "Finish", "Action", "ACTION_TYPES",
     "action_to_dict", "action_from_dict", "ParseError", "Observation", "Step",
     "Trajectory", "TaskSpec", "SCROLL_DIRECTIONS", "EpisodeStatus",
@@ -254,14 +255,14 @@ class Finish(_ActionBase):
 
 
 Action = Union[
-    Click, DoubleClick, RightClick, Hover, LongPress, Type, Scroll, Swipe, Drag, Key, NavigateBack, NavigateHome, OpenApp,
-    Wait, Answer, Finish,
+    Click, DoubleClick, RightClick, Hover, LongPress, Type, Scroll, Swipe, Drag, Key, NavigateBack, NavigateHome,
+    OpenApp, Wait, Answer, Finish,
 ]
 
 #: every action class, in prompt order
 ACTION_TYPES: tuple[type, ...] = (
-    Click, DoubleClick, RightClick, Hover, LongPress, Type, Scroll, Swipe, Drag, Key, NavigateBack, NavigateHome, OpenApp,
-    Wait, Answer, Finish,
+    Click, DoubleClick, RightClick, Hover, LongPress, Type, Scroll, Swipe, Drag, Key, NavigateBack, NavigateHome,
+    OpenApp, Wait, Answer, Finish,
 )
 _BY_KIND: dict[str, type] = {cls.kind: cls for cls in ACTION_TYPES}
 

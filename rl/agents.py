@@ -146,7 +146,8 @@ class AgentSettings:
         from grounding import FORMAT_NAMES
 
         if self.action_format not in FORMAT_NAMES:  # checked before any model loads or file is written
-            raise ValueError(f"unknown action format {self.action_format!r}; choose one of {', '.join(FORMAT_NAMES)}")
+            raise ValueError(f"unknown action format {self.action_format!r}; "
+                             f"choose one of {', '.join(FORMAT_NAMES)}")
 
     def save(self, model_dir: str) -> None:
         from pathlib import Path

@@ -73,8 +73,10 @@ def image_geometry(processor: Any) -> ImageGeometry:
             value = size.get(key) if isinstance(size, dict) else getattr(size, key, None)
         return value
 
-    values = {"patch_size": getattr(processor, "patch_size", None), "merge_size": getattr(processor, "merge_size", None),
-              "min_pixels": limit("shortest_edge", "min_pixels"), "max_pixels": limit("longest_edge", "max_pixels")}
+    values = {"patch_size": getattr(processor, "patch_size", None),
+              "merge_size": getattr(processor, "merge_size", None),
+              "min_pixels": limit("shortest_edge", "min_pixels"),
+              "max_pixels": limit("longest_edge", "max_pixels")}
     missing = [k for k, v in values.items() if not isinstance(v, int) or isinstance(v, bool)]
     if missing:
         raise ValueError(f"the image processor {type(processor).__name__} has no usable {missing}; "

@@ -15,8 +15,8 @@ from emulators.browser import BrowserConfig, BrowserDevice, launch_browser
 from emulators import browser_support
 from emulators.browser_support import ChromiumNotFound, find_chromium, normalise_key, url_allowed
 from guiagent.types import (
-    Click, DoubleClick, Drag, Hover, Key, LongPress, NavigateBack, NavigateHome, OpenApp, RightClick, Scroll, Swipe,
-    Type, Wait,
+    Click, DoubleClick, Drag, Hover, Key, LongPress, NavigateBack, NavigateHome, OpenApp, RightClick, Scroll,
+    Swipe, Type, Wait,
 )
 
 pytestmark = pytest.mark.browser

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from guiagent.types import (
-    ACTION_TYPES, Answer, Click, DoubleClick, Drag, Finish, Hover, RightClick, Key, LongPress, NavigateBack, NavigateHome, OpenApp,
-    ParseError, Scroll, Swipe, Type, Wait,
+    ACTION_TYPES, Answer, Click, DoubleClick, Drag, Finish, Hover, Key, LongPress, NavigateBack, NavigateHome,
+    OpenApp, ParseError, RightClick, Scroll, Swipe, Type, Wait,
 )
 
 from grounding import FORMAT_NAMES, get_format, parse
@@ -299,8 +299,8 @@ def test_qwen_computer_table(text, expected):
 
 
 def test_qwen_unknown_action_message_names_the_reason():
-    err = get_format("qwen_computer").parse(_tc({"action": "middle_click", "coordinate": [1, 2]}, "computer_use"),
-                                            DESK)
+    text = _tc({"action": "middle_click", "coordinate": [1, 2]}, "computer_use")
+    err = get_format("qwen_computer").parse(text, DESK)
     assert isinstance(err, ParseError) and "middle" in err.message
 
 
@@ -402,11 +402,12 @@ def test_round_trip_every_kind(name, size):
 
 
 EXPECTED_KINDS = {
-    "uitars": {"click", "double_click", "right_click", "hover", "long_press", "type", "scroll", "swipe", "drag", "key", "back", "home", "open_app",
-               "wait", "answer", "finish"},
+    "uitars": {"click", "double_click", "right_click", "hover", "long_press", "type", "scroll", "swipe", "drag",
+               "key", "back", "home", "open_app", "wait", "answer", "finish"},
     "qwen_mobile": {"click", "long_press", "type", "swipe", "key", "back", "home", "open_app", "wait",
                     "answer", "finish"},
-    "qwen_computer": {"click", "double_click", "right_click", "hover", "type", "scroll", "drag", "key", "wait", "answer", "finish"},
+    "qwen_computer": {"click", "double_click", "right_click", "hover", "type", "scroll", "drag", "key", "wait",
+                      "answer", "finish"},
     "json": {cls.kind for cls in ACTION_TYPES},
 }
 

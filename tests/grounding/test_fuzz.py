@@ -127,15 +127,17 @@ def seed_xml_like(draw) -> str:
         params = []
         for _ in range(draw(st.integers(0, 3))):
             key = draw(st.sampled_from(ARGS))
-            open_tag = draw(st.sampled_from([f"<parameter={key}>", f"<parameter name='{key}'>", "<parameter=>",
-                                             f"<parameter={key}"]))
+            open_tag = draw(st.sampled_from([f"<parameter={key}>", f"<parameter name='{key}'>",
+                                             "<parameter=>", f"<parameter={key}"]))
             close = draw(st.sampled_from(["</parameter>", "", "</parameter", "</function>"]))
             params.append(open_tag + draw(st.one_of(value, point_text.map(lambda p: f"<point>{p}</point>")))
                           + close)
         head = draw(st.sampled_from([f"<function={name}>", f"<function name='{name}'>", "<function=>",
                                      f"<function={name}"]))
-        funcs.append(head + "\n" + "\n".join(params) + draw(st.sampled_from(["\n</function>", "", "</function"])))
-    think = draw(st.sampled_from(["", "<think>plan</think>", "<thinkt>看<point>1 2</point></thinkt>", "<think>"]))
+        end = draw(st.sampled_from(["\n</function>", "", "</function"]))
+        funcs.append(head + "\n" + "\n".join(params) + end)
+    think = draw(st.sampled_from(["", "<think>plan</think>", "<thinkt>看<point>1 2</point></thinkt>",
+                                  "<think>"]))
     wrap = draw(st.sampled_from([("<seed:tool_call>\n", "\n</seed:tool_call>"), ("<tool_call>", "</tool_call>"),
                                  ("<seed:tool_call>", ""), ("", ""), ("<answer>", "</answer>")]))
     text = think + wrap[0] + "\n".join(funcs) + wrap[1]

@@ -26,17 +26,22 @@ DESK = (1920, 1080)
 # 10, 15, 18), test/xmlFormatParserTagValues.test.ts (<answer>), and the Seed parser docstring of the
 # MobileWorld Seed agent (a missing </parameter>; bare "x y" points inside <tool_call>).
 UITARS2_REAL = [
-    ("<thinkt>To find shrimp and crab recipes, I'll first open the web browser to search for relevant recipes. "
-     "The browser icon is typically located in the taskbar or applications menu. I'll click on the browser icon "
+    ("<thinkt>To find shrimp and crab recipes, I'll first open the web browser to search for relevant "
+     "recipes. "
+     "The browser icon is typically located in the taskbar or applications menu. I'll click on the "
+     "browser icon "
      "to launch it and then proceed to search for shrimp and crab recipes.</thinkt><seed:tool_call>\n"
      "<function=click>\n<parameter=point><point>17 58</point></parameter>\n</function>\n</seed:tool_call>",
      Click(0.017, 0.058)),
-    ("<thinkt>The search bar is now active, so I'll type \"shrimp and crab recipes\" into it to find relevant "
-     "recipes.</thinkt><seed:tool_call>\n<function=type>\n<parameter=content>shrimp and crab recipes</parameter>\n"
+    ("<thinkt>The search bar is now active, so I'll type \"shrimp and crab recipes\" into it to find "
+     "relevant "
+     "recipes.</thinkt><seed:tool_call>\n<function=type>\n<parameter=content>shrimp and crab "
+     "recipes</parameter>\n"
      "</function>\n</seed:tool_call>", Type("shrimp and crab recipes")),
     ("<think_never_used>用户想要用GUI Action查一下天气，我来想一想该做哪些步骤，首先要打开浏览器。找到了浏览器图标，"
      "我现在就双击打开它吧！</think_never_used><seed:tool_call>\n<function=left_double>\n"
-     "<parameter=point><point>18 58</point></parameter>\n</function>\n</seed:tool_call>", DoubleClick(0.018, 0.058)),
+     "<parameter=point><point>18 58</point></parameter>\n</function>\n</seed:tool_call>"
+     "", DoubleClick(0.018, 0.058)),
     ("<thinkt>用户想要输出一个wait gui action，不要带任何参数。</thinkt><seed:tool_call>\n<function=wait>\n</function>\n"
      "</seed:tool_call>", Wait()),
     ("<thinkt>No funtion</thinkt><seed:tool_call>\n</seed:tool_call>", "malformed"),
@@ -49,13 +54,15 @@ UITARS2_REAL = [
      "</seed:tool_call>", Scroll("up", 0.5, 0.5)),
     ("<thinkt>需要模拟向上滚动的动作</thinkt><seed:tool_call>\n<function=scroll>\n<parameter=direction>up</parameter>\n"
      "<parameter=point><point>500 500</point></parameter>\n</function>\n<function=type>\n"
-     "<parameter=content>hello</parameter>\n<parameter=point><point>200 126</point></parameter>\n</function>\n"
+     "<parameter=content>hello</parameter>\n<parameter=point><point>200 126</point></parameter>\n"
+     "</function>\n"
      "<function=wait>\n</function>\n</seed:tool_call>", "multiple_actions"),
     ("<answer>42</answer>", Answer("42")),
     ("<answer>0</answer>", Answer("0")),
     ("<tool_call>\n<function=click>\n<parameter=point>500 300</parameter>\n</function>\n</tool_call>",
      Click(0.5, 0.3)),
-    ("<tool_call><function=scroll><parameter=point><point>486 500</point><parameter=direction>down</parameter>"
+    ("<tool_call><function=scroll><parameter=point><point>486 500</point><parameter=direction>"
+     "down</parameter>"
      "</function></tool_call>", Scroll("down", 0.486, 0.5)),
 ]
 
@@ -77,7 +84,8 @@ UITARS2_SPACE = [
      Key("Control+c")),
     ("<seed:tool_call><function=press_back></function></seed:tool_call>", NavigateBack()),
     ("<seed:tool_call><function=press_home></function></seed:tool_call>", NavigateHome()),
-    ("<seed:tool_call><function=open_app><parameter=app_name>Settings</parameter></function></seed:tool_call>",
+    ("<seed:tool_call><function=open_app><parameter=app_name>Settings</parameter></function>"
+     "</seed:tool_call>",
      OpenApp("Settings")),
     ("<seed:tool_call><function=finished><parameter=content>The total is $42</parameter></function>"
      "</seed:tool_call>", Answer("The total is $42")),
@@ -132,12 +140,15 @@ def _owl(x: int, y: int) -> tuple[float, float]:
 # <conclusion>; "tap" rewritten to "click"; the terminate call it issues after an answer) and issue #182
 # (a Mobile-Agent-v3 operator reply, "Action: {...}").
 GUIOWL_REAL = [
-    ('balabala<tool_call>\n{"name": "mobile_use", "arguments": {"action": "click", "coordinate": [100, 200]}}\n'
+    ('balabala<tool_call>\n{"name": "mobile_use", "arguments": {"action": "click", "coordinate": [100, '
+     '200]}}\n'
      "</tool_call>", Click(*_owl(100, 200))),
     ("<thinking>\nThe user wants to open the Amap app. The icon is at the bottom left corner of the screen.\n"
-     '</thinking>\n<tool_call>\n{"name": "mobile_use", "arguments": {"action": "tap", "coordinate": [254, 830]}}\n'
+     '</thinking>\n<tool_call>\n{"name": "mobile_use", "arguments": {"action": "tap", "coordinate": '
+     '[254, 830]}}\n'
      "</tool_call>\n<conclusion>\nTap the Amap icon to open the app.\n</conclusion>", Click(*_owl(254, 830))),
-    ('<tool_call>\n{"name": "mobile_use", "arguments": {"action": "terminate", "status": "success"}}\n</tool_call>',
+    ('<tool_call>\n{"name": "mobile_use", "arguments": {"action": "terminate", "status": "success"}}\n'
+     '</tool_call>',
      Finish("success")),
     ("### Thought ###\n用户请求打开京东App。根据当前屏幕显示，京东App图标位于“拼多多”和“淘宝”图标之间。因此，下一步操作应该是点击"
      "京东App的图标来打开它。\n\n### Action ###\n{\"action\": \"click\", \"coordinate\": [254, 830]}\n\n"
@@ -148,7 +159,8 @@ GUIOWL_REAL = [
      "ok-swipe"),
     ('<tool_call>\n{"name": "mobile_use", "arguments": {"action": "open", "text": "clock"}}\n</tool_call>',
      OpenApp("clock")),
-    ('<tool_call>\n{"name": "mobile_use", "arguments": {"action": "open_app", "text": "markor"}}\n</tool_call>',
+    ('<tool_call>\n{"name": "mobile_use", "arguments": {"action": "open_app", "text": "markor"}}\n'
+     '</tool_call>',
      OpenApp("markor")),
     ('<tool_call>\n{"name": "mobile_use", "arguments": {"action": "answer", "text": "3"}}\n</tool_call>',
      Answer("3")),
@@ -179,7 +191,8 @@ def test_guiowl_thought_frame_and_printed_form():
     assert fmt.thought(GUIOWL_REAL[3][0]).startswith("用户请求打开京东App")
     assert fmt.frame.extent(OWL_PHONE) == (1092, 2352)
     assert fmt.format(Click(0.5, 0.5), OWL_PHONE, "tap it") == (
-        '<thinking>\ntap it\n</thinking>\n<tool_call>\n{"name": "mobile_use", "arguments": {"action": "click", '
+        '<thinking>\ntap it\n</thinking>\n<tool_call>\n{"name": "mobile_use", "arguments": {"action": '
+        '"click", '
         '"coordinate": [546, 1176]}}\n</tool_call>')
     assert "The screen's resolution is 1092x2352." in fmt.system_prompt(OWL_PHONE)
 
@@ -197,7 +210,8 @@ MAIUI_REAL = [
      '"coordinate":[499,99]}}\n</tool_call>', Click(499 / 999, 99 / 999)),
     ('用户要打开微信，直接使用open动作。</think>\n<tool_call>\n{"name": "mobile_use", "arguments": {"action": "open", '
      '"text": "微信"}}\n</tool_call>', OpenApp("微信")),
-    ('<thinking>\nx\n</thinking>\n<tool_call>\n{"name":"mobile_use","arguments":{"action":"AWAKE","text":"淘宝"}}\n'
+    ('<thinking>\nx\n</thinking>\n<tool_call>\n{"name":"mobile_use","arguments":{"action":"AWAKE",'
+     '"text":"淘宝"}}\n'
      "</tool_call>", OpenApp("淘宝")),
     ('<thinking>\nx\n</thinking>\n<tool_call>\n{"name":"mobile_use","arguments":{"action":"swipe",'
      '"direction":"up"}}\n</tool_call>', Scroll("down")),
@@ -210,7 +224,8 @@ MAIUI_REAL = [
      '"button":"back"}}\n</tool_call>', NavigateBack()),
     ('<thinking>\nx\n</thinking>\n<tool_call>\n{"name":"mobile_use","arguments":{"action":"system_button",'
      '"button":"enter"}}\n</tool_call>', Key("Enter")),
-    ('<thinking>\nx\n</thinking>\n<tool_call>\n{"name":"mobile_use","arguments":{"action":"wait"}}\n</tool_call>',
+    ('<thinking>\nx\n</thinking>\n<tool_call>\n{"name":"mobile_use","arguments":{"action":"wait"}}\n'
+     '</tool_call>',
      Wait()),
     ('<thinking>\nx\n</thinking>\n<tool_call>\n{"name":"mobile_use","arguments":{"action":"terminate",'
      '"status":"fail"}}\n</tool_call>', Finish("failure")),
@@ -228,9 +243,11 @@ MAIUI_REAL = [
      '"coordinate":[1000,5]}}\n</tool_call>', "bad_coordinates"),
     ('<thinking>\nx\n</thinking>\n<tool_call>\n{"name":"mobile_use","arguments":{"action":"swipe",'
      '"direction":"diagonal"}}\n</tool_call>', "bad_arguments"),
-    ('<thinking>\nx\n</thinking>\n<tool_call>\n{"name":"mobile_use","arguments":{"action":"click"}}\n</tool_call>',
+    ('<thinking>\nx\n</thinking>\n<tool_call>\n{"name":"mobile_use","arguments":{"action":"click"}}\n'
+     '</tool_call>',
      "bad_arguments"),
-    ('<thinking>\nx\n</thinking>\n<tool_call>\n{"name":"mcp_search","arguments":{"query":"weather"}}\n</tool_call>',
+    ('<thinking>\nx\n</thinking>\n<tool_call>\n{"name":"mcp_search","arguments":{"query":"weather"}}\n'
+     '</tool_call>',
      "unknown_action"),
 ]
 
@@ -245,7 +262,8 @@ def test_maiui_thought_and_printed_form():
     assert fmt.thought(MAIUI_REAL[0][0]) == "点击搜索框"
     assert fmt.thought(MAIUI_REAL[1][0]) == "用户要打开微信，直接使用open动作。"
     assert fmt.format(Scroll("down"), PHONE, "see more") == (
-        '<thinking>\nsee more\n</thinking>\n<tool_call>\n{"name": "mobile_use", "arguments": {"action": "swipe", '
+        '<thinking>\nsee more\n</thinking>\n<tool_call>\n{"name": "mobile_use", "arguments": {"action": '
+        '"swipe", '
         '"direction": "up"}}\n</tool_call>')
     assert fmt.format(Click(1.0, 0.5), PHONE).count("[999, 500]") == 1
     assert '{"action": "system_button", "button": "back, home, menu or enter"}' in fmt.system_prompt()

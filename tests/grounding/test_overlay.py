@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 
 from guiagent.types import (
-    Answer, Click, DoubleClick, Drag, Finish, Hover, RightClick, Key, LongPress, NavigateBack, NavigateHome, OpenApp, ParseError, Scroll,
-    Swipe, Type, Wait,
+    Answer, Click, DoubleClick, Drag, Finish, Hover, Key, LongPress, NavigateBack, NavigateHome, OpenApp, ParseError,
+    RightClick, Scroll, Swipe, Type, Wait,
 )
 
 from grounding.overlay import draw, overlay
@@ -30,7 +30,8 @@ def test_points_and_arrows_are_in_screenshot_pixels():
 
 
 @pytest.mark.parametrize("action,label", [
-    (DoubleClick(0.5, 0.25), "double click"), (RightClick(0.5, 0.25), "right click"), (Hover(0.5, 0.25), "hover"),
+    (DoubleClick(0.5, 0.25), "double click"), (RightClick(0.5, 0.25), "right click"),
+    (Hover(0.5, 0.25), "hover"),
 ])
 def test_pointer_actions_are_click_points_with_a_label(action, label):
     o = overlay(action, SIZE)

@@ -1,13 +1,14 @@
 import pytest
 
 from guiagent.types import (
-    ACTION_TYPES, Answer, Click, DoubleClick, Drag, Hover, RightClick, Finish, Key, LongPress, NavigateBack, NavigateHome, Observation,
-    OpenApp, ParseError, Scroll, Step, Swipe, TaskSpec, Trajectory, Type, Wait, action_from_dict,
+    ACTION_TYPES, Answer, Click, DoubleClick, Drag, Finish, Hover, Key, LongPress, NavigateBack, NavigateHome,
+    Observation, OpenApp, ParseError, RightClick, Scroll, Step, Swipe, TaskSpec, Trajectory, Type, Wait, action_from_dict,
     action_to_dict,
 )
 
 EXAMPLES = [
-    Click(0.5, 0.25), DoubleClick(0.2, 0.3), RightClick(1.0, 0.0), Hover(0.7, 0.7), LongPress(0.1, 0.9, duration_ms=1200), Type("hello \"world\"\n", 0.2, 0.3, submit=True),
+    Click(0.5, 0.25), DoubleClick(0.2, 0.3), RightClick(1.0, 0.0), Hover(0.7, 0.7),
+    LongPress(0.1, 0.9, duration_ms=1200), Type("hello \"world\"\n", 0.2, 0.3, submit=True),
     Type("x"), Scroll("down"), Scroll("left", 0.5, 0.5, amount=0.3), Swipe(0.1, 0.2, 0.3, 0.4),
     Drag(0.0, 0.0, 1.0, 1.0), Key("Enter"), NavigateBack(), NavigateHome(), OpenApp("Contacts"),
     Wait(2.0), Answer("42"), Finish("failure", "cannot"),
@@ -73,7 +74,8 @@ def test_pointer_actions_round_trip_through_a_real_store(tmp_path):
 
     base = make_traj(7, steps=3)
     acts = (DoubleClick(0.2, 0.3), RightClick(1.0, 0.0), Hover(0.7, 0.7))
-    traj = dataclasses.replace(base, steps=tuple(dataclasses.replace(s, action=a) for s, a in zip(base.steps, acts)))
+    steps = tuple(dataclasses.replace(s, action=a) for s, a in zip(base.steps, acts))
+    traj = dataclasses.replace(base, steps=steps)
     store = Store.open(tmp_path / "run")
     try:
         store.write_trajectory(store.create_run("pointer"), traj)
