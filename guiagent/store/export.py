@@ -3,7 +3,7 @@
 Both produce one row per step: the episode's fields, the step's fields, and the
 screenshot bytes exactly as stored (no re-encoding). Episodes with no steps
 produce no rows. JSON-valued fields (action, parse_error, reward_parts, params,
-metadata) are JSON strings, so the schema does not depend on the data.
+metadata, step_metadata) are JSON strings, so the schema does not depend on the data.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ STEP_ROW_FIELDS: tuple[tuple[str, str], ...] = (
     ("response", "str"), ("thought", "str"), ("action", "str"), ("action_kind", "str"),
     ("parse_error", "str"), ("action_error", "str"), ("reward", "float"), ("reward_parts", "str"),
     ("milestones", "bools"), ("terminated", "bool"), ("truncated", "bool"), ("policy_version", "int"),
-    ("latency_ms", "float"),
+    ("latency_ms", "float"), ("step_metadata", "str"),
 )
 
 
@@ -68,6 +68,7 @@ def iter_step_rows(run_dir: str | os.PathLike[str], filter: EpisodeFilter | None
                     "reward_parts": json.dumps(dict(st.reward_parts)), "milestones": list(st.milestones),
                     "terminated": st.terminated, "truncated": st.truncated,
                     "policy_version": st.policy_version, "latency_ms": st.latency_ms,
+                    "step_metadata": json.dumps(dict(st.metadata)),
                 }
     finally:
         reader.close()
