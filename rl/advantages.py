@@ -19,7 +19,8 @@ import torch
 __all__ = [
     "group_stats", "grpo_advantages", "nonzero_variance_mask", "discounted_returns", "gae",
     "step_group_advantages", "semi_online_advantages",
-    "SemiOnlineRewardConfig", "semi_online_step_rewards", "semi_online_returns", "scale_negative_advantages", "awr_weights",
+    "SemiOnlineRewardConfig", "semi_online_step_rewards", "semi_online_returns", "scale_negative_advantages",
+    "awr_weights",
 ]
 
 
@@ -201,7 +202,8 @@ def semi_online_returns(rewards: torch.Tensor, matched: torch.Tensor, mask: torc
         ``[B, T]``.
     """
     if rewards.dim() != 2 or matched.shape != rewards.shape:
-        raise ValueError(f"rewards and matched must both be [B, T]; got {tuple(rewards.shape)}, {tuple(matched.shape)}")
+        raise ValueError(f"rewards and matched must both be [B, T]; got {tuple(rewards.shape)}, "
+                         f"{tuple(matched.shape)}")
     m = torch.ones_like(rewards) if mask is None else mask.to(rewards.dtype)
     keep = matched.to(rewards.dtype) * m
     out = torch.zeros_like(rewards)

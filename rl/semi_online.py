@@ -40,18 +40,42 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 import torch
 
 from guiagent.types import (
-    Action, Observation, ParseError, Scroll, Step, Swipe, TaskSpec, Trajectory, action_to_dict,
+    Action,
+    Observation,
+    ParseError,
+    Scroll,
+    Step,
+    Swipe,
+    Trajectory,
+    action_to_dict,
 )
-from rl.advantages import SemiOnlineRewardConfig, semi_online_advantages, semi_online_returns, \
-    semi_online_step_rewards
+from rl.advantages import (
+    SemiOnlineRewardConfig,
+    semi_online_advantages,
+    semi_online_returns,
+    semi_online_step_rewards,
+)
 from rl.agents import PolicyTurn, TurnContext, TurnPolicy
 from rl.rollout import RolloutResult, TrainTurn
 
 __all__ = [
-    "MatchConfig", "MatchResult", "match_action", "text_similarity", "content_direction",
-    "PatchConfig", "PATCH_MODES", "Explainer", "ModelExplainer", "patched_step",
-    "run_semi_online", "semi_online_turn_advantages", "SOPResult", "SOPTaskResult", "EpisodeOutcome",
-    "sop_from_outcomes", "semi_online_eval",
+    "MatchConfig",
+    "MatchResult",
+    "match_action",
+    "text_similarity",
+    "content_direction",
+    "PatchConfig",
+    "PATCH_MODES",
+    "Explainer",
+    "ModelExplainer",
+    "patched_step",
+    "run_semi_online",
+    "semi_online_turn_advantages",
+    "SOPResult",
+    "SOPTaskResult",
+    "EpisodeOutcome",
+    "sop_from_outcomes",
+    "semi_online_eval",
 ]
 
 # -- matcher ----------------------------------------------------------------------------------
@@ -146,8 +170,9 @@ def content_direction(action: Action) -> str | None:
     return None
 
 
-def _point_close(px: float, py: float, gx: float, gy: float, size: tuple[int, int], cfg: MatchConfig
-                 ) -> tuple[bool, float]:
+def _point_close(
+    px: float, py: float, gx: float, gy: float, size: tuple[int, int], cfg: MatchConfig
+) -> tuple[bool, float]:
     w, h = size
     if cfg.point_tolerance_px is not None:
         d = math.hypot((px - gx) * w, (py - gy) * h)
@@ -165,8 +190,14 @@ def _in_box(x: float, y: float, box: Sequence[float], enlarge: float) -> bool:
 _KIND_FAMILY = {"swipe": "scroll"}
 
 
-def match_action(pred: Action | ParseError | None, recorded: Action, *, size: tuple[int, int],
-                 target_box: Sequence[float] | None = None, config: MatchConfig = MatchConfig()) -> MatchResult:
+def match_action(
+    pred: Action | ParseError | None,
+    recorded: Action,
+    *,
+    size: tuple[int, int],
+    target_box: Sequence[float] | None = None,
+    config: MatchConfig = MatchConfig(),
+) -> MatchResult:
     """Compare the policy's action ``pred`` with the ``recorded`` one on a screen of ``size`` pixels.
 
     ``target_box``: the recorded target element's box, normalised ``(x0, y0, x1, y1)``.
@@ -185,12 +216,18 @@ def match_action(pred: Action | ParseError | None, recorded: Action, *, size: tu
         if target_box is not None and _in_box(px, py, target_box, config.box_enlarge):
             return MatchResult(True, True, exact, "point inside the target box")
         unit = "px" if config.point_tolerance_px is not None else "(normalised)"
-        return MatchResult(close, True, exact and close, f"point distance {d:.3f} {unit}"
-                           + ("" if target_box is None else ", outside the target box"))
+        return MatchResult(
+            close,
+            True,
+            exact and close,
+            f"point distance {d:.3f} {unit}" + ("" if target_box is None else ", outside the target box"),
+        )
     if kind == "drag":
         c1, d1 = _point_close(pred.x1, pred.y1, recorded.x1, recorded.y1, size, config)  # type: ignore[union-attr]
         c2, d2 = _point_close(pred.x2, pred.y2, recorded.x2, recorded.y2, size, config)  # type: ignore[union-attr]
-        return MatchResult(c1 and c2, True, c1 and c2 and max(d1, d2) == 0, f"end point distances {d1:.3f}, {d2:.3f}")
+        return MatchResult(
+            c1 and c2, True, c1 and c2 and max(d1, d2) == 0, f"end point distances {d1:.3f}, {d2:.3f}"
+        )
     if kind in ("scroll", "swipe"):
         dp, dr = content_direction(pred), content_direction(recorded)
         return MatchResult(dp == dr, True, dp == dr and pred.kind == recorded.kind, f"direction {dp} vs {dr}")
@@ -250,9 +287,11 @@ class ExplainRequest:
 
 Explainer = Callable[[Sequence[ExplainRequest]], list[str]]
 
-EXPLAIN_PROMPT = ("You operate a device to reach a goal. You are shown the goal, the steps so far, the current "
-                  "screenshot and the action that was taken next. In one or two sentences, explain why this "
-                  "action is the right next step. Reply with the explanation only.")
+EXPLAIN_PROMPT = (
+    "You operate a device to reach a goal. You are shown the goal, the steps so far, the current "
+    "screenshot and the action that was taken next. In one or two sentences, explain why this "
+    "action is the right next step. Reply with the explanation only."
+)
 
 
 class ModelExplainer:
@@ -277,12 +316,19 @@ class ModelExplainer:
         for r in requests:
             parts: list[Any] = [f"Goal: {r.goal}"]
             if r.history:
-                parts.append("Previous steps:\n" + "\n".join(summarize_step(s, agent.format, agent.prompt_config)
-                                                             for s in r.history))
-            parts += ["Current screenshot:", r.observation.screenshot,
-                      "Action taken: " + agent.format.format(r.action, r.observation.size).strip()]
+                parts.append(
+                    "Previous steps:\n"
+                    + "\n".join(summarize_step(s, agent.format, agent.prompt_config) for s in r.history)
+                )
+            parts += [
+                "Current screenshot:",
+                r.observation.screenshot,
+                "Action taken: " + agent.format.format(r.action, r.observation.size).strip(),
+            ]
             chats.append([{"role": "system", "content": EXPLAIN_PROMPT}, message("user", *parts)])
-        gens = agent.policy.generate(chats, SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0))
+        gens = agent.policy.generate(
+            chats, SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0)
+        )
         return [g.text.strip() for g in gens]
 
 
@@ -296,7 +342,9 @@ def _response_text(action: Action, thought: str, policy: Any, size: tuple[int, i
             pass
     import json
 
-    return json.dumps({"thought": thought, "action": action_to_dict(action)} if thought else action_to_dict(action))
+    return json.dumps(
+        {"thought": thought, "action": action_to_dict(action)} if thought else action_to_dict(action)
+    )
 
 
 def patched_step(policy_step: Step, recorded: Step, thought: str, response: str) -> Step:
@@ -315,10 +363,10 @@ class _Sample:
     cursor: int = 0
     patches: int = 0
     done: bool = False
-    history: list[Step] = field(default_factory=list)   # what the policy sees next turn
-    steps: list[Step] = field(default_factory=list)     # what is stored: the policy's own steps
+    history: list[Step] = field(default_factory=list)  # what the policy sees next turn
+    steps: list[Step] = field(default_factory=list)  # what is stored: the policy's own steps
     turns: list[TrainTurn] = field(default_factory=list)
-    matched_prefix: int = 0                              # steps matched before the first mismatch
+    matched_prefix: int = 0  # steps matched before the first mismatch
     first_mismatch: bool = False
     written: bool = False
 
@@ -339,15 +387,26 @@ def _check_episode(t: Trajectory) -> None:
         if s.action is None:
             raise ValueError(f"recorded episode {t.episode_id} step {s.index} has no action to compare with")
         if s.observation.screenshot is None:
-            raise ValueError(f"recorded episode {t.episode_id} step {s.index} has no screenshot bytes "
-                             "(load it with pixels=True)")
+            raise ValueError(
+                f"recorded episode {t.episode_id} step {s.index} has no screenshot bytes "
+                "(load it with pixels=True)"
+            )
 
 
-def run_semi_online(policy: TurnPolicy, episodes: Sequence[Trajectory], *, group_size: int = 1,
-                    patch: PatchConfig = PatchConfig(), rewards: SemiOnlineRewardConfig = SemiOnlineRewardConfig(),
-                    match: MatchConfig = MatchConfig(), explainer: Explainer | None = None,
-                    store: Any = None, run_id: str | None = None, keep_turns: bool = True,
-                    agent_name: str | None = None) -> RolloutResult:
+def run_semi_online(
+    policy: TurnPolicy,
+    episodes: Sequence[Trajectory],
+    *,
+    group_size: int = 1,
+    patch: PatchConfig = PatchConfig(),
+    rewards: SemiOnlineRewardConfig = SemiOnlineRewardConfig(),
+    match: MatchConfig = MatchConfig(),
+    explainer: Explainer | None = None,
+    store: Any = None,
+    run_id: str | None = None,
+    keep_turns: bool = True,
+    agent_name: str | None = None,
+) -> RolloutResult:
     """Replay every recorded episode ``group_size`` times with ``policy`` (semi-online rollout).
 
     ``episodes``: recorded trajectories with screenshot bytes and an action on every
@@ -381,8 +440,10 @@ def run_semi_online(policy: TurnPolicy, episodes: Sequence[Trajectory], *, group
         if not live:
             break
         # slot = the sample's stable number (episode-major: episode k's samples are k*G .. k*G+G-1)
-        ctxs = [TurnContext(s.episode.task, tuple(s.history), s.episode.steps[s.cursor].observation, i)
-                for i, s in live]
+        ctxs = [
+            TurnContext(s.episode.task, tuple(s.history), s.episode.steps[s.cursor].observation, i)
+            for i, s in live
+        ]
         live = [s for _, s in live]
         t0 = time.perf_counter()
         turns: list[PolicyTurn] = policy.act_batch(ctxs, None)
@@ -393,27 +454,56 @@ def run_semi_online(policy: TurnPolicy, episodes: Sequence[Trajectory], *, group
             size = rec.observation.size
             parse_failed = isinstance(turn.action, ParseError)
             m = match_action(turn.action, rec.action, size=size, target_box=_target_box(rec), config=match)
-            r = float(semi_online_step_rewards(torch.tensor([not parse_failed]), torch.tensor([m.kind_match]),
-                                               torch.tensor([m.matched]), rewards)[0])
+            r = float(
+                semi_online_step_rewards(
+                    torch.tensor([not parse_failed]),
+                    torch.tensor([m.kind_match]),
+                    torch.tensor([m.matched]),
+                    rewards,
+                )[0]
+            )
             res.env_steps += 1
-            meta = {"matched": m.matched, "kind_match": m.kind_match, "exact": m.exact, "match_reason": m.reason,
-                    "recorded_action": action_to_dict(rec.action), "recorded_index": rec.index,
-                    "recorded_episode": s.episode.episode_id}
+            meta = {
+                "matched": m.matched,
+                "kind_match": m.kind_match,
+                "exact": m.exact,
+                "match_reason": m.reason,
+                "recorded_action": action_to_dict(rec.action),
+                "recorded_index": rec.index,
+                "recorded_episode": s.episode.episode_id,
+            }
             if "target_box" in rec.metadata:
                 meta["target_box"] = list(rec.metadata["target_box"])
             last_recorded = s.cursor == len(s.episode.steps) - 1
             will_patch = not m.matched and patch.allows(s.patches)
             ends = (m.matched and last_recorded) or (not m.matched and (not will_patch or last_recorded))
-            step = Step(index=len(s.steps), observation=rec.observation,
-                        action=None if parse_failed else turn.action,  # type: ignore[arg-type]
-                        response=turn.response, thought=turn.thought,
-                        parse_error=turn.action if parse_failed else None,  # type: ignore[arg-type]
-                        reward=r, reward_parts={"semi_online": r}, terminated=ends,
-                        policy_version=turn.policy_version, metadata=meta)
+            step = Step(
+                index=len(s.steps),
+                observation=rec.observation,
+                action=None if parse_failed else turn.action,  # type: ignore[arg-type]
+                response=turn.response,
+                thought=turn.thought,
+                parse_error=turn.action if parse_failed else None,  # type: ignore[arg-type]
+                reward=r,
+                reward_parts={"semi_online": r},
+                terminated=ends,
+                policy_version=turn.policy_version,
+                metadata=meta,
+            )
             if keep_turns and turn.completion_ids:
-                s.turns.append(TrainTurn(s.group_id, s.episode_id, step.index, turn.prompt,
-                                         tuple(turn.completion_ids), tuple(turn.logprobs), r,
-                                         turn.policy_version, not parse_failed))
+                s.turns.append(
+                    TrainTurn(
+                        s.group_id,
+                        s.episode_id,
+                        step.index,
+                        turn.prompt,
+                        tuple(turn.completion_ids),
+                        tuple(turn.logprobs),
+                        r,
+                        turn.policy_version,
+                        not parse_failed,
+                    )
+                )
             if m.matched:
                 if not s.first_mismatch:
                     s.matched_prefix += 1
@@ -439,12 +529,17 @@ def run_semi_online(policy: TurnPolicy, episodes: Sequence[Trajectory], *, group
     return res
 
 
-def _apply_patches(items: list[tuple[_Sample, Step, Step]], patch: PatchConfig, explainer: Explainer | None,
-                   policy: Any) -> None:
+def _apply_patches(
+    items: list[tuple[_Sample, Step, Step]], patch: PatchConfig, explainer: Explainer | None, policy: Any
+) -> None:
     if patch.mode == "policy":
         assert explainer is not None
-        thoughts = explainer([ExplainRequest(s.episode.task.goal, tuple(s.history), rec.observation, rec.action)
-                              for s, _, rec in items])
+        thoughts = explainer(
+            [
+                ExplainRequest(s.episode.task.goal, tuple(s.history), rec.observation, rec.action)
+                for s, _, rec in items
+            ]
+        )
         if len(thoughts) != len(items):
             raise RuntimeError(f"the explainer returned {len(thoughts)} texts for {len(items)} requests")
     else:
@@ -453,18 +548,37 @@ def _apply_patches(items: list[tuple[_Sample, Step, Step]], patch: PatchConfig, 
         # The stored step stays the policy's own reply (what it is trained on); the history
         # the policy sees next holds the recorded action instead.
         s.steps.append(replace(step, metadata={**step.metadata, "patched": True, "patch_thought": thought}))
-        s.history.append(patched_step(step, rec, thought, _response_text(rec.action, thought, policy,
-                                                                          rec.observation.size)))
+        s.history.append(
+            patched_step(
+                step, rec, thought, _response_text(rec.action, thought, policy, rec.observation.size)
+            )
+        )
 
 
-def _finish(s: _Sample, res: RolloutResult, agent: str, store: Any, run_id: str | None, keep_turns: bool) -> None:
+def _finish(
+    s: _Sample, res: RolloutResult, agent: str, store: Any, run_id: str | None, keep_turns: bool
+) -> None:
     n = len(s.episode.steps)
     all_matched = s.matched_prefix == n
-    meta = {"mode": "semi-online", "recorded_episode": s.episode.episode_id, "recorded_steps": n,
-            "patches": s.patches, "matched_prefix": s.matched_prefix, "progress": s.matched_prefix / n,
-            "policy_versions": sorted({st.policy_version for st in s.steps})}
-    traj = Trajectory(s.episode_id, s.episode.task, tuple(s.steps), success=1.0 if all_matched else 0.0,
-                      status="completed", agent=agent, group_id=s.group_id, metadata=meta)
+    meta = {
+        "mode": "semi-online",
+        "recorded_episode": s.episode.episode_id,
+        "recorded_steps": n,
+        "patches": s.patches,
+        "matched_prefix": s.matched_prefix,
+        "progress": s.matched_prefix / n,
+        "policy_versions": sorted({st.policy_version for st in s.steps}),
+    }
+    traj = Trajectory(
+        s.episode_id,
+        s.episode.task,
+        tuple(s.steps),
+        success=1.0 if all_matched else 0.0,
+        status="completed",
+        agent=agent,
+        group_id=s.group_id,
+        metadata=meta,
+    )
     if store is not None:
         if run_id is None:
             raise ValueError("a store needs a run_id")
@@ -476,8 +590,14 @@ def _finish(s: _Sample, res: RolloutResult, agent: str, store: Any, run_id: str 
         res.turns.extend(s.turns)
 
 
-def semi_online_turn_advantages(result: RolloutResult, *, gamma: float = 0.5, step_weight: float = 1.0,
-                                episode_weight: float = 1.0, normalize_std: bool = True) -> torch.Tensor:
+def semi_online_turn_advantages(
+    result: RolloutResult,
+    *,
+    gamma: float = 0.5,
+    step_weight: float = 1.0,
+    episode_weight: float = 1.0,
+    normalize_std: bool = True,
+) -> torch.Tensor:
     """UI-S1's advantages for ``result.turns`` (``[N]``, in the same order).
 
     Step returns stop accumulating at mismatches (:func:`rl.advantages.semi_online_returns`);
@@ -503,11 +623,21 @@ def semi_online_turn_advantages(result: RolloutResult, *, gamma: float = 0.5, st
     gids = {g: i for i, g in enumerate(sorted({t.group_id for t in result.turns}))}
     idx = torch.tensor([row[t.episode_id] for t in result.turns])
     steps = torch.tensor([t.step_index for t in result.turns])
-    rec_steps = torch.tensor([by_ep[t.episode_id].steps[t.step_index].metadata.get("recorded_index", t.step_index)
-                              for t in result.turns])
-    return semi_online_advantages(ret[idx, steps], ep_total[idx], torch.tensor([gids[t.group_id] for t in result.turns]),
-                                  rec_steps, step_weight=step_weight, episode_weight=episode_weight,
-                                  normalize_std=normalize_std).to(torch.float32)
+    rec_steps = torch.tensor(
+        [
+            by_ep[t.episode_id].steps[t.step_index].metadata.get("recorded_index", t.step_index)
+            for t in result.turns
+        ]
+    )
+    return semi_online_advantages(
+        ret[idx, steps],
+        ep_total[idx],
+        torch.tensor([gids[t.group_id] for t in result.turns]),
+        rec_steps,
+        step_weight=step_weight,
+        episode_weight=episode_weight,
+        normalize_std=normalize_std,
+    ).to(torch.float32)
 
 
 # -- semi-online evaluation (SOP) --------------------------------------------------------------
@@ -550,33 +680,62 @@ class SOPResult:
     outcomes: tuple[EpisodeOutcome, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"episodes": self.episodes, "progress": self.progress, "success": self.success,
-                "per_task": {k: v.__dict__ for k, v in self.per_task.items()}}
+        return {
+            "episodes": self.episodes,
+            "progress": self.progress,
+            "success": self.success,
+            "per_task": {k: v.__dict__ for k, v in self.per_task.items()},
+        }
 
 
 def sop_from_outcomes(outcomes: Sequence[EpisodeOutcome]) -> SOPResult:
     """Aggregate per-episode outcomes into an :class:`SOPResult` (pure)."""
+
     def mean(xs: list[float]) -> float:
         return sum(xs) / len(xs) if xs else 0.0
 
     by_task: dict[str, list[EpisodeOutcome]] = {}
     for o in outcomes:
         by_task.setdefault(o.task_id, []).append(o)
-    per = {k: SOPTaskResult(k, len(v), mean([o.progress for o in v]), mean([float(o.success) for o in v]))
-           for k, v in sorted(by_task.items())}
-    return SOPResult(len(outcomes), mean([o.progress for o in outcomes]),
-                     mean([float(o.success) for o in outcomes]), per, tuple(outcomes))
+    per = {
+        k: SOPTaskResult(k, len(v), mean([o.progress for o in v]), mean([float(o.success) for o in v]))
+        for k, v in sorted(by_task.items())
+    }
+    return SOPResult(
+        len(outcomes),
+        mean([o.progress for o in outcomes]),
+        mean([float(o.success) for o in outcomes]),
+        per,
+        tuple(outcomes),
+    )
 
 
-def semi_online_eval(policy: TurnPolicy, episodes: Sequence[Trajectory], *, match: MatchConfig = MatchConfig(),
-                     store: Any = None, run_id: str | None = None) -> SOPResult:
+def semi_online_eval(
+    policy: TurnPolicy,
+    episodes: Sequence[Trajectory],
+    *,
+    match: MatchConfig = MatchConfig(),
+    store: Any = None,
+    run_id: str | None = None,
+) -> SOPResult:
     """Replay each recorded episode once, without patches (the first mismatch ends it).
 
     Use a greedy policy for a reproducible figure.
     """
-    res = run_semi_online(policy, episodes, group_size=1, patch=PatchConfig(mode="none", budget=0), match=match,
-                          store=store, run_id=run_id, keep_turns=False)
+    res = run_semi_online(
+        policy,
+        episodes,
+        group_size=1,
+        patch=PatchConfig(mode="none", budget=0),
+        match=match,
+        store=store,
+        run_id=run_id,
+        keep_turns=False,
+    )
     by_src = {t.metadata["recorded_episode"]: t for t in res.trajectories}
-    return sop_from_outcomes([EpisodeOutcome(e.task.task_id, len(e.steps),
-                                             int(by_src[e.episode_id].metadata["matched_prefix"]))
-                              for e in episodes])
+    return sop_from_outcomes(
+        [
+            EpisodeOutcome(e.task.task_id, len(e.steps), int(by_src[e.episode_id].metadata["matched_prefix"]))
+            for e in episodes
+        ]
+    )

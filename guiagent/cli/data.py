@@ -10,8 +10,10 @@ import tyro
 from guiagent.cli._common import emit_json, log
 from guiagent.config import parse_config
 
-USAGE = ("usage: guiagent data import --format {androidcontrol,uis1,guiodyssey,parquet,hf} SRC --out RUN_DIR "
-         "[--images DIR] [--run-name NAME] [--json]")
+USAGE = (
+    "usage: guiagent data import --format {androidcontrol,uis1,guiodyssey,parquet,hf} SRC --out RUN_DIR "
+    "[--images DIR] [--run-name NAME] [--json]"
+)
 
 
 @dataclass
@@ -25,7 +27,7 @@ class DataImportConfig:
     out: str = ""
     """a new run directory (refused when it exists and is not empty)"""
     images: str | None = None
-    """folder holding the screenshots when the data names them by paths that do not resolve (uis1, guiodyssey)"""
+    """folder of the screenshots when the data's paths do not resolve (uis1, guiodyssey)"""
     run_name: str | None = None
     """the run's name (default import:FORMAT)"""
     json: bool = False
@@ -44,7 +46,10 @@ def main(argv: list[str]) -> int:
     from guiagent.store.errors import StoreError
 
     if cfg.format not in FORMATS:
-        print(f"guiagent data import: unknown format {cfg.format!r}; known: {', '.join(FORMATS)}", file=sys.stderr)
+        print(
+            f"guiagent data import: unknown format {cfg.format!r}; known: {', '.join(FORMATS)}",
+            file=sys.stderr,
+        )
         return 2
     if not cfg.out:
         print("guiagent data import: --out RUN_DIR is required", file=sys.stderr)
@@ -54,7 +59,10 @@ def main(argv: list[str]) -> int:
     except (DatasetError, StoreError) as e:
         print(f"guiagent data import: {e}", file=sys.stderr)
         return 1
-    log(f"imported {res.episodes} episodes ({res.steps} steps) from {cfg.src} into {res.out_dir} (run {res.run_id})")
+    log(
+        f"imported {res.episodes} episodes ({res.steps} steps) from {cfg.src} "
+        f"into {res.out_dir} (run {res.run_id})"
+    )
     if cfg.json:
         emit_json(res.to_dict())
     return 0

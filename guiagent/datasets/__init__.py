@@ -25,18 +25,23 @@ __all__ = ["FORMATS", "DatasetError", "ImportResult", "read_dataset", "import_da
 def _reader(fmt: str) -> Callable[..., Iterator[Trajectory]]:
     if fmt == "androidcontrol":
         from guiagent.datasets.androidcontrol import read_androidcontrol
+
         return read_androidcontrol
     if fmt == "uis1":
         from guiagent.datasets.uis1 import read_uis1
+
         return read_uis1
     if fmt == "guiodyssey":
         from guiagent.datasets.guiodyssey import read_guiodyssey
+
         return read_guiodyssey
     if fmt == "parquet":
         from guiagent.datasets.exported import read_parquet
+
         return read_parquet
     if fmt == "hf":
         from guiagent.datasets.exported import read_hf_dataset
+
         return read_hf_dataset
     raise DatasetError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
 
@@ -58,8 +63,14 @@ def read_dataset(fmt: str, src: str | os.PathLike[str], **options: Any) -> Itera
     return _reader(fmt)(src, **options)
 
 
-def import_dataset(fmt: str, src: str | os.PathLike[str], out_dir: str | os.PathLike[str], *,
-                   run_name: str | None = None, images_dir: str | None = None) -> ImportResult:
+def import_dataset(
+    fmt: str,
+    src: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    run_name: str | None = None,
+    images_dir: str | None = None,
+) -> ImportResult:
     """Import every episode of ``src`` into a new store at ``out_dir`` (completed episodes of one run).
 
     Nothing is left behind on a bad record; an existing non-empty ``out_dir`` is refused.
@@ -68,5 +79,10 @@ def import_dataset(fmt: str, src: str | os.PathLike[str], out_dir: str | os.Path
     if not Path(src).exists():
         raise DatasetError(f"{src}: no such file or directory")
     opts = {"images_dir": images_dir} if images_dir else {}
-    return write_atomically(out_dir, lambda: reader(src, **opts), run_name=run_name or f"import:{fmt}", fmt=fmt,
-                            config={"format": fmt, "source": str(src), **opts})
+    return write_atomically(
+        out_dir,
+        lambda: reader(src, **opts),
+        run_name=run_name or f"import:{fmt}",
+        fmt=fmt,
+        config={"format": fmt, "source": str(src), **opts},
+    )

@@ -70,8 +70,14 @@ def image_size(data: bytes, where: str) -> tuple[int, int]:
         raise DatasetError(f"{where}: the screenshot is not a readable image ({e})") from None
 
 
-def write_atomically(out_dir: str | os.PathLike[str], episodes: Callable[[], Iterable[Trajectory]], *,
-                     run_name: str, fmt: str, config: dict[str, Any]) -> ImportResult:
+def write_atomically(
+    out_dir: str | os.PathLike[str],
+    episodes: Callable[[], Iterable[Trajectory]],
+    *,
+    run_name: str,
+    fmt: str,
+    config: dict[str, Any],
+) -> ImportResult:
     """Write ``episodes()`` as completed episodes of a new run in ``out_dir``, all or nothing.
 
     The store is built in a hidden sibling directory and renamed into place at the

@@ -20,8 +20,19 @@ from typing import Any, Iterator
 
 from guiagent.datasets._common import DatasetError, image_size, iter_files, unit
 from guiagent.types import (
-    Action, Click, LongPress, NavigateBack, NavigateHome, Observation, OpenApp, Scroll, Step, TaskSpec,
-    Trajectory, Type, Wait,
+    Action,
+    Click,
+    LongPress,
+    NavigateBack,
+    NavigateHome,
+    Observation,
+    OpenApp,
+    Scroll,
+    Step,
+    TaskSpec,
+    Trajectory,
+    Type,
+    Wait,
 )
 
 __all__ = ["read_androidcontrol", "androidcontrol_action", "SUITE"]
@@ -52,7 +63,9 @@ def androidcontrol_action(a: Any, w: int, h: int, where: str) -> Action:
             return OpenApp(str(a["app_name"]))
         if t == "type":  # taps (x, y), types, presses enter
             if "x" in a and "y" in a:
-                return Type(str(a["text"]), unit(a["x"], w, where, "x"), unit(a["y"], h, where, "y"), submit=True)
+                return Type(
+                    str(a["text"]), unit(a["x"], w, where, "x"), unit(a["y"], h, where, "y"), submit=True
+                )
             return Type(str(a["text"]), submit=True)
         if t == "input_text":
             return Type(str(a["text"]))
@@ -80,12 +93,19 @@ def _episode(ex: Any, where: str) -> Trajectory:
     widths = _feature(ex, "screenshot_widths", "int64_list", where)
     heights = _feature(ex, "screenshot_heights", "int64_list", where)
     actions = _feature(ex, "actions", "bytes_list", where)
-    instr = _feature(ex, "step_instructions", "bytes_list", where) if "step_instructions" in \
-        ex.features.feature else []
+    instr = (
+        _feature(ex, "step_instructions", "bytes_list", where)
+        if "step_instructions" in ex.features.feature
+        else []
+    )
     if not (len(shots) == len(widths) == len(heights)):
-        raise DatasetError(f"{where}: {len(shots)} screenshots but {len(widths)} widths and {len(heights)} heights")
+        raise DatasetError(
+            f"{where}: {len(shots)} screenshots but {len(widths)} widths and {len(heights)} heights"
+        )
     if len(actions) != len(shots) - 1 or not actions:
-        raise DatasetError(f"{where}: {len(actions)} actions for {len(shots)} screenshots (expected one fewer)")
+        raise DatasetError(
+            f"{where}: {len(actions)} actions for {len(shots)} screenshots (expected one fewer)"
+        )
     if instr and len(instr) != len(actions):
         raise DatasetError(f"{where}: {len(instr)} step instructions for {len(actions)} actions")
     steps = []
@@ -93,22 +113,38 @@ def _episode(ex: Any, where: str) -> Trajectory:
         at = f"{where} step {i}"
         w, h = int(widths[i]), int(heights[i])
         if image_size(shots[i], at) != (w, h):
-            raise DatasetError(f"{at}: the screenshot is {image_size(shots[i], at)}, the record says {(w, h)}")
+            raise DatasetError(
+                f"{at}: the screenshot is {image_size(shots[i], at)}, the record says {(w, h)}"
+            )
         try:
             a = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise DatasetError(f"{at}: the action is not JSON ({e})") from None
         text = instr[i].decode("utf-8", "replace") if instr else ""
-        steps.append(Step(i, Observation(bytes(shots[i]), w, h), androidcontrol_action(a, w, h, at),
-                          thought=text, metadata={"step_instruction": text} if text else {}))
+        steps.append(
+            Step(
+                i,
+                Observation(bytes(shots[i]), w, h),
+                androidcontrol_action(a, w, h, at),
+                thought=text,
+                metadata={"step_instruction": text} if text else {},
+            )
+        )
     final = Observation(bytes(shots[-1]), int(widths[-1]), int(heights[-1]))
     spec = TaskSpec(SUITE, f"episode_{eid}", eid, goal, max_steps=len(steps))
-    return Trajectory(f"androidcontrol-{eid}", spec, tuple(steps), success=1.0, final_observation=final,
-                      agent=f"import:{SUITE}", metadata={"source": SUITE, "episode_id": eid})
+    return Trajectory(
+        f"androidcontrol-{eid}",
+        spec,
+        tuple(steps),
+        success=1.0,
+        final_observation=final,
+        agent=f"import:{SUITE}",
+        metadata={"source": SUITE, "episode_id": eid},
+    )
 
 
 def read_androidcontrol(src: str | Path, **_: Any) -> Iterator[Trajectory]:
-    """Every episode in ``src`` (a TFRecord file, or a folder of ``android_control*`` / ``*.tfrecord*`` files)."""
+    """Every episode in ``src``: a TFRecord file, or a folder of ``android_control*`` / ``*.tfrecord*``."""
     from guiagent.datasets.tfrecord import TFRecordError, iter_records, parse_example
 
     for path in iter_files(Path(src), ("android_control*", "*.tfrecord*")):
@@ -122,6 +158,8 @@ def read_androidcontrol(src: str | Path, **_: Any) -> Iterator[Trajectory]:
                 ex = parse_example(rec)
             except TFRecordError as e:
                 msg = str(e)
-                raise DatasetError(f"{path}: {msg if msg.startswith('record') else f'record {n}: {msg}'}") from None
+                raise DatasetError(
+                    f"{path}: {msg if msg.startswith('record') else f'record {n}: {msg}'}"
+                ) from None
             yield _episode(ex, f"{path}: record {n}")
             n += 1

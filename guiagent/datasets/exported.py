@@ -20,8 +20,19 @@ from guiagent.types import Observation, ParseError, Step, TaskSpec, Trajectory, 
 
 __all__ = ["read_parquet", "read_hf_dataset", "trajectories_from_rows"]
 
-_NEEDED = ("episode_id", "suite", "task_id", "seed", "goal", "step_index", "screenshot", "width", "height",
-           "action", "reward")
+_NEEDED = (
+    "episode_id",
+    "suite",
+    "task_id",
+    "seed",
+    "goal",
+    "step_index",
+    "screenshot",
+    "width",
+    "height",
+    "action",
+    "reward",
+)
 
 
 def _json(text: Any, where: str, what: str, default: Any) -> Any:
@@ -38,21 +49,36 @@ def _step(r: dict[str, Any], where: str) -> Step:
     if isinstance(shot, dict):  # datasets.Image(decode=False) gives {"bytes", "path"}
         shot = shot.get("bytes")
     try:
-        action = None if r.get("action") is None else action_from_dict(_json(r["action"], where, "action", None))
+        action = (
+            None if r.get("action") is None else action_from_dict(_json(r["action"], where, "action", None))
+        )
         pe = r.get("parse_error")
-        obs = Observation(shot, int(r["width"]), int(r["height"]),
-                          screenshot_ref=None if shot is not None else r.get("screenshot_ref"), tree=r.get("tree"),
-                          url=r.get("url"), last_action_error=r.get("last_action_error"))
+        obs = Observation(
+            shot,
+            int(r["width"]),
+            int(r["height"]),
+            screenshot_ref=None if shot is not None else r.get("screenshot_ref"),
+            tree=r.get("tree"),
+            url=r.get("url"),
+            last_action_error=r.get("last_action_error"),
+        )
         return Step(
-            index=int(r["step_index"]), observation=obs, action=action, response=r.get("response") or "",
+            index=int(r["step_index"]),
+            observation=obs,
+            action=action,
+            response=r.get("response") or "",
             thought=r.get("thought") or "",
             parse_error=None if pe is None else ParseError.from_dict(_json(pe, where, "parse_error", {})),
-            action_error=r.get("action_error"), reward=float(r["reward"]),
+            action_error=r.get("action_error"),
+            reward=float(r["reward"]),
             reward_parts=_json(r.get("reward_parts"), where, "reward_parts", {}),
             milestones=tuple(bool(m) for m in (r.get("milestones") or ())),
-            terminated=bool(r.get("terminated")), truncated=bool(r.get("truncated")),
-            policy_version=int(r.get("policy_version") or 0), latency_ms=float(r.get("latency_ms") or 0.0),
-            metadata=_json(r.get("step_metadata"), where, "step_metadata", {}))
+            terminated=bool(r.get("terminated")),
+            truncated=bool(r.get("truncated")),
+            policy_version=int(r.get("policy_version") or 0),
+            latency_ms=float(r.get("latency_ms") or 0.0),
+            metadata=_json(r.get("step_metadata"), where, "step_metadata", {}),
+        )
     except (KeyError, TypeError, ValueError) as e:
         if isinstance(e, DatasetError):
             raise
@@ -71,13 +97,25 @@ def trajectories_from_rows(rows: Iterable[dict[str, Any]], source: str) -> Itera
         if [s.index for s in steps] != list(range(len(steps))):
             raise DatasetError(f"{where}: step indices {[s.index for s in steps]} are not 0..n-1 in order")
         # exports made before max_steps was a column: the episode's length stands in
-        spec = TaskSpec(r0["suite"], r0["task_id"], int(r0["seed"]), r0["goal"],
-                        max_steps=int(r0.get("max_steps") or max(len(steps), 1)),
-                        params=_json(r0.get("task_params"), where, "task_params", {}))
-        return Trajectory(r0["episode_id"], spec, steps, success=float(r0.get("success") or 0.0),
-                          status=r0.get("episode_status") or "completed", abort_reason=r0.get("abort_reason"),
-                          agent=r0.get("agent") or "", group_id=r0.get("group_id"),
-                          metadata=_json(r0.get("episode_metadata"), where, "episode_metadata", {}))
+        spec = TaskSpec(
+            r0["suite"],
+            r0["task_id"],
+            int(r0["seed"]),
+            r0["goal"],
+            max_steps=int(r0.get("max_steps") or max(len(steps), 1)),
+            params=_json(r0.get("task_params"), where, "task_params", {}),
+        )
+        return Trajectory(
+            r0["episode_id"],
+            spec,
+            steps,
+            success=float(r0.get("success") or 0.0),
+            status=r0.get("episode_status") or "completed",
+            abort_reason=r0.get("abort_reason"),
+            agent=r0.get("agent") or "",
+            group_id=r0.get("group_id"),
+            metadata=_json(r0.get("episode_metadata"), where, "episode_metadata", {}),
+        )
 
     for n, r in enumerate(rows):
         where = f"{source}: row {n}"
@@ -110,14 +148,17 @@ def read_parquet(src: str | Path, **_: Any) -> Iterator[Trajectory]:
         except (pa.ArrowInvalid, OSError) as e:
             raise DatasetError(f"{path}: not a readable Parquet file ({e})") from None
 
-        def rows() -> Iterator[dict[str, Any]]:
-            try:
-                for batch in pf.iter_batches(batch_size=256):
-                    yield from batch.to_pylist()
-            except (pa.ArrowInvalid, OSError) as e:
-                raise DatasetError(f"{path}: unreadable data ({e})") from None
+        yield from trajectories_from_rows(_parquet_rows(pf, path), str(path))
 
-        yield from trajectories_from_rows(rows(), str(path))
+
+def _parquet_rows(pf: Any, path: Path) -> Iterator[dict[str, Any]]:
+    import pyarrow as pa
+
+    try:
+        for batch in pf.iter_batches(batch_size=256):
+            yield from batch.to_pylist()
+    except (pa.ArrowInvalid, OSError) as e:
+        raise DatasetError(f"{path}: unreadable data ({e})") from None
 
 
 def read_hf_dataset(src: str | Path, **_: Any) -> Iterator[Trajectory]:
@@ -125,7 +166,9 @@ def read_hf_dataset(src: str | Path, **_: Any) -> Iterator[Trajectory]:
     try:
         import datasets
     except ImportError as e:
-        raise DatasetError("reading a Hugging Face dataset needs 'datasets': pip install guiagent[datasets]") from e
+        raise DatasetError(
+            "reading a Hugging Face dataset needs 'datasets': pip install guiagent[datasets]"
+        ) from e
     try:
         ds = datasets.load_from_disk(str(src))
     except (FileNotFoundError, ValueError, OSError) as e:

@@ -19,7 +19,17 @@ from typing import Any, Iterator
 
 from guiagent.datasets._common import DatasetError, image_size, unit
 from guiagent.types import (
-    Action, Click, Finish, LongPress, NavigateBack, NavigateHome, Observation, Step, Swipe, TaskSpec, Trajectory,
+    Action,
+    Click,
+    Finish,
+    LongPress,
+    NavigateBack,
+    NavigateHome,
+    Observation,
+    Step,
+    Swipe,
+    TaskSpec,
+    Trajectory,
     Type,
 )
 
@@ -63,8 +73,10 @@ def guiodyssey_action(action: Any, info: Any, where: str) -> Action:
     raise DatasetError(f"{where}: unknown action {action!r}")
 
 
-def read_guiodyssey(src: str | Path, *, images_dir: str | Path | None = None, **_: Any) -> Iterator[Trajectory]:
-    """Every episode under ``src`` (``annotations/*.json``, screenshots in ``screenshots/`` or ``images_dir``)."""
+def read_guiodyssey(
+    src: str | Path, *, images_dir: str | Path | None = None, **_: Any
+) -> Iterator[Trajectory]:
+    """Every episode under ``src``: ``annotations/*.json``; screenshots in ``screenshots/`` or images_dir."""
     src = Path(src)
     ann = src / "annotations" if (src / "annotations").is_dir() else src
     shots_dir = Path(images_dir) if images_dir else src / "screenshots"
@@ -97,11 +109,22 @@ def read_guiodyssey(src: str | Path, *, images_dir: str | Path | None = None, **
             data = p.read_bytes()
             w, h = image_size(data, at)
             meta = {"ps": s["ps"]} if s.get("ps") else {}
-            steps.append(Step(i, Observation(data, w, h), guiodyssey_action(s["action"], s.get("info", ""), at),
-                              metadata=meta))
+            steps.append(
+                Step(
+                    i,
+                    Observation(data, w, h),
+                    guiodyssey_action(s["action"], s.get("info", ""), at),
+                    metadata=meta,
+                )
+            )
         params = {k: task[k] for k in ("category", "app", "meta_task", "task") if k in task}
         spec = TaskSpec(SUITE, eid, 0, goal, max_steps=len(steps), params=params)
         done = isinstance(steps[-1].action, Finish) and steps[-1].action.status == "success"
-        yield Trajectory(f"guiodyssey-{eid}", spec, tuple(steps), success=1.0 if done else 0.0,
-                         agent=f"import:{SUITE}",
-                         metadata={"source": SUITE, "device": d.get("device_info", {}).get("device_name", "")})
+        yield Trajectory(
+            f"guiodyssey-{eid}",
+            spec,
+            tuple(steps),
+            success=1.0 if done else 0.0,
+            agent=f"import:{SUITE}",
+            metadata={"source": SUITE, "device": d.get("device_info", {}).get("device_name", "")},
+        )

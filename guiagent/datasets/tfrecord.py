@@ -68,8 +68,9 @@ def _example_class() -> Any:
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     F = descriptor_pb2.FieldDescriptorProto
-    fd = descriptor_pb2.FileDescriptorProto(name="guiagent_tf_example.proto", package="guiagent_tf",
-                                            syntax="proto3")
+    fd = descriptor_pb2.FileDescriptorProto(
+        name="guiagent_tf_example.proto", package="guiagent_tf", syntax="proto3"
+    )
 
     def msg(name: str, fields: list[tuple[str, int, int, int, str | None]], oneof: str | None = None) -> Any:
         m = fd.message_type.add(name=name)
@@ -89,9 +90,15 @@ def _example_class() -> Any:
     il = msg("Int64List", [("value", 1, F.TYPE_INT64, rep, None)])
     fl.field[0].options.packed = True
     il.field[0].options.packed = True
-    msg("Feature", [("bytes_list", 1, F.TYPE_MESSAGE, opt, ".guiagent_tf.BytesList"),
-                    ("float_list", 2, F.TYPE_MESSAGE, opt, ".guiagent_tf.FloatList"),
-                    ("int64_list", 3, F.TYPE_MESSAGE, opt, ".guiagent_tf.Int64List")], oneof="kind")
+    msg(
+        "Feature",
+        [
+            ("bytes_list", 1, F.TYPE_MESSAGE, opt, ".guiagent_tf.BytesList"),
+            ("float_list", 2, F.TYPE_MESSAGE, opt, ".guiagent_tf.FloatList"),
+            ("int64_list", 3, F.TYPE_MESSAGE, opt, ".guiagent_tf.Int64List"),
+        ],
+        oneof="kind",
+    )
     feats = msg("Features", [("feature", 1, F.TYPE_MESSAGE, rep, ".guiagent_tf.Features.FeatureEntry")])
     entry = feats.nested_type.add(name="FeatureEntry")
     entry.field.add(name="key", number=1, type=F.TYPE_STRING, label=opt)

@@ -1,7 +1,7 @@
 """The JSONL layout UI-S1's reference code trains on (one episode a line).
 
-Schema (https://github.com/X-PLUG/MobileAgent/tree/main/UI-S1, ``datasets/android_control_train_example.jsonl``
-and ``verl/utils/reward_score/gui_utils/utils.py``)::
+Schema (https://github.com/X-PLUG/MobileAgent/tree/main/UI-S1:
+``datasets/android_control_train_example.jsonl``, ``verl/utils/reward_score/gui_utils/utils.py``)::
 
     {"goal": str, "is_successful": bool,
      "steps": [{"action_content": {"action": "click", "coordinate": [x, y], "bbox": [x0, y0, x1, y1]},
@@ -31,8 +31,23 @@ from typing import Any, Iterator
 
 from guiagent.datasets._common import DatasetError, box_unit, image_size, iter_files, unit
 from guiagent.types import (
-    Action, Answer, Click, Finish, Key, LongPress, NavigateBack, NavigateHome, Observation, OpenApp, Scroll, Step,
-    Swipe, TaskSpec, Trajectory, Type, Wait,
+    Action,
+    Answer,
+    Click,
+    Finish,
+    Key,
+    LongPress,
+    NavigateBack,
+    NavigateHome,
+    Observation,
+    OpenApp,
+    Scroll,
+    Step,
+    Swipe,
+    TaskSpec,
+    Trajectory,
+    Type,
+    Wait,
 )
 
 __all__ = ["read_uis1", "uis1_action", "SUITE"]
@@ -55,8 +70,9 @@ def uis1_action(a: Any, w: int, h: int, where: str) -> tuple[Action, list[float]
         if t in ("click", "long_press"):
             x, y = _point(a["coordinate"], w, h, where, "coordinate")
             box = a.get("bbox")
-            return (Click(x, y) if t == "click" else LongPress(x, y)), \
-                (None if box is None else box_unit(box, w, h, where))
+            return (Click(x, y) if t == "click" else LongPress(x, y)), (
+                None if box is None else box_unit(box, w, h, where)
+            )
         if t == "swipe":
             if "direction" in a:
                 return Scroll(str(a["direction"]).lower()), None
@@ -100,8 +116,10 @@ def _screenshot(p: Any, base: Path, images_dir: Path | None, where: str) -> byte
     for c in tries:
         if c.is_file():
             return c.read_bytes()
-    raise DatasetError(f"{where}: screenshot {p!r} not found (tried {', '.join(map(str, tries))}; "
-                       "pass --images DIR for a folder holding the files)")
+    raise DatasetError(
+        f"{where}: screenshot {p!r} not found (tried {', '.join(map(str, tries))}; "
+        "pass --images DIR for a folder holding the files)"
+    )
 
 
 def read_uis1(src: str | Path, *, images_dir: str | Path | None = None, **_: Any) -> Iterator[Trajectory]:
@@ -117,9 +135,15 @@ def read_uis1(src: str | Path, *, images_dir: str | Path | None = None, **_: Any
                     d = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise DatasetError(f"{where}: not JSON ({e})") from None
-                if not isinstance(d, dict) or not isinstance(d.get("goal"), str) or \
-                        not isinstance(d.get("steps"), list) or not d["steps"]:
-                    raise DatasetError(f"{where}: an episode needs 'goal' (text) and a non-empty 'steps' list")
+                if (
+                    not isinstance(d, dict)
+                    or not isinstance(d.get("goal"), str)
+                    or not isinstance(d.get("steps"), list)
+                    or not d["steps"]
+                ):
+                    raise DatasetError(
+                        f"{where}: an episode needs 'goal' (text) and a non-empty 'steps' list"
+                    )
                 steps = []
                 for i, s in enumerate(d["steps"]):
                     at = f"{where} step {i}"
@@ -130,8 +154,16 @@ def read_uis1(src: str | Path, *, images_dir: str | Path | None = None, **_: Any
                     action, box = uis1_action(s.get("action_content"), w, h, at)
                     meta: dict[str, Any] = {"target_box": box} if box is not None else {}
                     thought = s.get("thought") or ""
-                    steps.append(Step(i, Observation(shot, w, h), action, thought=str(thought), metadata=meta))
+                    steps.append(
+                        Step(i, Observation(shot, w, h), action, thought=str(thought), metadata=meta)
+                    )
                 ok = d.get("is_successful", True)
                 spec = TaskSpec(SUITE, f"{path.stem}:{n}", n, d["goal"], max_steps=len(steps))
-                yield Trajectory(f"uis1-{path.stem}-{n}", spec, tuple(steps), success=1.0 if ok else 0.0,
-                                 agent=f"import:{SUITE}", metadata={"source": SUITE, "file": path.name, "line": n})
+                yield Trajectory(
+                    f"uis1-{path.stem}-{n}",
+                    spec,
+                    tuple(steps),
+                    success=1.0 if ok else 0.0,
+                    agent=f"import:{SUITE}",
+                    metadata={"source": SUITE, "file": path.name, "line": n},
+                )

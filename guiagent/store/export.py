@@ -23,7 +23,8 @@ __all__ = ["export_parquet", "export_hf_dataset", "STEP_ROW_FIELDS"]
 #: (name, kind) of each exported column; kinds map to Arrow and ``datasets`` types below
 STEP_ROW_FIELDS: tuple[tuple[str, str], ...] = (
     ("run_id", "str"), ("episode_id", "str"), ("group_id", "str"), ("suite", "str"), ("task_id", "str"),
-    ("seed", "int"), ("goal", "str"), ("max_steps", "int"), ("task_params", "str"), ("agent", "str"), ("episode_status", "str"),
+    ("seed", "int"), ("goal", "str"), ("max_steps", "int"), ("task_params", "str"), ("agent", "str"),
+    ("episode_status", "str"),
     ("abort_reason", "str"), ("success", "float"), ("total_reward", "float"), ("num_steps", "int"),
     ("episode_metadata", "str"), ("step_index", "int"), ("screenshot", "image"), ("screenshot_ref", "str"),
     ("width", "int"), ("height", "int"), ("tree", "str"), ("url", "str"), ("last_action_error", "str"),

@@ -206,7 +206,8 @@ class StoreReader:
         with self._snapshot() as con:
             row = self._episode_row(con, episode_id)
             pk = row[-1]
-            steps = con.execute(f"SELECT {self._step_cols} FROM steps s WHERE s.episode_pk = ? ORDER BY s.idx",
+            steps = con.execute(f"SELECT {self._step_cols} FROM steps s WHERE s.episode_pk = ? "
+                                "ORDER BY s.idx",
                                 (pk,)).fetchall()
             judgements = con.execute(
                 "SELECT id, step, judge, score, verdict, reason, created_at FROM judgements "

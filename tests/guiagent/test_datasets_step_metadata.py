@@ -7,8 +7,11 @@ from guiagent.types import Click, Observation, Step, TaskSpec, Trajectory
 
 
 def _traj(eid, meta):
-    return Trajectory(eid, TaskSpec("s", "t", 0, "g"),
-                      (Step(0, Observation(b"\x89PNG fake", 4, 4), Click(0.5, 0.5), metadata=meta),))
+    return Trajectory(
+        eid,
+        TaskSpec("s", "t", 0, "g"),
+        (Step(0, Observation(b"\x89PNG fake", 4, 4), Click(0.5, 0.5), metadata=meta),),
+    )
 
 
 def test_step_metadata_round_trip_and_migration(tmp_path):
@@ -17,7 +20,9 @@ def test_step_metadata_round_trip_and_migration(tmp_path):
     store.write_trajectory(run, _traj("a", {"patched": True, "target_box": [0.1, 0.2, 0.3, 0.4]}))
     store.close()
     assert StoreReader(tmp_path).load_trajectory("a").steps[0].metadata == {
-        "patched": True, "target_box": [0.1, 0.2, 0.3, 0.4]}
+        "patched": True,
+        "target_box": [0.1, 0.2, 0.3, 0.4],
+    }
     assert Step.from_dict(_traj("x", {"k": 1}).steps[0].to_dict()).metadata == {"k": 1}
 
     # a store from before the column: reads as empty metadata, gains the column on the next open for writing

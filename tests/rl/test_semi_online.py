@@ -8,16 +8,43 @@ from PIL import Image
 
 from guiagent.store import Store, StoreReader
 from guiagent.types import (
-    Answer, Click, Drag, Finish, Key, LongPress, NavigateBack, NavigateHome, Observation, OpenApp, ParseError,
-    Scroll, Step, Swipe, TaskSpec, Trajectory, Type, Wait,
+    Answer,
+    Click,
+    Drag,
+    Finish,
+    Key,
+    LongPress,
+    NavigateBack,
+    NavigateHome,
+    Observation,
+    OpenApp,
+    ParseError,
+    Scroll,
+    Step,
+    Swipe,
+    TaskSpec,
+    Trajectory,
+    Type,
+    Wait,
 )
 from rl.advantages import (
-    SemiOnlineRewardConfig, grpo_advantages, semi_online_advantages, semi_online_returns, semi_online_step_rewards,
+    SemiOnlineRewardConfig,
+    grpo_advantages,
+    semi_online_advantages,
+    semi_online_returns,
+    semi_online_step_rewards,
 )
 from rl.agents import PolicyTurn
 from rl.semi_online import (
-    EpisodeOutcome, MatchConfig, PatchConfig, match_action, run_semi_online, semi_online_eval,
-    semi_online_turn_advantages, sop_from_outcomes, text_similarity,
+    EpisodeOutcome,
+    MatchConfig,
+    PatchConfig,
+    match_action,
+    run_semi_online,
+    semi_online_eval,
+    semi_online_turn_advantages,
+    sop_from_outcomes,
+    text_similarity,
 )
 
 SIZE = (1000, 2000)
@@ -32,14 +59,22 @@ CASES = [
     (Click(0.55, 0.45), Click(0.5, 0.45), None, MatchConfig(), False, True, False),
     (Click(0.5, 0.48), Click(0.5, 0.45), None, MatchConfig(), True, True, False),
     (Click(0.59, 0.49), Click(0.5, 0.45), BOX, MatchConfig(), True, True, False),
-    (Click(0.61, 0.45), Click(0.5, 0.45), BOX, MatchConfig(), True, True, False),   # inside the enlarged box
+    (Click(0.61, 0.45), Click(0.5, 0.45), BOX, MatchConfig(), True, True, False),  # inside the enlarged box
     (Click(0.63, 0.45), Click(0.5, 0.45), BOX, MatchConfig(), False, True, False),
     (Click(0.5, 0.515), Click(0.5, 0.45), BOX, MatchConfig(), False, True, False),
-    (Click(0.5, 0.484), Click(0.5, 0.45), (0.45, 0.44, 0.46, 0.46), MatchConfig(), True, True, False),  # box miss, point hit
-    (Click(0.505, 0.45), Click(0.5, 0.45), None, PX10, True, True, False),          # 5 px
-    (Click(0.5, 0.4545), Click(0.5, 0.45), None, PX10, True, True, False),          # 9 px
-    (Click(0.5, 0.456), Click(0.5, 0.45), None, PX10, False, True, False),          # 12 px
-    (Click(0.5005, 0.45), Click(0.5, 0.45), None, PX10, True, True, True),          # 0.5 px: exact
+    (
+        Click(0.5, 0.484),
+        Click(0.5, 0.45),
+        (0.45, 0.44, 0.46, 0.46),
+        MatchConfig(),
+        True,
+        True,
+        False,
+    ),  # box miss, point hit
+    (Click(0.505, 0.45), Click(0.5, 0.45), None, PX10, True, True, False),  # 5 px
+    (Click(0.5, 0.4545), Click(0.5, 0.45), None, PX10, True, True, False),  # 9 px
+    (Click(0.5, 0.456), Click(0.5, 0.45), None, PX10, False, True, False),  # 12 px
+    (Click(0.5005, 0.45), Click(0.5, 0.45), None, PX10, True, True, True),  # 0.5 px: exact
     (LongPress(0.5, 0.45), Click(0.5, 0.45), None, MatchConfig(), False, False, False),
     (LongPress(0.5, 0.45), LongPress(0.51, 0.45), None, MatchConfig(), True, True, False),
     (Click(0.5, 0.45), LongPress(0.5, 0.45), None, MatchConfig(), False, False, False),
@@ -57,7 +92,15 @@ CASES = [
     # scroll / swipe by the direction the content moves
     (Scroll("down"), Scroll("down"), None, MatchConfig(), True, True, True),
     (Scroll("up"), Scroll("down"), None, MatchConfig(), False, True, False),
-    (Swipe(0.5, 0.8, 0.5, 0.2), Scroll("down"), None, MatchConfig(), True, True, False),  # finger up: reveals below
+    (
+        Swipe(0.5, 0.8, 0.5, 0.2),
+        Scroll("down"),
+        None,
+        MatchConfig(),
+        True,
+        True,
+        False,
+    ),  # finger up: reveals below
     (Swipe(0.5, 0.2, 0.5, 0.8), Scroll("down"), None, MatchConfig(), False, True, False),
     (Swipe(0.9, 0.5, 0.1, 0.5), Scroll("right"), None, MatchConfig(), True, True, False),
     (Scroll("left"), Swipe(0.1, 0.5, 0.9, 0.55), None, MatchConfig(), True, True, False),
@@ -143,8 +186,9 @@ def test_dual_level_advantages_by_hand_and_against_a_loop():
     idx = torch.tensor([0, 1, 0, 1])
     a = semi_online_advantages(ret, ep, gid, idx, step_weight=0.5, episode_weight=2.0, normalize_std=False)
     # A_E = ±0.81, A_S(step 0) = ±0.655, A_S(step 1) = ±0.405
-    assert a.tolist() == pytest.approx([2 * 0.81 + 0.5 * 0.655, 2 * 0.81 + 0.5 * 0.405,
-                                        -2 * 0.81 - 0.5 * 0.655, -2 * 0.81 - 0.5 * 0.405])
+    assert a.tolist() == pytest.approx(
+        [2 * 0.81 + 0.5 * 0.655, 2 * 0.81 + 0.5 * 0.405, -2 * 0.81 - 0.5 * 0.655, -2 * 0.81 - 0.5 * 0.405]
+    )
     # std-normalised, random groups, against a plain loop
     g = torch.Generator().manual_seed(1)
     n = 40
@@ -159,11 +203,12 @@ def test_dual_level_advantages_by_hand_and_against_a_loop():
             t = torch.tensor(vals)
             std = t.std().item() if len(vals) > 1 else 0.0
             return (v - t.mean().item()) / (std + 1e-6)
-        want = norm([ep[j].item() for j in same_g], ep[i].item()) + 0.7 * norm([ret[j].item() for j in same_s],
-                                                                               ret[i].item())
+
+        want = norm([ep[j].item() for j in same_g], ep[i].item()) + 0.7 * norm(
+            [ret[j].item() for j in same_s], ret[i].item()
+        )
         assert got[i].item() == pytest.approx(want, rel=1e-4, abs=1e-4)
-    assert torch.equal(semi_online_advantages(ret, ep, gid, idx, step_weight=0.0),
-                       grpo_advantages(ep, gid))
+    assert torch.equal(semi_online_advantages(ret, ep, gid, idx, step_weight=0.0), grpo_advantages(ep, gid))
 
 
 # -- the driver ----------------------------------------------------------------------------
@@ -180,10 +225,16 @@ def _episode(eid="rec1", task="t1"):
     steps = []
     for i, a in enumerate(acts):
         meta = {"target_box": list(BOX)} if i == 0 else {}
-        steps.append(Step(i, Observation(_png((i * 40, 10, 200)), 20, 40), a, thought=f"recorded {i}",
-                          metadata=meta))
-    return Trajectory(eid, TaskSpec("import:test", task, 0, f"goal of {eid}"), tuple(steps), success=1.0,
-                      agent="import:test")
+        steps.append(
+            Step(i, Observation(_png((i * 40, 10, 200)), 20, 40), a, thought=f"recorded {i}", metadata=meta)
+        )
+    return Trajectory(
+        eid,
+        TaskSpec("import:test", task, 0, f"goal of {eid}"),
+        tuple(steps),
+        success=1.0,
+        agent="import:test",
+    )
 
 
 class ScriptedPolicy:
@@ -204,8 +255,17 @@ class ScriptedPolicy:
             rec_i = _SCREENS.index(c.observation.screenshot)
             a = self.scripts[c.slot][rec_i]
             text = "bad" if isinstance(a, ParseError) else f"act {a.kind}"
-            turns.append(PolicyTurn(text, a, f"my thought {rec_i}", 3, prompt={"sample": c.slot},
-                                    completion_ids=(1, 2, 3), logprobs=(-0.1, -0.2, -0.3)))
+            turns.append(
+                PolicyTurn(
+                    text,
+                    a,
+                    f"my thought {rec_i}",
+                    3,
+                    prompt={"sample": c.slot},
+                    completion_ids=(1, 2, 3),
+                    logprobs=(-0.1, -0.2, -0.3),
+                )
+            )
         return turns
 
 
@@ -228,7 +288,9 @@ def test_all_matched_episode_succeeds_with_own_history(tmp_path):
     pol, res = _run([GOOD], PatchConfig(), store=store, run_id=run)
     store.close()
     (t,) = res.trajectories
-    assert t.success == 1.0 and t.num_steps == 4 and t.metadata["progress"] == 1.0 and t.metadata["patches"] == 0
+    assert (
+        t.success == 1.0 and t.num_steps == 4 and t.metadata["progress"] == 1.0 and t.metadata["patches"] == 0
+    )
     assert all(s.metadata["matched"] and not s.metadata.get("patched") for s in t.steps)
     assert t.steps[-1].terminated and not any(s.terminated for s in t.steps[:-1])
     # the history the policy saw is its own replies, not the recorded ones
@@ -254,7 +316,13 @@ def test_mismatch_is_patched_with_the_recorded_action(mode, thought):
     # the stored (trained) step is the policy's own reply, marked as patched
     assert s1.action == Type("something else entirely") and s1.metadata["patched"] is True
     assert s1.metadata["matched"] is False and s1.metadata["kind_match"] is True
-    assert s1.metadata["recorded_action"] == {"kind": "type", "text": "hello", "x": None, "y": None, "submit": False}
+    assert s1.metadata["recorded_action"] == {
+        "kind": "type",
+        "text": "hello",
+        "x": None,
+        "y": None,
+        "submit": False,
+    }
     # the next turn's history holds the recorded action with the patch thought
     hist = pol.histories[2][1]
     assert hist[1].action == Type("hello") and hist[1].thought == thought
@@ -288,7 +356,9 @@ def test_parse_error_gets_no_format_reward_and_policy_patch_uses_explainer():
     assert t.steps[0].parse_error is not None and t.steps[0].action is None
     assert res.turns[0].reward == 0.0 and res.turns[0].parse_ok is False
     assert len(asked) == 1 and asked[0].action == Click(0.5, 0.45) and asked[0].goal == "goal of rec1"
-    assert pol.histories[1][1][0].thought == "because click" and pol.histories[1][1][0].action == Click(0.5, 0.45)
+    assert pol.histories[1][1][0].thought == "because click" and pol.histories[1][1][0].action == Click(
+        0.5, 0.45
+    )
     with pytest.raises(ValueError, match="explainer"):
         run_semi_online(pol, [_episode()], patch=PatchConfig(mode="policy"))
 
@@ -318,7 +388,9 @@ def test_turn_advantages_reward_the_sample_that_matched():
 
 def test_bad_recorded_episodes_are_refused():
     ep = _episode()
-    no_pixels = Trajectory("x", ep.task, (Step(0, Observation(None, 20, 40, screenshot_ref="0" * 64), Click(0.1, 0.1)),))
+    no_pixels = Trajectory(
+        "x", ep.task, (Step(0, Observation(None, 20, 40, screenshot_ref="0" * 64), Click(0.1, 0.1)),)
+    )
     with pytest.raises(ValueError, match="screenshot"):
         run_semi_online(ScriptedPolicy([GOOD]), [no_pixels])
     with pytest.raises(ValueError, match="no steps"):
@@ -349,18 +421,42 @@ def test_tiny_model_semi_online_rollout(tiny_model_dir, tmp_path):
     from rl.semi_online import ModelExplainer
 
     real = [_episode("a", "t1")]
-    real = [Trajectory(e.episode_id, e.task, tuple(Step(s.index, Observation(_big_png(i), 224, 448), s.action,
-                                                        thought=s.thought, metadata=s.metadata)
-                                                   for i, s in enumerate(e.steps[:2])), agent=e.agent) for e in real]
+    real = [
+        Trajectory(
+            e.episode_id,
+            e.task,
+            tuple(
+                Step(
+                    s.index,
+                    Observation(_big_png(i), 224, 448),
+                    s.action,
+                    thought=s.thought,
+                    metadata=s.metadata,
+                )
+                for i, s in enumerate(e.steps[:2])
+            ),
+            agent=e.agent,
+        )
+        for e in real
+    ]
     policy = load_model_policy(tiny_model_dir, temperature=1.0, max_new_tokens=6, keep_chats=True)
     store = Store.open(tmp_path)
     run = store.create_run("semi")
-    res = run_semi_online(policy, real, group_size=2, patch=PatchConfig(mode="policy", budget=-1),
-                          explainer=ModelExplainer(policy, max_new_tokens=4), store=store, run_id=run)
+    res = run_semi_online(
+        policy,
+        real,
+        group_size=2,
+        patch=PatchConfig(mode="policy", budget=-1),
+        explainer=ModelExplainer(policy, max_new_tokens=4),
+        store=store,
+        run_id=run,
+    )
     store.close()
     # an untrained model matches nothing: every step is patched, every turn is kept for training
     assert len(res.trajectories) == 2 and all(t.num_steps == 2 for t in res.trajectories)
-    assert all(s.metadata["patched"] and "patch_thought" in s.metadata for t in res.trajectories for s in t.steps)
+    assert all(
+        s.metadata["patched"] and "patch_thought" in s.metadata for t in res.trajectories for s in t.steps
+    )
     assert len(res.turns) == 4 and all(tt.completion_ids and tt.prompt for tt in res.turns)
     assert all(len(tt.completion_ids) == len(tt.old_logprobs) for tt in res.turns)
     adv = semi_online_turn_advantages(res)
