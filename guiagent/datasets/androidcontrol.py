@@ -82,6 +82,42 @@ def androidcontrol_action(a: Any, w: int, h: int, where: str) -> Action:
     raise DatasetError(f"{where}: unknown action_type {t!r}")
 
 
+def target_box(tree: bytes, x: float, y: float, w: int, h: int) -> list[float] | None:
+    """The box (normalised) of the element at pixel ``(x, y)`` in a serialised accessibility forest.
+
+    The smallest interactive node (clickable, long-clickable or editable) whose
+    ``bounds_in_screen`` hold the point, else the smallest visible node; ``None`` when
+    nothing holds it, the tree does not parse, or ``android_env`` (whose generated
+    ``AndroidAccessibilityForest`` protos read it; the ``android`` extra) is missing.
+    """
+    try:
+        from android_env.proto.a11y import android_accessibility_forest_pb2 as forest_pb2
+        from google.protobuf.message import DecodeError
+    except ImportError:
+        return None
+    try:
+        forest = forest_pb2.AndroidAccessibilityForest.FromString(tree)
+    except DecodeError:
+        return None
+    best: tuple[int, int, Any] | None = None
+    for win in forest.windows:
+        for node in win.tree.nodes:
+            b = node.bounds_in_screen
+            if not (b.left <= x <= b.right and b.top <= y <= b.bottom) or b.right <= b.left or b.bottom <= b.top:
+                continue
+            interactive = node.is_clickable or node.is_long_clickable or node.is_editable
+            if not (interactive or node.is_visible_to_user):
+                continue
+            key = (0 if interactive else 1, (b.right - b.left) * (b.bottom - b.top), b)
+            if best is None or key[:2] < best[:2]:
+                best = key
+    if best is None:
+        return None
+    b = best[2]
+    clamp = lambda v, s: min(1.0, max(0.0, v / s))  # noqa: E731
+    return [clamp(b.left, w), clamp(b.top, h), clamp(b.right, w), clamp(b.bottom, h)]
+
+
 def _episode(ex: Any, where: str) -> Trajectory:
     ids = _feature(ex, "episode_id", "int64_list", where)
     if len(ids) != 1:
@@ -98,6 +134,8 @@ def _episode(ex: Any, where: str) -> Trajectory:
         if "step_instructions" in ex.features.feature
         else []
     )
+    feats = ex.features.feature
+    trees = list(feats["accessibility_trees"].bytes_list.value) if "accessibility_trees" in feats else []
     if not (len(shots) == len(widths) == len(heights)):
         raise DatasetError(
             f"{where}: {len(shots)} screenshots but {len(widths)} widths and {len(heights)} heights"
@@ -121,14 +159,15 @@ def _episode(ex: Any, where: str) -> Trajectory:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise DatasetError(f"{at}: the action is not JSON ({e})") from None
         text = instr[i].decode("utf-8", "replace") if instr else ""
+        action = androidcontrol_action(a, w, h, at)
+        meta: dict[str, Any] = {"step_instruction": text} if text else {}
+        px = getattr(action, "x", None)
+        if px is not None and i < len(trees):
+            box = target_box(trees[i], px * w, action.y * h, w, h)  # type: ignore[union-attr]
+            if box is not None:
+                meta["target_box"] = box
         steps.append(
-            Step(
-                i,
-                Observation(bytes(shots[i]), w, h),
-                androidcontrol_action(a, w, h, at),
-                thought=text,
-                metadata={"step_instruction": text} if text else {},
-            )
+            Step(i, Observation(bytes(shots[i]), w, h), action, thought=text, metadata=meta)
         )
     final = Observation(bytes(shots[-1]), int(widths[-1]), int(heights[-1]))
     spec = TaskSpec(SUITE, f"episode_{eid}", eid, goal, max_steps=len(steps))

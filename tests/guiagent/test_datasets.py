@@ -176,6 +176,27 @@ def test_example_proto_is_wire_compatible_with_tensorflow():
     assert list(back.features.feature["n"].int64_list.value) == [1, 300]
 
 
+def test_androidcontrol_target_box_from_the_accessibility_tree(tmp_path):
+    forest_pb2 = pytest.importorskip("android_env.proto.a11y.android_accessibility_forest_pb2")
+    forest = forest_pb2.AndroidAccessibilityForest()
+    nodes = forest.windows.add().tree.nodes
+    for (l, t, r, b), clickable in (((0, 0, 100, 200), False), ((10, 80, 90, 120), True), ((40, 90, 60, 110), False)):
+        n = nodes.add(is_clickable=clickable, is_visible_to_user=True)
+        n.bounds_in_screen.left, n.bounds_in_screen.top = l, t
+        n.bounds_in_screen.right, n.bounds_in_screen.bottom = r, b
+    raw = ac_example(9, [{"action_type": "click", "x": 50, "y": 100}, {"action_type": "click", "x": 5, "y": 5}])
+    ex = __import__("guiagent.datasets.tfrecord", fromlist=["parse_example"]).parse_example(raw)
+    trees = ex.features.feature["accessibility_trees"].bytes_list.value
+    for i in range(len(trees)):
+        trees[i] = forest.SerializeToString()
+    src = tmp_path / "android_control-tree"
+    write_tfrecord(src, [ex.SerializeToString()])
+    (t,) = list(read_dataset("androidcontrol", src))
+    # the clickable element wins over the smaller non-clickable one and the full-screen container
+    assert t.steps[0].metadata["target_box"] == pytest.approx([0.1, 0.4, 0.9, 0.6])
+    assert t.steps[1].metadata["target_box"] == pytest.approx([0.0, 0.0, 1.0, 1.0])  # only the container
+
+
 def test_androidcontrol_truncated_file(tmp_path):
     src = tmp_path / "android_control-trunc"
     write_tfrecord(src, [ac_example(1, AC_ACTIONS[:2])], gz=False)
