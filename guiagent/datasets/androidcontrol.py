@@ -103,7 +103,9 @@ def target_box(tree: bytes, x: float, y: float, w: int, h: int) -> list[float] |
     for win in forest.windows:
         for node in win.tree.nodes:
             b = node.bounds_in_screen
-            if not (b.left <= x <= b.right and b.top <= y <= b.bottom) or b.right <= b.left or b.bottom <= b.top:
+            if b.right <= b.left or b.bottom <= b.top:
+                continue
+            if not (b.left <= x <= b.right and b.top <= y <= b.bottom):
                 continue
             interactive = node.is_clickable or node.is_long_clickable or node.is_editable
             if not (interactive or node.is_visible_to_user):

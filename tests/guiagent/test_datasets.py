@@ -180,12 +180,15 @@ def test_androidcontrol_target_box_from_the_accessibility_tree(tmp_path):
     forest_pb2 = pytest.importorskip("android_env.proto.a11y.android_accessibility_forest_pb2")
     forest = forest_pb2.AndroidAccessibilityForest()
     nodes = forest.windows.add().tree.nodes
-    for (l, t, r, b), clickable in (((0, 0, 100, 200), False), ((10, 80, 90, 120), True), ((40, 90, 60, 110), False)):
+    boxes = (((0, 0, 100, 200), False), ((10, 80, 90, 120), True), ((40, 90, 60, 110), False))
+    for (x0, y0, x1, y1), clickable in boxes:
         n = nodes.add(is_clickable=clickable, is_visible_to_user=True)
-        n.bounds_in_screen.left, n.bounds_in_screen.top = l, t
-        n.bounds_in_screen.right, n.bounds_in_screen.bottom = r, b
-    raw = ac_example(9, [{"action_type": "click", "x": 50, "y": 100}, {"action_type": "click", "x": 5, "y": 5}])
-    ex = __import__("guiagent.datasets.tfrecord", fromlist=["parse_example"]).parse_example(raw)
+        n.bounds_in_screen.left, n.bounds_in_screen.top = x0, y0
+        n.bounds_in_screen.right, n.bounds_in_screen.bottom = x1, y1
+    from guiagent.datasets.tfrecord import parse_example
+
+    clicks = [{"action_type": "click", "x": 50, "y": 100}, {"action_type": "click", "x": 5, "y": 5}]
+    ex = parse_example(ac_example(9, clicks))
     trees = ex.features.feature["accessibility_trees"].bytes_list.value
     for i in range(len(trees)):
         trees[i] = forest.SerializeToString()
