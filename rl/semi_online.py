@@ -70,6 +70,7 @@ __all__ = [
     "ModelExplainer",
     "patched_step",
     "run_semi_online",
+    "load_recorded_episodes",
     "semi_online_turn_advantages",
     "SOPResult",
     "SOPTaskResult",
@@ -391,6 +392,29 @@ def _check_episode(t: Trajectory) -> None:
                 f"recorded episode {t.episode_id} step {s.index} has no screenshot bytes "
                 "(load it with pixels=True)"
             )
+
+
+def load_recorded_episodes(run_dir: Any, filter: Any = None, *, limit: int | None = None) -> list[Trajectory]:
+    """Recorded episodes for :func:`run_semi_online` from a store (e.g. ``guiagent data import`` output).
+
+    Loads pixels; skips episodes that are not ``completed`` or have a step without an
+    action (a recorded parse error: nothing to compare with). ``filter``: an
+    :class:`~guiagent.store.EpisodeFilter`.
+    """
+    from guiagent.store import EpisodeFilter, StoreReader
+
+    reader = StoreReader(run_dir)
+    out: list[Trajectory] = []
+    try:
+        for t in reader.iter_trajectories(filter or EpisodeFilter(), pixels=True):
+            if t.status != "completed" or not t.steps or any(s.action is None for s in t.steps):
+                continue
+            out.append(t)
+            if limit is not None and len(out) >= limit:
+                break
+    finally:
+        reader.close()
+    return out
 
 
 def run_semi_online(
