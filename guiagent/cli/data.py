@@ -22,8 +22,8 @@ class DataImportConfig:
 
     src: tyro.conf.Positional[str]
     """the file or folder to import"""
-    format: str = "uis1"
-    """androidcontrol, uis1, guiodyssey, parquet or hf"""
+    format: str = ""
+    """androidcontrol, uis1, guiodyssey, parquet or hf (required)"""
     out: str = ""
     """a new run directory (refused when it exists and is not empty)"""
     images: str | None = None
@@ -45,6 +45,9 @@ def main(argv: list[str]) -> int:
     from guiagent.datasets import FORMATS, DatasetError, import_dataset
     from guiagent.store.errors import StoreError
 
+    if not cfg.format:
+        print(f"guiagent data import: --format is required ({', '.join(FORMATS)})", file=sys.stderr)
+        return 2
     if cfg.format not in FORMATS:
         print(
             f"guiagent data import: unknown format {cfg.format!r}; known: {', '.join(FORMATS)}",

@@ -515,3 +515,24 @@ class _ByIndex:
 
     def act_batch(self, contexts, pool):
         return [PolicyTurn("x", self.script[c.observation.screenshot]) for c in contexts]
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_oracle_demonstrations_replay_perfectly(tmp_path):
+    """Oracle demonstrations recorded in real Chromium, then replayed semi-online by a perfect policy."""
+    from emulators.pool import InProcessPool
+    from rl.agents import OraclePolicy
+    from rl.rollout import make_groups, run_rollout
+    from rl.semi_online import load_recorded_episodes
+
+    store = Store.open(tmp_path)
+    run = store.create_run("demos", env="webapps")
+    with InProcessPool("webapps", num_slots=2) as pool:
+        run_rollout(pool, OraclePolicy(), make_groups(["open_app", "settings_turn_on"], [3, 4], 1),
+                    store=store, run_id=run, suite="webapps")
+    store.close()
+    eps = load_recorded_episodes(tmp_path)
+    assert len(eps) == 2 and all(e.num_steps >= 1 for e in eps)
+    r = semi_online_eval(ReplayPolicy(eps), eps)
+    assert r.progress == 1.0 and r.success == 1.0 and set(r.per_task) == {"open_app", "settings_turn_on"}
