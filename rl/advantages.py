@@ -159,7 +159,9 @@ class SemiOnlineRewardConfig:
     ``r = format_weight · format_ok + action_weight · s`` with ``s = match_score`` when
     the action matched the recorded one, ``kind_score`` when only its kind did,
     ``parsed_score`` when it parsed but was of another kind, 0 when it did not parse.
-    UI-S1: 0.1 / 0.9 with scores 1.0 / 0.5 / 0.1.
+    UI-S1: 0.1 / 0.9 with scores 1.0 / 0.5 / 0.1. ``format_requires_thought``: the
+    format counts as valid only when the reply also has a thought (UI-S1's check; the
+    driver applies it, this function takes ``format_ok`` as given).
     """
 
     format_weight: float = 0.1
@@ -167,6 +169,7 @@ class SemiOnlineRewardConfig:
     match_score: float = 1.0
     kind_score: float = 0.5
     parsed_score: float = 0.1
+    format_requires_thought: bool = False
 
 
 def semi_online_step_rewards(format_ok: torch.Tensor, kind_match: torch.Tensor, matched: torch.Tensor,

@@ -478,9 +478,13 @@ def run_semi_online(
             size = rec.observation.size
             parse_failed = isinstance(turn.action, ParseError)
             m = match_action(turn.action, rec.action, size=size, target_box=_target_box(rec), config=match)
+            # UI-S1 counts the format as valid when the reply has a thought; here a parsed
+            # reply, plus a thought when the config asks for one
+            has_thought = bool(turn.thought.strip())
+            format_ok = not parse_failed and (has_thought or not rewards.format_requires_thought)
             r = float(
                 semi_online_step_rewards(
-                    torch.tensor([not parse_failed]),
+                    torch.tensor([format_ok]),
                     torch.tensor([m.kind_match]),
                     torch.tensor([m.matched]),
                     rewards,

@@ -331,6 +331,20 @@ def test_mismatch_is_patched_with_the_recorded_action(mode, thought):
     assert res.turns[1].completion_ids == (1, 2, 3)  # trained on its own completion only
 
 
+def test_format_can_require_a_thought():
+    class NoThought(ScriptedPolicy):
+        def act_batch(self, contexts, pool):
+            from dataclasses import replace
+
+            return [replace(t, thought="") for t in super().act_batch(contexts, pool)]
+
+    _, res = _run([GOOD], PatchConfig())
+    assert res.turns[0].reward == pytest.approx(1.0)
+    res = run_semi_online(NoThought([GOOD]), [_episode()],
+                          rewards=SemiOnlineRewardConfig(format_requires_thought=True))
+    assert [t.reward for t in res.turns] == pytest.approx([0.9] * 4)
+
+
 def test_budget_exhausted_ends_the_episode_at_the_mismatch():
     script = {**GOOD, 1: Click(0.1, 0.1), 2: Scroll("up")}
     _, res = _run([script], PatchConfig(budget=1))
