@@ -405,7 +405,8 @@ class Step:
     with ``parse_error`` set. ``action_error`` is the device's complaint when the
     action could not be carried out (it also reaches the next observation's
     ``last_action_error``). ``reward_parts`` names every reward component; ``reward``
-    is their configured combination.
+    is their configured combination. ``metadata`` holds JSON-serialisable extras (a
+    recorded step's ``target_box``, a semi-online step's ``patched`` / ``matched`` flags).
     """
 
     index: int
@@ -422,6 +423,7 @@ class Step:
     truncated: bool = False
     policy_version: int = 0
     latency_ms: float = 0.0
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self, *, include_pixels: bool = True) -> dict[str, Any]:
         return {
@@ -439,6 +441,7 @@ class Step:
             "truncated": self.truncated,
             "policy_version": self.policy_version,
             "latency_ms": self.latency_ms,
+            "metadata": dict(self.metadata),
         }
 
     @classmethod
@@ -449,6 +452,7 @@ class Step:
         d["parse_error"] = None if d.get("parse_error") is None else ParseError.from_dict(d["parse_error"])
         d["milestones"] = tuple(d.get("milestones", ()))
         d["reward_parts"] = dict(d.get("reward_parts", {}))
+        d["metadata"] = dict(d.get("metadata", {}))
         return cls(**d)
 
 
