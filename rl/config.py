@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from judge.compose import RewardConfig
+from rl.advantages import SemiOnlineRewardConfig
+from rl.semi_online import MatchConfig, PatchConfig
 
-__all__ = ["TrainConfig", "TRAIN_SEED_RANGE", "TINY_MAX_PIXELS", "WARM_START_TASKS"]
+__all__ = ["TrainConfig", "SemiOnlineSettings", "TRAIN_SEED_RANGE", "TINY_MAX_PIXELS", "WARM_START_TASKS"]
 
 #: tasks whose targets sit at fixed places for every seed: what a tiny model trained from
 #: scratch on CPU can learn (docs/training.md, "Learning checks"), so the embedded default trains on them
@@ -23,12 +25,48 @@ TRAIN_SEED_RANGE = 1_000_000
 TINY_MAX_PIXELS = 28 * 28 * 128
 
 
+@dataclass(frozen=True)
+class SemiOnlineSettings:
+    """Semi-online RL (after UI-S1): recorded episodes replayed with the policy's own history."""
+
+    patch: PatchConfig = field(default_factory=PatchConfig)
+    """what a mismatch does: --semi.patch.mode none|recorded|policy (the thought that goes with the
+    substituted recorded action), --semi.patch.budget N (patches an episode; -1: no limit)"""
+    match: MatchConfig = field(default_factory=MatchConfig)
+    """tolerances of the matcher (--semi.match.point-tolerance 0.04, --semi.match.text-threshold 0.8, ...)"""
+    rewards: SemiOnlineRewardConfig = field(default_factory=SemiOnlineRewardConfig)
+    """per-step reward: format validity, kind match and match (UI-S1's weights by default)"""
+    gamma: float = 0.5
+    """γ of the step returns, which stop accumulating at a mismatch"""
+    step_weight: float = 1.0
+    """weight of the step-level group advantage (same recorded step across the G samples)"""
+    episode_weight: float = 1.0
+    """weight of the episode-level group advantage"""
+    per_online: int = 1
+    """--mode mixed: semi-online iterations before each online one"""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError("--semi.gamma must lie in [0, 1]")
+        if self.per_online < 1:
+            raise ValueError("--semi.per-online must be >= 1")
+
+
 @dataclass
 class TrainConfig:
     """Online RL on a suite: GRPO / Dr. GRPO with PPO-clip updates."""
 
     env: str = "webapps"
     """suite: webapps, miniwob or androidworld"""
+    mode: Literal["online", "semi-online", "mixed"] = "online"
+    """online: episodes on live envs; semi-online: recorded episodes (--data) replayed with the
+    policy's own replies in the history and a patch step on mismatches (no device during rollouts);
+    mixed: --semi.per-online semi-online iterations, then one online, and again"""
+    data: tuple[str, ...] = ()
+    """--mode semi-online|mixed: run directories of recorded trajectories (e.g. from
+    guiagent eval --agent oracle, or guiagent data import); episodes of --tasks only, when given"""
+    semi: SemiOnlineSettings = field(default_factory=SemiOnlineSettings)
+    """semi-online settings (--semi.patch.mode, --semi.gamma, ...)"""
     algo: Literal["grpo", "dr_grpo"] = "grpo"
     """grpo: std-normalised group advantages, token-mean loss; dr_grpo: no std, constant-length normaliser"""
     tasks: tuple[str, ...] = ()
@@ -170,6 +208,10 @@ class TrainConfig:
             raise ValueError("--kl-target and --max-kl-old must be >= 0, --kl-horizon positive")
         if self.kl_target > 0 and self.kl_coef <= 0:
             raise ValueError("--kl-target adapts β from --kl-coef: give a positive --kl-coef too")
+        if self.mode != "online" and not self.data:
+            raise ValueError(f"--mode {self.mode} replays recorded trajectories: give --data RUN_DIR [RUN_DIR ...]")
+        if self.mode != "online" and self.rollout == "async":
+            raise ValueError("--rollout async is for online rollouts; semi-online iterations need no device wait")
         for name in ("max_parse_error_rate", "max_kl_ref", "min_entropy"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0 (0 turns it off)")

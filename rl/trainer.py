@@ -79,12 +79,37 @@ def write_summary(result: TrainResult) -> None:
     Path(result.run_dir, "summary.json").write_text(json.dumps(result.to_dict(), indent=2, default=float))
 
 
+def load_recorded(cfg: TrainConfig) -> list[Any]:
+    """The recorded episodes of ``--data`` (of ``--tasks`` when given); ``KeyError`` says what is missing."""
+    from guiagent.store import EpisodeFilter
+    from guiagent.store.schema import db_path
+    from rl.semi_online import load_recorded_episodes
+
+    episodes: list[Any] = []
+    for d in cfg.data:
+        if not db_path(Path(d)).is_file():
+            raise KeyError(f"--data {d}: no trajectory store there (record one with guiagent eval --agent oracle "
+                           "--out DIR, or import one with guiagent data import)")
+        got = load_recorded_episodes(d, EpisodeFilter(outcome="success"))
+        episodes += [t for t in got if not cfg.tasks or t.task.task_id in cfg.tasks]
+    if not episodes:
+        raise KeyError(f"--data {' '.join(cfg.data)}: no successful recorded episode"
+                       + (f" of {list(cfg.tasks)}" if cfg.tasks else "") + " to replay")
+    return episodes
+
+
 def resolve_tasks(cfg: TrainConfig) -> list[str]:
-    """The task ids to train on; ``KeyError`` names an unknown suite or task (nothing is created)."""
+    """The task ids to train (and evaluate) on; ``KeyError`` names an unknown suite or task.
+
+    In ``--mode semi-online`` the tasks only filter the recorded episodes, which may come from
+    elsewhere (an imported dataset): the held-out evaluation runs the ones the suite has.
+    """
     from emulators.suites import get_suite
 
     suite = get_suite(cfg.env)
     ids = suite.task_ids()
+    if cfg.mode == "semi-online" and cfg.tasks:
+        return [t for t in cfg.tasks if t in ids]
     if cfg.tasks:
         unknown = [t for t in cfg.tasks if t not in ids]
         if unknown:
@@ -145,7 +170,12 @@ class Trainer:
             ckpt = find_checkpoint(run_dir)
             restored = load_checkpoint(ckpt) if ckpt is not None else None
         self.cfg = cfg
-        self.tasks = resolve_tasks(cfg)  # before anything is created: a typo leaves nothing behind
+        # before anything is created: a typo leaves nothing behind
+        self.tasks = resolve_tasks(cfg)
+        self.recorded = load_recorded(cfg) if cfg.mode != "online" else []
+        if cfg.eval_episodes > 0 and not self.tasks:
+            raise KeyError(f"none of the recorded tasks is a {cfg.env} task to evaluate on: "
+                           "give --eval-episodes 0, or --tasks of the suite")
         self.out = out = Path(cfg.out)
         out.mkdir(parents=True, exist_ok=True)
         if cfg.threads:
@@ -190,7 +220,6 @@ class Trainer:
                 log.info("marked %d unfinished episodes of the killed run as aborted", len(recovered))
             self.store.set_run_status(self.state.run_id, "running")
 
-        self.pool = self._make_pool()
         if self.state.eval_before is None:
             self.state.eval_before = self.evaluate("before")
         # The rollout side acts with its own copy of the weights in async mode (synced after each
@@ -206,6 +235,12 @@ class Trainer:
             from rl.rollout import AsyncRollout
 
             self.async_rollout = AsyncRollout(self.produce, max_lag=cfg.max_lag, start_iteration=self.state.iteration)
+
+    def env_pool(self) -> Any:
+        """The env pool, started on first use (a semi-online run without evaluations needs none)."""
+        if self.pool is None:
+            self.pool = self._make_pool()
+        return self.pool
 
     def _make_pool(self) -> Any:
         cfg = self.cfg
@@ -232,25 +267,46 @@ class Trainer:
 
     # ---- the loop -------------------------------------------------------------------------------
 
+    def is_semi_online(self, iteration: int) -> bool:
+        """Whether iteration ``iteration`` replays recorded episodes (--mode semi-online / mixed)."""
+        k = self.cfg.semi.per_online
+        return self.cfg.mode == "semi-online" or (self.cfg.mode == "mixed" and iteration % (k + 1) != k)
+
     def produce(self, iteration: int) -> Any:
         """The rollouts of one iteration: ``groups_per_iteration`` (task, seed) groups of G episodes,
-        in more rounds while too few groups are informative (dynamic sampling)."""
+        in more rounds while too few groups are informative (dynamic sampling); or, in a
+        semi-online iteration, ``groups_per_iteration`` recorded episodes replayed G times each."""
         from rl.rollout import make_groups, run_rollout
 
         cfg = self.cfg
         rng = random.Random(cfg.seed * 7919 + iteration)  # the data cursor: iteration i -> its groups
         torch.manual_seed(cfg.seed * 7919 + iteration)  # the sampling of this iteration's replies
+        if self.is_semi_online(iteration):
+            return self._replay(rng)
         result = None
         for rnd in range(max(1, cfg.max_sampling_rounds) if cfg.min_informative_groups else 1):
             picks = [rng.choice(self.tasks) for _ in range(cfg.groups_per_iteration)]
             seeds = [rng.randrange(TRAIN_SEED_RANGE) for _ in picks]
-            more = run_rollout(self.pool, self.sampler, make_groups(picks, seeds, cfg.group_size,
+            more = run_rollout(self.env_pool(), self.sampler, make_groups(picks, seeds, cfg.group_size,
                                                                     tag=f"i{iteration}r{rnd}"),
                                rewards=cfg.rewards, store=self.store, run_id=self.state.run_id, suite=cfg.env)
             result = more if result is None else result.extend(more)
             if result.informative_groups() >= cfg.min_informative_groups:
                 break
         return result
+
+    def _replay(self, rng: random.Random) -> Any:
+        """A semi-online rollout: recorded episodes, each replayed ``group_size`` times."""
+        from rl.semi_online import ModelExplainer, run_semi_online
+
+        cfg = self.cfg
+        n = cfg.groups_per_iteration
+        picks = (rng.sample(self.recorded, n) if n <= len(self.recorded)
+                 else [rng.choice(self.recorded) for _ in range(n)])
+        explainer = ModelExplainer(self.sampler.inner) if cfg.semi.patch.mode == "policy" else None
+        return run_semi_online(self.sampler, picks, group_size=cfg.group_size, patch=cfg.semi.patch,
+                               rewards=cfg.semi.rewards, match=cfg.semi.match, explainer=explainer,
+                               store=self.store, run_id=self.state.run_id)
 
     def iterate(self) -> None:
         """One iteration: rollout → advantages → update → guards → sync → checkpoint → eval → metrics."""
@@ -267,8 +323,11 @@ class Trainer:
         else:
             result = self.produce(it)
         metrics = rollout_metrics(result)
-        extra = self._judge_episodes(result, metrics) if self.judge is not None else {}
-        turns, adv, adv_stats = compute_advantages(cfg, result, extra)
+        if self.is_semi_online(it):
+            turns, adv, adv_stats = self._semi_online_batch(result, metrics)
+        else:
+            extra = self._judge_episodes(result, metrics) if self.judge is not None else {}
+            turns, adv, adv_stats = compute_advantages(cfg, result, extra)
         metrics.update(adv_stats)
         t1 = time.perf_counter()
         if turns:
@@ -304,6 +363,27 @@ class Trainer:
         save_checkpoint(self.out, self.policy, self.opt, state)
         self.history.append(metrics)
         log.info(self._line(it, metrics))
+
+    def _semi_online_batch(self, result: Any, metrics: dict[str, float]) -> tuple[list[Any], torch.Tensor,
+                                                                                    dict[str, float]]:
+        """Turns and UI-S1 advantages of a semi-online rollout (patched steps are never trained on:
+        the turns are the policy's own replies), and its metrics."""
+        from rl.semi_online import semi_online_turn_advantages
+
+        semi = self.cfg.semi
+        adv = semi_online_turn_advantages(result, gamma=semi.gamma, step_weight=semi.step_weight,
+                                          episode_weight=semi.episode_weight, normalize_std=self.cfg.algo == "grpo")
+        trajs = result.trajectories
+        steps = [st for t in trajs for st in t.steps]
+        n = max(len(trajs), 1)
+        metrics.update({
+            "semi_online": 1.0,
+            "semi/match_rate": sum(bool(st.metadata.get("matched")) for st in steps) / max(len(steps), 1),
+            "semi/progress": sum(t.metadata.get("progress", 0.0) for t in trajs) / n,
+            "semi/patches": sum(t.metadata.get("patches", 0) for t in trajs) / n,
+        })
+        return list(result.turns), adv, {"groups": float(len({t.group_id for t in trajs})),
+                                          "groups_kept": float(len({u.group_id for u in result.turns}))}
 
     def _guards(self, m: dict[str, float]) -> str | None:
         """The first stability guard this iteration trips (None: all within bounds); alarms are
@@ -360,7 +440,8 @@ class Trainer:
         alarms = " ".join(k.split("/", 1)[1].upper() for k in m if k.startswith("alarm/"))
         ent = f" entropy {m['entropy']:.2f}" if "entropy" in m else ""
         aborted = f" aborted {int(m['aborted'])}" if m.get("aborted") else ""
-        return (f"[{it + 1}/{self.cfg.iterations}] success {m['success_rate']:.2f} reward {m['reward_mean']:.3f} "
+        mode = "[semi] " if m.get("semi_online") else ""
+        return (f"[{it + 1}/{self.cfg.iterations}] {mode}success {m['success_rate']:.2f} reward {m['reward_mean']:.3f} "
                 f"len {m['episode_length']:.1f} parse-err {m['parse_error_rate']:.2f}{ent}{aborted} {upd} "
                 f"({m['iteration_seconds']:.1f} s)" + (f" ALARM {alarms}" if alarms else ""))
 
@@ -379,7 +460,7 @@ class Trainer:
                           name=f"eval {tag}")
         # async: the rollout thread shares the pool, so it waits between two rollouts
         with self.async_rollout.paused() if self.async_rollout is not None else contextlib.nullcontext():
-            r = run_eval(ecfg, policy=greedy, pool=self.pool)
+            r = run_eval(ecfg, policy=greedy, pool=self.env_pool())
         log.info("held-out success %s: %.1f%% over %d episodes", tag, 100 * r.success_rate, r.episodes)
         return float(r.success_rate)
 
