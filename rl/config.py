@@ -44,12 +44,14 @@ class SemiOnlineSettings:
     """weight of the episode-level group advantage"""
     per_online: int = 1
     """--mode mixed: semi-online iterations before each online one"""
+    iterations: int = 4
+    """--mode staged: semi-online iterations before the online ones"""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError("--semi.gamma must lie in [0, 1]")
-        if self.per_online < 1:
-            raise ValueError("--semi.per-online must be >= 1")
+        if self.per_online < 1 or self.iterations < 0:
+            raise ValueError("--semi.per-online must be >= 1 and --semi.iterations >= 0")
 
 
 @dataclass
@@ -58,10 +60,12 @@ class TrainConfig:
 
     env: str = "webapps"
     """suite: webapps, miniwob or androidworld"""
-    mode: Literal["online", "semi-online", "mixed"] = "online"
+    mode: Literal["auto", "online", "semi-online", "mixed", "staged"] = "auto"
     """online: episodes on live envs; semi-online: recorded episodes (--data) replayed with the
     policy's own replies in the history and a patch step on mismatches (no device during rollouts);
-    mixed: --semi.per-online semi-online iterations, then one online, and again"""
+    mixed: --semi.per-online semi-online iterations, then one online, and again; staged: the first
+    --semi.iterations iterations semi-online, the rest online, with a held-out evaluation between;
+    auto: staged on the warm start's demonstrations when no --model is given, else online"""
     data: tuple[str, ...] = ()
     """--mode semi-online|mixed: run directories of recorded trajectories (e.g. from
     guiagent eval --agent oracle, or guiagent data import); episodes of --tasks only, when given"""
@@ -208,8 +212,13 @@ class TrainConfig:
             raise ValueError("--kl-target and --max-kl-old must be >= 0, --kl-horizon positive")
         if self.kl_target > 0 and self.kl_coef <= 0:
             raise ValueError("--kl-target adapts β from --kl-coef: give a positive --kl-coef too")
-        if self.mode != "online" and not self.data:
+        if self.mode == "auto":
+            self.mode = "staged" if not self.model and not self.resume else "online"
+        if self.mode in ("semi-online", "mixed") and not self.data:
             raise ValueError(f"--mode {self.mode} replays recorded trajectories: give --data RUN_DIR [RUN_DIR ...]")
+        if self.mode == "staged" and not self.data and self.model:
+            raise ValueError("--mode staged with --model replays recorded trajectories: give --data RUN_DIR "
+                             "(without --model, the warm start's demonstrations are replayed)")
         if self.mode != "online" and self.rollout == "async":
             raise ValueError("--rollout async is for online rollouts; semi-online iterations need no device wait")
         for name in ("max_parse_error_rate", "max_kl_ref", "min_entropy"):

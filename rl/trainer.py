@@ -172,7 +172,7 @@ class Trainer:
         self.cfg = cfg
         # before anything is created: a typo leaves nothing behind
         self.tasks = resolve_tasks(cfg)
-        self.recorded = load_recorded(cfg) if cfg.mode != "online" else []
+        self.recorded = load_recorded(cfg) if cfg.mode != "online" and cfg.data else []
         if cfg.eval_episodes > 0 and not self.tasks:
             raise KeyError(f"none of the recorded tasks is a {cfg.env} task to evaluate on: "
                            "give --eval-episodes 0, or --tasks of the suite")
@@ -195,6 +195,9 @@ class Trainer:
                                                 steps=cfg.warm_start_steps, seed=cfg.seed,
                                                 max_pixels=TINY_MAX_PIXELS, threads=cfg.threads or None)
             self.state.model_dir = model_dir
+        if cfg.mode != "online" and not cfg.data:  # staged embedded default: replay the warm start's demos
+            self.cfg = cfg = dataclasses.replace(cfg, data=(str(out / "demos"),))
+            self.recorded = load_recorded(cfg)
         self.first_iteration = self.state.iteration
         self.settings = AgentSettings.load(self.state.model_dir) or AgentSettings.load(model_dir) or AgentSettings()
         self.policy = load_transformers(model_dir, threads=cfg.threads or None)
@@ -269,8 +272,9 @@ class Trainer:
 
     def is_semi_online(self, iteration: int) -> bool:
         """Whether iteration ``iteration`` replays recorded episodes (--mode semi-online / mixed)."""
-        k = self.cfg.semi.per_online
-        return self.cfg.mode == "semi-online" or (self.cfg.mode == "mixed" and iteration % (k + 1) != k)
+        mode, semi = self.cfg.mode, self.cfg.semi
+        return (mode == "semi-online" or (mode == "mixed" and iteration % (semi.per_online + 1) != semi.per_online)
+                or (mode == "staged" and iteration < semi.iterations))
 
     def produce(self, iteration: int) -> Any:
         """The rollouts of one iteration: ``groups_per_iteration`` (task, seed) groups of G episodes,
@@ -354,8 +358,10 @@ class Trainer:
         metrics["iteration_seconds"] = time.perf_counter() - t0
         metrics["policy_version"] = float(self.policy.version)
         state.iteration = it + 1
-        if cfg.eval_every and (it + 1) % cfg.eval_every == 0 and it + 1 < cfg.iterations and self.stopped_by is None:
-            metrics["eval_success"] = self.evaluate(f"iter-{it + 1}")
+        stage_end = cfg.mode == "staged" and it + 1 == cfg.semi.iterations
+        due = (cfg.eval_every and (it + 1) % cfg.eval_every == 0) or stage_end
+        if due and it + 1 < cfg.iterations and self.stopped_by is None:
+            metrics["eval_success"] = self.evaluate("after-semi-online" if stage_end else f"iter-{it + 1}")
             self._keep_best(metrics["eval_success"], it + 1)
         # Metrics before the checkpoint: a kill in between repeats the iteration, whose metrics
         # then replace these; the other order would lose them.
@@ -492,7 +498,7 @@ class Trainer:
         self.policy.save(final)
         self.settings.save(str(final))
         self.after = self.evaluate("after")
-        if self.cfg.eval_every:
+        if self.cfg.eval_every or self.state.best_success is not None:
             self._keep_best(self.after, self.state.iteration)
             save_checkpoint(self.out, self.policy, self.opt, self.state)  # best_* recorded for a later resume
         best = self.out / "model-best"
