@@ -316,7 +316,10 @@ def apply_lora(model: Any, settings: LoraSettings, *, adapter: str | None = None
                                          autocast_adapter_dtype=adapter_dtype_fp32)
     config = LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
                         target_modules=settings.target_modules, bias="none")
-    peft_model = get_peft_model(model, config, autocast_adapter_dtype=adapter_dtype_fp32)
+    try:
+        peft_model = get_peft_model(model, config, autocast_adapter_dtype=adapter_dtype_fp32)
+    except ValueError as e:  # peft's NoMatchingPeftModuleError; one line naming the setting
+        raise ValueError(f"LoRA target_modules {settings.target_modules!r} matched no layer") from e
     if not any(p.requires_grad for p in peft_model.parameters()):
         raise ValueError(f"LoRA target_modules {settings.target_modules!r} matched no layer")
     return peft_model
