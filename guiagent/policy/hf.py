@@ -453,7 +453,7 @@ class TransformersPolicy:
         batch = {"input_ids": ids, "attention_mask": mask, "mm_token_type_ids": types}
         pv = [e.pixel_values for e in encs if e.pixel_values is not None]
         if pv:
-            batch["pixel_values"] = torch.cat(pv).to(self.model.dtype)
+            batch["pixel_values"] = torch.cat(pv).to(_weight_dtype(self.model))
             batch["image_grid_thw"] = torch.cat([e.image_grid_thw for e in encs if e.image_grid_thw is not None])
         return {k: v.to(self.device) for k, v in batch.items()}
 
@@ -623,3 +623,9 @@ def qwen2_5_vl_3b_config() -> Any:
                        "spatial_merge_size": 2, "spatial_patch_size": 14, "window_size": 112,
                        "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2,
                        "temporal_patch_size": 2})
+
+
+def _weight_dtype(model: Any) -> torch.dtype:
+    """The model's dtype, also through wrappers without a ``dtype`` attribute (DDP)."""
+    dt = getattr(model, "dtype", None)
+    return dt if isinstance(dt, torch.dtype) else next(model.parameters()).dtype
