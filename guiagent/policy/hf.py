@@ -629,3 +629,38 @@ def _weight_dtype(model: Any) -> torch.dtype:
     """The model's dtype, also through wrappers without a ``dtype`` attribute (DDP)."""
     dt = getattr(model, "dtype", None)
     return dt if isinstance(dt, torch.dtype) else next(model.parameters()).dtype
+
+
+_TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "image_token_id", "video_token_id",
+                    "vision_start_token_id", "vision_end_token_id", "vision_token_id")
+
+
+def build_random_model(config: Any, out: str | os.PathLike, *, tokenizer_from: str, device: str = "cpu",
+                       dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
+    """Save a randomly initialised model of ``config``'s architecture, with the tokenizer, image
+    processor and chat template of the model folder ``tokenizer_from`` (its special-token ids are
+    copied into the config, so images and end-of-turn work; the vocabulary must fit). For
+    real-size checks without a download: ``build_random_model(qwen2_5_vl_3b_config(), dir,
+    tokenizer_from=tiny_dir, device="cuda")``. Returns ``out``."""
+    import shutil
+
+    from transformers import AutoConfig
+
+    out = Path(out)
+    src = AutoConfig.from_pretrained(tokenizer_from)
+    for field in _TOKEN_ID_FIELDS:  # the small tokenizer's ids, at whichever level each config keeps them
+        for s_obj, d_obj in ((src, config), (getattr(src, "text_config", None), getattr(config, "text_config", None))):
+            v = getattr(s_obj, field, None) if s_obj is not None else None
+            if v is not None and d_obj is not None:
+                setattr(d_obj, field, v)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = _model_class(config.model_type)._from_config(config, dtype=dtype)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    del model
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "preprocessor_config.json",
+              "special_tokens_map.json", "generation_config.json"):
+        if Path(tokenizer_from, f).is_file():
+            shutil.copy(Path(tokenizer_from, f), out / f)
+    return out
