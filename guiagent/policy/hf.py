@@ -558,6 +558,15 @@ class TransformersPolicy:
             return self.model.state_dict()
         return dict(merged_weights(self.model))
 
+    @contextlib.contextmanager
+    def adapters_disabled(self) -> Iterator[None]:
+        """A LoRA policy computes as its frozen base inside this block: the KL reference without a
+        second copy of the model (``with policy.adapters_disabled(): ref = policy.score_batch(...)``)."""
+        if self.lora is None:
+            raise ValueError("adapters_disabled needs a LoRA policy")
+        with self.model.disable_adapter():
+            yield
+
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """As :meth:`state_dict`, one tensor at a time (LoRA layers merged as they are reached)."""
         return merged_weights(self.model)

@@ -206,6 +206,9 @@ def test_lora_trains_only_adapters_and_save_load_keeps_logprobs(model_dir, tmp_p
     before = p.score(cs, comps)
     plain = load_transformers(str(model_dir), device="cpu")
     assert max_diff(before[0], plain.score(cs, comps)[0]) > 1e-3  # the adapters change the model
+    with p.adapters_disabled():  # the base: a KL reference without a second model
+        for a, b in zip(p.score(cs, comps), plain.score(cs, comps)):
+            assert max_diff(a, b) < TOL
     # state_dict(): merged weights under the plain model's names
     sd = p.state_dict()
     assert set(sd) == set(plain.model.state_dict()) and not any("lora_" in k for k in sd)
