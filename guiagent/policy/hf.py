@@ -3,7 +3,7 @@
 Loads a local folder or a hub id through the standard ``from_pretrained`` path.
 The processor is assembled here from the tokenizer and
 ``Qwen2VLImageProcessorPil``: ``AutoProcessor`` needs torchvision for the video
-processor, which CPU installs here do not have (FACTS, "Models").
+processor, which CPU installs here do not have.
 
 Two details decide whether log-probs are exact:
 
@@ -26,7 +26,6 @@ from collections import OrderedDict
 
 import contextlib
 import os
-import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
