@@ -208,34 +208,34 @@ def _lora_learner(model_dir):
     return p
 
 
-@pytest.mark.parametrize("in_process", [False, True])
-def test_colocated_sync_pushes_merged_weights_and_hands_memory_over(tiny_model_dir, in_process):
+def test_colocated_sync_pushes_merged_weights_and_hands_memory_over(tiny_model_dir):
     from guiagent.policy.hf import load_transformers
     from guiagent.policy.vllm_backend import ColocatedSync, VLLMPolicy
 
     learner = _lora_learner(tiny_model_dir)
-    rollout_copy = load_transformers(tiny_model_dir, device="cpu")  # the "engine's" model
-    wm = _WorkerModel(rollout_copy.model)
-    llm = _Engine(wm, in_process)
-    eng = VLLMPolicy.from_engine(llm, rollout_copy.tokenizer, rollout_copy.encoder.chat_template, name="tiny")
     cs = chats()
     comps = [[100, 101, 102, 103], [104, 105, 106]]
-    assert max(abs(a - b) for a, b in zip(learner.score(cs, comps)[0], rollout_copy.score(cs, comps)[0])) > 1e-3
-    sync = ColocatedSync(eng, learner, dtype=torch.float32)
-    with sync.update_phase():
-        assert eng.asleep
-        learner.mark_updated()
-    assert not eng.asleep and eng.version == learner.version == 1
-    # the engine's model now computes what the learner computes (LoRA merged on the way)
-    for a, b in zip(learner.score(cs, comps), rollout_copy.score(cs, comps)):
-        assert max(abs(x - y) for x, y in zip(a, b)) < 1e-4
-    kinds = [c[0] for c in llm.calls]
-    assert kinds[:2] == ["sleep", "wake_up"] and llm.calls[0] == ("sleep", 1)
-    assert llm.calls[1] == ("wake_up", ("weights",))          # weights back first ...
-    assert ("wake_up", ("kv_cache",)) in llm.calls           # ... the KV cache after the push
-    assert kinds.index("wake_up", 2) > max(i for i, k in enumerate(kinds) if k in ("rpc", "sleep"))
-    assert kinds[-1] == "reset_prefix_cache"
-    assert ("rpc" in kinds) is (not in_process)               # in process: tensors by reference
+    want = learner.score(cs, comps)
+    for in_process in (False, True):  # collective_rpc of CPU chunks / the in-process model by reference
+        rollout_copy = load_transformers(tiny_model_dir, device="cpu")  # the "engine's" model
+        llm = _Engine(_WorkerModel(rollout_copy.model), in_process)
+        eng = VLLMPolicy.from_engine(llm, rollout_copy.tokenizer, rollout_copy.encoder.chat_template, name="tiny")
+        assert max(abs(a - b) for a, b in zip(want[0], rollout_copy.score(cs, comps)[0])) > 1e-3
+        sync = ColocatedSync(eng, learner, dtype=torch.float32)
+        with sync.update_phase():
+            assert eng.asleep
+            learner.mark_updated()
+        assert not eng.asleep and eng.version == learner.version
+        # the engine's model now computes what the learner computes (LoRA merged on the way)
+        for a, b in zip(want, rollout_copy.score(cs, comps)):
+            assert max(abs(x - y) for x, y in zip(a, b)) < 1e-4
+        kinds = [c[0] for c in llm.calls]
+        assert llm.calls[0] == ("sleep", 1)
+        assert llm.calls[1] == ("wake_up", ("weights",))          # weights back first ...
+        assert ("wake_up", ("kv_cache",)) in llm.calls           # ... the KV cache after the push
+        assert kinds.index("wake_up", 2) > max(i for i, k in enumerate(kinds) if k in ("rpc", "sleep"))
+        assert kinds[-1] == "reset_prefix_cache"
+        assert ("rpc" in kinds) is (not in_process)               # in process: tensors by reference
 
 
 def test_push_weights_casts_and_chunks(tiny_model_dir):
