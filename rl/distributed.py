@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 __all__ = ["DistSettings", "init_distributed", "wrap_policy", "wrap_model", "shard_indices", "loss_scale",
-           "RayLearnerGroup", "free_port"]
+           "RayLearnerGroup", "free_port", "scatter"]
 
 Strategy = Literal["ddp", "fsdp2"]
 
