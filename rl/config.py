@@ -149,6 +149,17 @@ class TrainConfig:
     """dynamic sampling: most rollout rounds in one iteration"""
     neg_adv_min_scale: float = 1.0
     """success-adaptive scaling of negative advantages: scale = m + (1-m)·group success (1: off)"""
+    precision: Literal["auto", "fp32", "bf16-mixed", "bf16"] = "auto"
+    """auto: fp32 on CPU, bf16-mixed on CUDA; bf16-mixed: fp32 weights and optimiser state with bf16
+    compute (autocast), so small updates are not rounded away; bf16: bf16 weights with an fp32
+    master copy in the optimiser (least memory)"""
+    lora_rank: int = 0
+    """LoRA rank of adapters on the language model (peft; 0: full fine-tuning); the KL reference is
+    then the same model with its adapters switched off, so no second copy is loaded"""
+    lora_alpha: float = 32.0
+    """LoRA α (the adapters are scaled by α / rank)"""
+    gradient_checkpointing: bool = False
+    """recompute activations in the backward pass (less memory, ~30% more compute)"""
     max_grad_norm: float = 1.0
     temperature: float = 1.0
     """rollout sampling temperature"""
@@ -221,6 +232,8 @@ class TrainConfig:
                              "(without --model, the warm start's demonstrations are replayed)")
         if self.mode != "online" and self.rollout == "async":
             raise ValueError("--rollout async is for online rollouts; semi-online iterations need no device wait")
+        if self.lora_rank < 0 or self.lora_alpha <= 0:
+            raise ValueError("--lora-rank must be >= 0 (0: full fine-tuning) and --lora-alpha positive")
         for name in ("max_parse_error_rate", "max_kl_ref", "min_entropy"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0 (0 turns it off)")

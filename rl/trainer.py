@@ -38,6 +38,7 @@ from rl.checkpoint import (
     TrainerState, find_checkpoint, load_checkpoint, load_config, save_checkpoint, save_config,
 )
 from rl.config import TINY_MAX_PIXELS, TRAIN_SEED_RANGE, WARM_START_TASKS, TrainConfig
+from rl.optim import build_optimizer, estimate_memory_for
 
 __all__ = ["TrainConfig", "TrainResult", "Trainer", "train", "write_summary"]
 
@@ -131,6 +132,17 @@ class _LockedTurnPolicy:
             return self.inner.act_batch(contexts, pool)
 
 
+class _AdaptersOff:
+    """A LoRA policy scored as its frozen base: the KL reference without a second model."""
+
+    def __init__(self, policy: Any):
+        self.policy = policy
+
+    def score_batch(self, *a: Any, **k: Any) -> Any:
+        with self.policy.adapters_disabled():
+            return self.policy.score_batch(*a, **k)
+
+
 class Trainer:
     """One training run: :meth:`run` is setup → loop → cleanup."""
 
@@ -200,11 +212,14 @@ class Trainer:
             self.recorded = load_recorded(cfg)
         self.first_iteration = self.state.iteration
         self.settings = AgentSettings.load(self.state.model_dir) or AgentSettings.load(model_dir) or AgentSettings()
-        self.policy = load_transformers(model_dir, threads=cfg.threads or None)
+        self.policy = self._load_policy(model_dir, resumed=restored is not None)
         # The KL reference is the starting policy for the whole run, also after any number of resumes.
-        self.ref = load_transformers(self.state.model_dir) if cfg.kl_coef > 0 else None
-        self.opt = torch.optim.AdamW([p for p in self.policy.parameters() if p.requires_grad], lr=cfg.lr,
-                                     betas=(0.9, 0.98))
+        self.ref = self._reference() if cfg.kl_coef > 0 else None
+        self.opt = build_optimizer(self.policy, cfg.lr, betas=(0.9, 0.98), weight_decay=0.01, precision=cfg.precision)
+        log.info("%s (precision %s, LoRA rank %d, micro-batch %d, ~2048-token turns)", estimate_memory_for(
+            self.policy.model, precision=self.policy_precision, micro_batch_size=cfg.micro_batch_size, seq_len=2048,
+            completion_len=cfg.max_new_tokens, gradient_checkpointing=cfg.gradient_checkpointing,
+            device=self.policy.device.type).summary(), cfg.precision, cfg.lora_rank, cfg.micro_batch_size)
         if restored is not None:
             self.opt.load_state_dict(restored.optimizer)
             torch.set_rng_state(restored.torch_rng)
@@ -238,6 +253,28 @@ class Trainer:
             from rl.rollout import AsyncRollout
 
             self.async_rollout = AsyncRollout(self.produce, max_lag=cfg.max_lag, start_iteration=self.state.iteration)
+
+    def _load_policy(self, model_dir: str, *, resumed: bool) -> Any:
+        """The learner: precision, LoRA adapters (resumed from the checkpoint's adapter folder) and
+        gradient checkpointing as configured."""
+        from guiagent.policy.hf import LoraSettings, load_transformers, resolve_precision
+
+        cfg = self.cfg
+        lora = LoraSettings(rank=cfg.lora_rank, alpha=cfg.lora_alpha) if cfg.lora_rank else None
+        adapter = str(Path(model_dir) / "lora_adapter") if lora is not None and resumed else None
+        base = self.state.model_dir if adapter else model_dir  # a LoRA run resumes from base + its adapter
+        policy = load_transformers(base, threads=cfg.threads or None, precision=cfg.precision, lora=lora,
+                                   adapter=adapter, gradient_checkpointing=cfg.gradient_checkpointing)
+        self.policy_precision = resolve_precision(cfg.precision, policy.device).name
+        return policy
+
+    def _reference(self) -> Any:
+        """The KL reference: the starting policy (a LoRA learner's own base, adapters off)."""
+        from guiagent.policy.hf import load_transformers
+
+        if self.cfg.lora_rank:
+            return _AdaptersOff(self.policy)
+        return load_transformers(self.state.model_dir, threads=self.cfg.threads or None)
 
     def env_pool(self) -> Any:
         """The env pool, started on first use (a semi-online run without evaluations needs none)."""
