@@ -101,6 +101,6 @@ def _thumb(data: bytes | None, side: int) -> list[int] | None:
         return None
     try:
         with Image.open(io.BytesIO(data)) as im:
-            return list(im.convert("L").resize((side, side), Image.Resampling.BILINEAR).getdata())
+            return list(im.convert("L").resize((side, side), Image.Resampling.BILINEAR).tobytes())
     except (UnidentifiedImageError, OSError, ValueError):
         return None

@@ -475,21 +475,29 @@ def missing_kind(error: str | None) -> str:
 
 
 def store_verdict(store: "Store", episode_id: str, verdict: Verdict, judge_name: str | None = None, *,
-                  step: int | None = None) -> int:
+                  step: int | None = None, rule_success: float | None = None,
+                  extra: Mapping[str, Any] | None = None) -> int:
     """Record ``verdict`` as a judgement of ``episode_id`` (the web UI shows it); return its id.
 
-    The stored score is the verdict's score (None on error), so the store's
-    disagreement filter (score >= 0.5 vs the task's success >= 0.5) agrees with
-    ``verdict.success``; the reason is the judge's, or ``judge error: ...`` when
-    there is no usable verdict. The verdict's fields go into the judgement's
-    ``verdict`` record, the judge's text cut to a few thousand characters.
+    The stored score is the verdict's score (None when the verdict is missing), so
+    the store's disagreement filter (score >= 0.5 vs the task's success >= 0.5)
+    agrees with ``verdict.success``; the reason is the judge's, or
+    ``judge missing (<kind>): <error>``. The verdict's fields go into the
+    judgement's ``verdict`` record (the judge's text cut to a few thousand
+    characters) with ``missing`` (the reason's kind, "" when present),
+    ``rule_success`` (the task's own outcome beside the judge's; None: no rule
+    check) and ``extra`` (e.g. the weight and mode it was used with).
     """
     record = verdict.to_dict()
     record["raw"] = verdict.raw[:_STORED_RAW_CHARS]
     ok = verdict.error is None
+    record["missing"] = "" if ok else (missing_kind(verdict.error) or "garbage")
+    record["rule_success"] = None if rule_success is None else float(rule_success)
+    record.update(dict(extra or {}))
     return store.add_judgement(episode_id, judge_name or verdict.judge or "vlm",
                                verdict.score if ok else None, step=step, verdict=record,
-                               reason=verdict.reason if ok else f"judge error: {verdict.error}")
+                               reason=verdict.reason if ok else f"judge missing ({record['missing']}): "
+                                                                f"{verdict.error}")
 
 
 @dataclass(frozen=True)
