@@ -58,6 +58,8 @@ class JudgeSettings:
     """most step screenshots shown, besides the final screen"""
     token_budget: int = 6000
     """key_screens: most visual tokens of one verdict call's screenshots (28x28 pixels a token)"""
+    max_new_tokens: int = 256
+    """longest judge answer, in tokens"""
     max_image_pixels: int = 1280 * 720
     """larger screenshots are downscaled to this many pixels before they are sent"""
     budget: int | None = None
@@ -113,6 +115,7 @@ def judge_config(settings: JudgeSettings, cache_dir: str | None = None) -> Judge
         return JudgeConfig(name=settings.name, mode=_EVIDENCE_MODES[settings.evidence],  # type: ignore[arg-type]
                            k=settings.screens, token_budget=settings.token_budget,
                            max_image_pixels=settings.max_image_pixels, temperature=settings.temperature,
+                           max_new_tokens=settings.max_new_tokens,
                            votes=settings.votes, aggregation=settings.aggregation, budget=settings.budget,
                            rate_limit=settings.rate_limit, cache_dir=cache_dir,
                            model_id=f"{settings.model}#{settings.served_model}" if settings.model else "")
