@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("guiagent.cli.train", "online RL (GRPO family) on a suite"),
     "ui": ("guiagent.cli.ui", "web UI: trajectory replay and training dashboards"),
     "farm": ("guiagent.cli.farm", "Android emulator farm: up, down, status"),
+    "judge": ("guiagent.cli.judge", "score a VLM judge on stored episodes against their rule outcomes"),
 }
 
 

@@ -231,17 +231,6 @@ def test_screen_text_claiming_success_does_not_change_what_the_judge_is_asked():
 # -- backends --------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def judge_server(tiny_model_dir):
-    from guiagent.policy.hf import load_transformers
-    from tests.judge.judge_server import start_judge_server
-
-    srv, _ = start_judge_server(load_transformers(tiny_model_dir, device="cpu"))
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-
-
 @pytest.fixture
 def http_settings(judge_server, monkeypatch):
     from tests.judge.judge_server import API_KEY
