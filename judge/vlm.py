@@ -33,7 +33,9 @@ See docs/judge.md.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
@@ -231,6 +233,9 @@ class VLMJudge:
         self.limiter = RateLimiter(config.rate_limit, config.burst)
         self.cache = VerdictCache(config.cache_dir) if config.cache_dir else None
         self.sampling = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature)
+        # An in-process model is not safe to run from two threads at once (the rollout judges batches on a
+        # small thread pool); an HTTP backend (it has a base_url) queues its own requests.
+        self._generate_lock = None if hasattr(policy, "base_url") else threading.Lock()
 
     # -- keys -------------------------------------------------------------------------------
 
@@ -332,7 +337,8 @@ class VLMJudge:
             for _ in chunk:
                 self.limiter.acquire()
             try:
-                gens = self.policy.generate(chunk, self.sampling)
+                with self._generate_lock or contextlib.nullcontext():
+                    gens = self.policy.generate(chunk, self.sampling)
                 if len(gens) != len(chunk):
                     raise RuntimeError(f"the policy returned {len(gens)} generations for {len(chunk)} chats")
                 results += [str(g.text) for g in gens]
