@@ -135,8 +135,9 @@ class RewardJudge:
     since the batch was submitted (the late answer is dropped).
     """
 
-    def __init__(self, judge: VLMJudge, settings: JudgeSettings) -> None:
+    def __init__(self, judge: VLMJudge, settings: JudgeSettings, *, owns_policy: bool = False) -> None:
         self.judge = judge
+        self.owns_policy = owns_policy
         self.settings = settings
         self.weight = settings.effective_weight
         self.mode = settings.mode
@@ -177,6 +178,8 @@ class RewardJudge:
                 self._pool.shutdown(wait=False, cancel_futures=True)
                 self._pool = None
         self.judge.close()
+        if self.owns_policy and hasattr(self.judge.policy, "close"):
+            self.judge.policy.close()
 
 
 def make_judge(settings: JudgeSettings, out_dir: str | os.PathLike[str] | None) -> RewardJudge | None:
@@ -198,5 +201,5 @@ def make_judge(settings: JudgeSettings, out_dir: str | os.PathLike[str] | None) 
     else:
         policy = load_policy(model)
     cache_dir = str(Path(out_dir) / "judge_cache") if settings.cache and out_dir is not None else None
-    return RewardJudge(VLMJudge(policy, judge_config(settings, cache_dir)), settings)
+    return RewardJudge(VLMJudge(policy, judge_config(settings, cache_dir)), settings, owns_policy=True)
 

@@ -84,3 +84,32 @@ def test_judge_reports_list_and_page_with_disagreements(ui):
     assert "elsewhere" in page and "Cohen" in page and ">0.5<" in page
     assert client.get("/judge/report/1").status_code == 404             # the broken one is not opened
     assert client.get("/judge/report/9").status_code == 404
+
+
+@pytest.mark.browser
+def test_reward_chart_legend_names_each_part_with_its_weight_in_chromium(ui, tmp_path):
+    import threading
+
+    from werkzeug.serving import make_server
+
+    from emulators.browser import BrowserConfig, launch_browser
+
+    client, _ = ui
+    app = client.application
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    handle = launch_browser(BrowserConfig())
+    try:
+        page = handle.browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"http://127.0.0.1:{server.server_port}/")
+        page.wait_for_selector(".charts .legend")
+        legend = page.locator(".charts .legend").first.text_content()
+        assert "reward/judge ×0.25" in legend and "reward/progress ×0.5" in legend
+        assert not errors
+    finally:
+        handle.close()
+        server.shutdown()
+        t.join(5)

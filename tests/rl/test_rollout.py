@@ -5,7 +5,7 @@ import pytest
 from emulators.pool import InProcessPool
 from guiagent.store import EpisodeFilter, Store, StoreReader
 from guiagent.types import ParseError
-from judge.compose import RewardConfig
+from judge.compose import RewardConfig, combine
 from rl.agents import OraclePolicy, RandomPolicy, load_model_policy
 from rl.rollout import make_groups, run_rollout
 
@@ -147,7 +147,6 @@ def test_a_missing_verdict_is_recorded_and_the_episode_keeps_its_rule_reward(poo
     try:
         res = run_rollout(pool, OraclePolicy(), make_groups(["go_home"], [8], group_size=2), store=store,
                           run_id=run, suite="webapps", judge=judge)
-        plain = run_rollout(pool, OraclePolicy(), make_groups(["go_home"], [8], group_size=1))
     finally:
         store.close()
         judge.close()
@@ -155,7 +154,10 @@ def test_a_missing_verdict_is_recorded_and_the_episode_keeps_its_rule_reward(poo
     assert res.judge_missing == 2 and res.judge_missing_reasons == {kind: 2}
     for t in res.trajectories:
         assert all("judge" not in s.reward_parts for s in t.steps)
-        assert t.total_reward == pytest.approx(plain.trajectories[0].total_reward)  # the rule reward, unchanged
+        # the rule reward, unchanged: each step's reward is its rule parts combined, the task's 1 at the end
+        assert [s.reward for s in t.steps] == pytest.approx([combine(s.reward_parts, RewardConfig()) for s in t.steps])
+        assert t.steps[-1].reward_parts["task"] == 1.0 and t.total_reward == pytest.approx(1.0 + sum(
+            s.reward_parts["parse"] + s.reward_parts["invalid"] for s in t.steps))
         back, [j] = _stored(tmp_path, t.episode_id)
         assert back.total_reward == pytest.approx(t.total_reward)
         assert j.score is None and j.reason.startswith(f"judge missing ({kind})")
