@@ -25,7 +25,8 @@
         if (data.charts.length) {
           data.charts.forEach(function (ch) {
             var series = ch.series.map(function (name) {
-              return { name: weighted(box, name), points: data.metrics[name].map(function (p) { return [p[0], p[1]]; }) };
+              return { name: name, label: weighted(box, name),
+                       points: data.metrics[name].map(function (p) { return [p[0], p[1]]; }) };
             });
             C.line(box, ch.title, series, { unit: ch.title === 'Success rate' });
           });
