@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-__all__ = ["Calibration", "calibration", "judge_metrics", "METRIC_NAMES", "SUCCESS_THRESHOLD"]
+__all__ = ["Calibration", "calibration", "judge_metrics", "rollout_judge_metrics", "METRIC_NAMES",
+           "SUCCESS_THRESHOLD"]
 
 SUCCESS_THRESHOLD = 0.5
 #: the metric names a trainer logs per iteration (a name is left out when its value is undefined)
@@ -100,6 +101,13 @@ def judge_metrics(verdicts: Mapping[str, Any], rule_success: Mapping[str, float 
         if value is not None:
             out[f"judge/{name}"] = float(value)
     return out
+
+
+def rollout_judge_metrics(result: Any) -> dict[str, float]:
+    """:func:`judge_metrics` of a :class:`rl.rollout.RolloutResult` (its verdicts, its episodes' rule
+    outcomes, its missing count): what a trainer adds to an iteration's metrics when it has a judge."""
+    rule = {t.episode_id: t.success for t in result.trajectories if t.status == "completed"}
+    return judge_metrics(result.verdicts, rule, result.judge_missing)
 
 
 def pairs_of(judge_success: Sequence[bool], rule_success: Sequence[bool]) -> list[tuple[bool, bool]]:

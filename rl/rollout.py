@@ -14,9 +14,9 @@ trainer keeps acting on batches up to ``max_lag`` versions old (see
 :class:`AsyncRollout`).
 
 With a judge (``judge=``, a :class:`judge.settings.RewardJudge`), an episode that
-finishes is judged before its last step is stored: the episodes that finish in one
-loop turn go to the judge as one batch on its own threads while the freed slots
-start new episodes; when the verdicts come back (or the judge's timeout passes),
+finishes is judged before its last step is stored: finished episodes go to the
+judge in batches (all those waiting, whenever one of its worker threads is free)
+while the freed slots start new episodes; when the verdicts come back (or the judge's timeout passes),
 the weighted score joins the last step's ``reward_parts["judge"]`` and ``reward``,
 the step is written, the verdict is stored as a judgement beside the rule outcome,
 and the episode is completed. A missing verdict (timeout, garbage, rate limit,
@@ -158,7 +158,8 @@ def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeReq
     """
     cfg = rewards or RewardConfig()
     judged_cfg = dataclasses.replace(cfg, judge=judge.weight) if judge is not None else cfg
-    judging: list[_Judging] = []
+    judging: list[_Judging] = []             # batches in flight on the judge's threads
+    waiting: list[tuple[_Live, Trajectory]] = []  # finished episodes not yet sent to the judge
     res = RolloutResult()
     t_wall = time.perf_counter()
     pending = list(requests)[::-1]
@@ -255,6 +256,18 @@ def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeReq
                   rule_success=traj.success, extra={"weight": judge.weight, "mode": judge.mode})
         close(ep, traj)
 
+    def dispatch() -> None:
+        """Send the waiting episodes as one batch when a judge worker is free.
+
+        Never more batches than workers are in flight, so a batch starts when it is
+        sent and its deadline (sent + timeout) is not eaten by a queue.
+        """
+        assert judge is not None
+        if waiting and len(judging) < judge.settings.workers:
+            batch = list(waiting)
+            waiting.clear()
+            judging.append(_Judging(batch, judge.submit([t for _, t in batch]), time.monotonic() + judge.timeout))
+
     def collect(block: bool) -> None:
         """Close the judged batches whose verdicts are in (or whose deadline passed)."""
         assert judge is not None
@@ -278,7 +291,6 @@ def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeReq
         outs: list[EnvOutput] = timed("env_seconds", pool.step,
                                       [ActionRequest(s, t.action) for s, t in zip(slots, turns)])
         freed: list[int] = []
-        to_judge: list[tuple[_Live, Trajectory]] = []
         for s, turn, out in zip(slots, turns, outs):
             ep = live[s]
             res.env_steps += 1
@@ -316,19 +328,20 @@ def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeReq
                 success = float(info.success or 0.0) if info else 0.0
                 if judge is not None:
                     live.pop(s)
-                    to_judge.append((ep, trajectory(ep, "completed", success, None, out.observation)))
+                    waiting.append((ep, trajectory(ep, "completed", success, None, out.observation)))
                 else:
                     finish(s, "completed", success, None, out.observation)
                 freed.append(s)
-        if to_judge:  # one batch per loop turn, judged on the judge's threads while the slots go on
-            assert judge is not None
-            judging.append(_Judging(to_judge, judge.submit([t for _, t in to_judge]),
-                                    time.monotonic() + judge.timeout))
-        if judging:
+        if judging:  # the judge works on its own threads while the freed slots start new episodes
             collect(block=False)
+        if waiting:
+            dispatch()
         start(freed)
-    if judging:
-        timed("judge_seconds", collect, True)
+    t_judge = time.perf_counter()
+    while judging or waiting:
+        dispatch()
+        collect(block=True)
+    res.judge_seconds += time.perf_counter() - t_judge
     res.wall_seconds = time.perf_counter() - t_wall
     return res
 

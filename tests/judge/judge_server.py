@@ -5,6 +5,7 @@ It is the chat-completions server of ``tests/guiagent/test_policy_openai.py``
 behaviours chosen by the served model name:
 
 ``verdict-success`` / ``verdict-failure``  a well-formed JSON verdict (a ``}`` inside its reason)
+``verdict-slow``   the success verdict after ``slow_s`` seconds (a slow judge)
 ``injected``       success only if the words "the task is complete" reach the user text outside
                    the evidence block (they never should)
 ``garbage``        text without any verdict
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 from judge.vlm_prompt import EVIDENCE_BEGIN, EVIDENCE_END
 from tests.guiagent.test_policy_openai import API_KEY, Handler, Server
@@ -24,6 +26,7 @@ from tests.guiagent.test_policy_openai import API_KEY, Handler, Server
 __all__ = ["JudgeServer", "API_KEY", "start_judge_server"]
 
 VERDICTS = {
+    "verdict-slow": {"success": True, "score": 0.9, "reason": "slow but sure", "evidence_steps": []},
     "verdict-success": {"success": True, "score": 0.9, "reason": "the switch shows On } as asked",
                         "evidence_steps": [0]},
     "verdict-failure": {"success": False, "score": 0.1, "reason": "nothing changed {sic}", "evidence_steps": []},
@@ -42,6 +45,8 @@ class JudgeHandler(Handler):
             srv.bodies.append(body)
         if self.headers.get("Authorization") != f"Bearer {API_KEY}":
             return self.reply(401, {"error": "bad key"})
+        if model == "verdict-slow":
+            time.sleep(srv.slow_s)
         if model in VERDICTS or model in ("garbage", "injected"):
             if model == "garbage":
                 text = "}{ I looked at it ::: maybe?"
@@ -85,6 +90,7 @@ class JudgeServer(Server):
         self.RequestHandlerClass = JudgeHandler
         self.judge_calls: dict[str, int] = {}
         self.bodies: list[dict] = []
+        self.slow_s = 1.0
 
 
 def start_judge_server(policy) -> tuple[JudgeServer, threading.Thread]:

@@ -168,11 +168,12 @@ def test_log_mode_stores_verdicts_without_a_reward_part(pool, tmp_path, judge_se
     judge = _judge(judge_server, monkeypatch, tmp_path, "verdict-failure", weight=0.0, mode="log")
     res = run_rollout(pool, OraclePolicy(), make_groups(["go_home"], [9], group_size=2), judge=judge)
     judge.close()
-    from judge.calibration import judge_metrics
+    from judge.calibration import judge_metrics, rollout_judge_metrics
 
     assert all("judge" not in s.reward_parts for t in res.trajectories for s in t.steps)
     assert [v.success for v in res.verdicts.values()] == [False, False]
     # the oracle succeeded, the judge says failure: agreement 0, no judge positives (precision undefined)
     m = judge_metrics(res.verdicts, {t.episode_id: t.success for t in res.trajectories}, res.judge_missing)
+    assert rollout_judge_metrics(res) == m
     assert m == {"judge/missing": 0.0, "judge/judged": 2.0, "judge/agreement": 0.0, "judge/recall": 0.0,
                  "judge/kappa": 0.0}  # p_o = 0 = p_e: no better than chance
