@@ -54,8 +54,9 @@ class RewardConfig:
         if not 0.0 < self.progress_gamma <= 1.0:
             raise ValueError("progress_gamma must lie in (0, 1]")
         if not self.progress_terminal_zero:
-            raise ValueError("progress_terminal_zero=False kept the potential of the last state, which pays an "
-                             "agent for stalling at a milestone; remove the setting (Φ is 0 where episodes end)")
+            raise ValueError("progress_terminal_zero=False kept the potential of the last state, which "
+                             "pays an agent for stalling at a milestone; remove the setting (Φ is 0 where "
+                             "episodes end)")
 
     def weights(self) -> dict[str, float]:
         """Each stored component's weight in :func:`combine` (penalties count as they are: 1)."""

@@ -33,7 +33,8 @@ class JudgeSettings:
     """A VLM judge scoring each finished episode (off unless --judge.model is given)."""
 
     model: str | None = None
-    """judge model: a local folder, a hub id, or an http(s):// OpenAI-compatible server URL (None: no judge)"""
+    """judge model: a local folder, a hub id, or an http(s):// OpenAI-compatible server URL
+    (None: no judge)"""
     served_model: str = "default"
     """the model name sent to an OpenAI-compatible server (its --served-model-name)"""
     api_key_env: str = "OPENAI_API_KEY"
@@ -80,7 +81,8 @@ class JudgeSettings:
 
     def __post_init__(self) -> None:
         if self.model is not None and not str(self.model).strip():
-            raise ValueError("--judge.model is empty: give a model folder, hub id or http(s) URL, or leave it out")
+            raise ValueError("--judge.model is empty: give a model folder, hub id or http(s) URL, "
+                             "or leave it out")
         if self.mode not in ("reward", "log"):
             raise ValueError(f"--judge.mode must be 'reward' or 'log', got {self.mode!r}")
         if not 0.0 <= self.weight <= 10.0:
@@ -152,7 +154,8 @@ class RewardJudge:
     def submit(self, trajs: Sequence[Trajectory]) -> "cf.Future[list[Verdict]]":
         with self._lock:
             if self._pool is None:
-                self._pool = cf.ThreadPoolExecutor(max_workers=self.settings.workers, thread_name_prefix="judge")
+                self._pool = cf.ThreadPoolExecutor(max_workers=self.settings.workers,
+                                                   thread_name_prefix="judge")
             return self._pool.submit(self.judge.judge_batch, list(trajs))
 
     def collect(self, future: "cf.Future[list[Verdict]]", n: int, wait_s: float) -> list[Verdict] | None:

@@ -400,7 +400,8 @@ class VLMJudge:
             job.calls += len(got)
             valid = {s.index for s in job.traj.steps}
             parsed = [parse_verdict(t, valid) if isinstance(t, str) else
-                      ParsedVerdict(None, None, "", (), f"backend error: {type(t).__name__}: {t}") for t in got]
+                      ParsedVerdict(None, None, "", (), f"backend error: {type(t).__name__}: {t}")
+                      for t in got]
             agg = aggregate_votes(parsed, cfg.aggregation) if cfg.votes > 1 else parsed[0]
             raw = got[0] if cfg.votes == 1 else "\n--- vote ---\n".join(
                 t if isinstance(t, str) else f"(backend error: {t})" for t in got)
@@ -455,7 +456,8 @@ def aggregate_votes(votes: Sequence[ParsedVerdict], aggregation: str = "majority
     else:
         raise ValueError(f"aggregation must be 'majority' or 'mean', got {aggregation!r}")
     lead = next((v for v in usable if v.success == success), usable[0])
-    return ParsedVerdict(success, score, lead.reason, lead.cited_steps, None, f"{aggregation} of {len(usable)}")
+    return ParsedVerdict(success, score, lead.reason, lead.cited_steps, None,
+                         f"{aggregation} of {len(usable)}")
 
 
 def missing_kind(error: str | None) -> str:

@@ -217,7 +217,8 @@ def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeReq
         close(ep, trajectory(ep, status, success, reason, final_obs))
 
     def close(ep: _Live, traj: Trajectory) -> None:
-        status, reason, success, final_obs = traj.status, traj.abort_reason, traj.success, traj.final_observation
+        status, reason, success = traj.status, traj.abort_reason, traj.success
+        final_obs = traj.final_observation
         if ep.writer is not None:
             if status == "aborted":
                 timed("store_seconds", ep.writer.abort, reason or "aborted", final_observation=final_obs)
@@ -266,7 +267,8 @@ def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeReq
         if waiting and len(judging) < judge.settings.workers:
             batch = list(waiting)
             waiting.clear()
-            judging.append(_Judging(batch, judge.submit([t for _, t in batch]), time.monotonic() + judge.timeout))
+            judging.append(_Judging(batch, judge.submit([t for _, t in batch]),
+                                    time.monotonic() + judge.timeout))
 
     def collect(block: bool) -> None:
         """Close the judged batches whose verdicts are in (or whose deadline passed)."""
@@ -278,7 +280,8 @@ def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeReq
                 if time.monotonic() < batch.deadline:
                     continue
                 batch.future.cancel()
-                verdicts = [judge.missing(f"timeout: no verdict within {judge.timeout:g} s")] * len(batch.episodes)
+                late = judge.missing(f"timeout: no verdict within {judge.timeout:g} s")
+                verdicts = [late] * len(batch.episodes)
             judging.remove(batch)
             for (ep, traj), verdict in zip(batch.episodes, verdicts):
                 with_verdict(ep, traj, verdict)

@@ -86,12 +86,13 @@ class JudgeEvalConfig:
     def settings(self):
         from judge.settings import JudgeSettings
 
-        return JudgeSettings(model=self.judge_model, served_model=self.served_model, api_key_env=self.api_key_env,
-                             mode="log", votes=self.votes, aggregation=self.aggregation,
+        return JudgeSettings(model=self.judge_model, served_model=self.served_model,
+                             api_key_env=self.api_key_env, mode="log", votes=self.votes,
+                             aggregation=self.aggregation,
                              temperature=self.temperature, evidence=self.evidence, screens=self.screens,
                              token_budget=self.token_budget, max_new_tokens=self.max_new_tokens,
-                             budget=self.budget, rate_limit=self.rate_limit, timeout=self.timeout, cache=False,
-                             name="judge-eval")
+                             budget=self.budget, rate_limit=self.rate_limit, timeout=self.timeout,
+                             cache=False, name="judge-eval")
 
 
 def _run_dirs(root: Path) -> tuple[Path, ...]:
@@ -143,8 +144,9 @@ def evaluate(cfg: JudgeEvalConfig, judge: Any = None) -> dict[str, Any]:
                             continue
                         pairs.append((bool(v.success), rule))
                         if bool(v.success) != rule:
-                            disagreements.append({**where, "rule_success": e.success, "judge_success": v.success,
-                                                  "judge_score": v.score, "judge_reason": v.reason,
+                            disagreements.append({**where, "rule_success": e.success,
+                                                  "judge_success": v.success, "judge_score": v.score,
+                                                  "judge_reason": v.reason,
                                                   "shown_steps": list(v.shown_steps),
                                                   "cited_steps": list(v.cited_steps)})
                 if cfg.limit is not None and episodes >= cfg.limit:
@@ -172,7 +174,8 @@ def main(argv: list[str]) -> int:
               "commands:\n  eval  score a VLM judge on stored episodes against their rule outcomes")
         return 0 if argv else 2
     if argv[0] != "eval":
-        print(f"guiagent judge: unknown command {argv[0]!r} (try: guiagent judge eval --help)", file=sys.stderr)
+        print(f"guiagent judge: unknown command {argv[0]!r} (try: guiagent judge eval --help)",
+              file=sys.stderr)
         return 2
     cfg = parse_config(JudgeEvalConfig, argv[1:], prog="guiagent judge eval")
     root = Path(cfg.runs)
@@ -197,8 +200,8 @@ def main(argv: list[str]) -> int:
     log(f"judged {report['judged']} of {report['episodes']} episodes ({report['missing']} missing, "
         f"{report['calls']} calls, {report['seconds']:.1f} s)")
     print(f"judge vs rule: agreement {_fmt(c['agreement'])}, precision {_fmt(c['precision'])}, "
-          f"recall {_fmt(c['recall'])}, kappa {_fmt(c['kappa'])}; {len(report['disagreements'])} disagreements "
-          f"-> {out}")
+          f"recall {_fmt(c['recall'])}, kappa {_fmt(c['kappa'])}; "
+          f"{len(report['disagreements'])} disagreements -> {out}")
     if cfg.json:
         emit_json({k: v for k, v in report.items() if k not in ("disagreements", "missing_episodes")}
                   | {"report": str(out), "disagreements": len(report["disagreements"])})

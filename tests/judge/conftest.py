@@ -7,7 +7,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def judge_server(tiny_model_dir):
-    """tests/judge/judge_server.py: the tiny model behind an OpenAI-compatible server, with judge behaviours."""
+    """tests/judge/judge_server.py: the tiny model behind an OpenAI-compatible server, judge behaviours."""
     from guiagent.policy.hf import load_transformers
     from tests.judge.judge_server import start_judge_server
 

@@ -29,7 +29,8 @@ VERDICTS = {
     "verdict-slow": {"success": True, "score": 0.9, "reason": "slow but sure", "evidence_steps": []},
     "verdict-success": {"success": True, "score": 0.9, "reason": "the switch shows On } as asked",
                         "evidence_steps": [0]},
-    "verdict-failure": {"success": False, "score": 0.1, "reason": "nothing changed {sic}", "evidence_steps": []},
+    "verdict-failure": {"success": False, "score": 0.1, "reason": "nothing changed {sic}",
+                        "evidence_steps": []},
 }
 
 
@@ -64,8 +65,8 @@ class JudgeHandler(Handler):
             else:
                 text = "Checked the final screen.\n```json\n" + json.dumps(VERDICTS[model]) + "\n```"
             return self.reply(200, {"id": "j", "object": "chat.completion", "model": model,
-                                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                                 "finish_reason": "stop", "logprobs": None}]})
+                                    "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                                                 "message": {"role": "assistant", "content": text}}]})
         if model == "ratelimit":
             return self.reply(429, {"error": "rate limited"}, {"Retry-After": "0"})
         # everything else (the real tiny model, 'hang', ...) as the policy server does it

@@ -193,7 +193,8 @@ T, F = True, False
 def test_calibration_against_hand_computed_values(pairs, agreement, precision, recall, kappa):
     c = calibration(pairs)
     assert c.n == len(pairs)
-    for got, want in ((c.agreement, agreement), (c.precision, precision), (c.recall, recall), (c.kappa, kappa)):
+    for got, want in ((c.agreement, agreement), (c.precision, precision), (c.recall, recall),
+                      (c.kappa, kappa)):
         assert got == (pytest.approx(want) if want is not None else None)
 
 
@@ -277,7 +278,8 @@ def test_votes_send_k_samples_and_aggregate(http_settings, judge_server):
     finally:
         judge.close()
     assert judge_server.judge_calls["verdict-failure"] - before == 3
-    assert v.votes == (0.1, 0.1, 0.1) and v.score == pytest.approx(0.1) and v.success is False and v.calls == 3
+    assert v.votes == (0.1, 0.1, 0.1) and v.score == pytest.approx(0.1)
+    assert v.success is False and v.calls == 3
 
 
 def test_injected_screen_text_reaches_the_server_only_inside_the_evidence(http_settings):

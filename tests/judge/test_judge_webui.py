@@ -32,10 +32,11 @@ def ui(tmp_path):
         run = store.create_run("grpo-judged", env="webapps", config=config)
         obs = Observation(_png(), 64, 48)
         steps = (Step(0, obs, Click(0.5, 0.5), reward=0.25, reward_parts={"task": 0.0, "progress": 0.5}),
-                 Step(1, obs, Finish(), reward=0.975, reward_parts={"task": 1.0, "progress": -0.5, "judge": 0.9},
-                      terminated=True))
-        eid = store.write_trajectory(run, Trajectory("ep-judged", TaskSpec("webapps", "wifi", 3, "Turn on Wi-Fi"),
-                                                     steps, success=1.0, final_observation=obs))
+                 Step(1, obs, Finish(), reward=0.975, terminated=True,
+                      reward_parts={"task": 1.0, "progress": -0.5, "judge": 0.9}))
+        spec = TaskSpec("webapps", "wifi", 3, "Turn on Wi-Fi")
+        traj = Trajectory("ep-judged", spec, steps, success=1.0, final_observation=obs)
+        eid = store.write_trajectory(run, traj)
         store_verdict(store, eid, Verdict(True, 0.9, "Wi-Fi shows On", shown_steps=(1,), votes=(0.8, 1.0)),
                       "vlm", rule_success=1.0, extra={"weight": 0.25, "mode": "reward"})
         store.log_metrics(run, 0, {"reward/progress": 0.0, "reward/judge": 0.9, "success_rate": 1.0})
@@ -67,8 +68,8 @@ def test_charts_carry_the_reward_weights(ui):
     client, _ = ui
     html = client.get("/").get_data(as_text=True)
     [weights] = re.findall(r'data-reward-weights="([^"]*)"', html)
-    assert json.loads(weights.replace("&#34;", '"')) == {"task": 1.0, "progress": 0.5, "judge": 0.25, "parse": 1.0,
-                                                         "invalid": 1.0, "step": 1.0}
+    assert json.loads(weights.replace("&#34;", '"')) == {"task": 1.0, "progress": 0.5, "judge": 0.25,
+                                                         "parse": 1.0, "invalid": 1.0, "step": 1.0}
 
 
 def test_judge_reports_list_and_page_with_disagreements(ui):

@@ -85,8 +85,9 @@ def test_online_rewarder_matches_whole_episode_terminated_and_truncated():
         whole = episode_rewards(final_success=1.0, milestones_per_state=ms, parse_failed=parse,
                                 action_invalid=inval, terminated=terminated, cfg=cfg)
         rw = OnlineRewarder(cfg, ms[0])
-        online = [rw.step(task_reward=1.0 if t == 2 else 0.0, milestones=ms[t + 1], terminated=terminated and t == 2,
-                          truncated=not terminated and t == 2, parse_failed=parse[t], action_invalid=inval[t])
+        online = [rw.step(task_reward=1.0 if t == 2 else 0.0, milestones=ms[t + 1],
+                          terminated=terminated and t == 2, truncated=not terminated and t == 2,
+                          parse_failed=parse[t], action_invalid=inval[t])
                   for t in range(3)]
         assert [r for r, _ in online] == pytest.approx([r for r, _ in whole])
         assert [p for _, p in online] == [p for _, p in whole]
@@ -123,8 +124,8 @@ def test_shaping_telescopes_to_minus_phi0_for_any_episode(ms, gamma, ordered):
 @settings(max_examples=200, deadline=None)
 @given(milestone_runs, st.floats(0.0, 5.0), st.floats(0.0, 2.0), st.floats(0.0, 1.0),
        st.data())
-def test_a_successful_finish_never_earns_less_than_running_out_of_steps(ms, w_progress, w_task, truncated_success,
-                                                                        data):
+def test_a_successful_finish_never_earns_less_than_running_out_of_steps(ms, w_progress, w_task,
+                                                                        truncated_success, data):
     """Same milestones, same penalties: finishing (task success 1) ≥ truncation (any evaluation ≤ 1)."""
     T = len(ms) - 1
     parse = data.draw(st.lists(st.booleans(), min_size=T, max_size=T))
@@ -158,7 +159,8 @@ def _expected_returns(P, R_end, terminal, milestones, H, gamma, cfg):
             ended = len(states) > 1 and (terminal[s] or len(states) - 1 == H)
             if ended:
                 T = len(states) - 1
-                rewards = episode_rewards(final_success=R_end[s], milestones_per_state=[milestones[x] for x in states],
+                rewards = episode_rewards(final_success=R_end[s],
+                                          milestones_per_state=[milestones[x] for x in states],
                                           parse_failed=[False] * T, action_invalid=[False] * T,
                                           terminated=terminal[s], cfg=cfg)
                 total += prob * sum(gamma ** t * r for t, (r, _) in enumerate(rewards))

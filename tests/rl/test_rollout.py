@@ -124,7 +124,8 @@ def test_judge_score_enters_the_last_steps_reward_parts_before_it_is_stored(pool
         assert all("judge" not in s.reward_parts for s in t.steps[:-1])
         # one source of truth: what the store holds is what the learner reads
         back, judgements = _stored(tmp_path, t.episode_id)
-        assert back.steps[-1].reward_parts == last.reward_parts and back.total_reward == pytest.approx(t.total_reward)
+        assert back.steps[-1].reward_parts == last.reward_parts
+        assert back.total_reward == pytest.approx(t.total_reward)
         [j] = judgements
         assert j.score == pytest.approx(0.9) and j.reason == "the switch shows On } as asked"
         assert j.verdict["rule_success"] == t.success == 1.0 and j.verdict["missing"] == ""
@@ -155,7 +156,8 @@ def test_a_missing_verdict_is_recorded_and_the_episode_keeps_its_rule_reward(poo
     for t in res.trajectories:
         assert all("judge" not in s.reward_parts for s in t.steps)
         # the rule reward, unchanged: each step's reward is its rule parts combined, the task's 1 at the end
-        assert [s.reward for s in t.steps] == pytest.approx([combine(s.reward_parts, RewardConfig()) for s in t.steps])
+        rule = [combine(s.reward_parts, RewardConfig()) for s in t.steps]
+        assert [s.reward for s in t.steps] == pytest.approx(rule)
         assert t.steps[-1].reward_parts["task"] == 1.0 and t.total_reward == pytest.approx(1.0 + sum(
             s.reward_parts["parse"] + s.reward_parts["invalid"] for s in t.steps))
         back, [j] = _stored(tmp_path, t.episode_id)

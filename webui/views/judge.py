@@ -35,7 +35,9 @@ _PATTERN = "judge_eval*.json"
 
 def find_reports(root: Path) -> list[Path]:
     """Report files under ``root``: in it, one or two folders down, and in every run directory."""
-    found: set[Path] = set(root.glob(_PATTERN)) | set(root.glob(f"*/{_PATTERN}")) | set(root.glob(f"*/*/{_PATTERN}"))
+    found: set[Path] = set()
+    for pattern in (_PATTERN, f"*/{_PATTERN}", f"*/*/{_PATTERN}"):
+        found |= set(root.glob(pattern))
     for d in discover_run_dirs(root):
         found |= set(d.glob(_PATTERN))
     return sorted(p for p in found if p.is_file() and not any(part.startswith(".") for part in p.parts[-3:]))
@@ -105,4 +107,5 @@ def report(n: int):
         rows.append({**d, "link": link})
     missing = [m for m in data.get("missing_episodes", [])[:1000] if isinstance(m, dict)]
     return render_template("judge.html", rows=None, report=data, n=n, label=_label(root, paths[n]),
-                           cal=data.get("calibration", {}), disagreements=rows, missing=missing, root=str(root))
+                           cal=data.get("calibration", {}), disagreements=rows, missing=missing,
+                           root=str(root))
