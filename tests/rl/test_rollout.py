@@ -179,3 +179,23 @@ def test_log_mode_stores_verdicts_without_a_reward_part(pool, tmp_path, judge_se
     assert rollout_judge_metrics(res) == m
     assert m == {"judge/missing": 0.0, "judge/judged": 2.0, "judge/agreement": 0.0, "judge/recall": 0.0,
                  "judge/kappa": 0.0}  # p_o = 0 = p_e: no better than chance
+
+
+def test_learner_turns_and_advantages_read_the_judged_rewards(pool, tiny_model_dir, judge_server, monkeypatch,
+                                                              tmp_path):
+    from rl.trainer import TrainConfig, compute_advantages
+
+    judge = _judge(judge_server, monkeypatch, tmp_path, "verdict-success", weight=0.5)
+    policy = load_model_policy(tiny_model_dir, temperature=1.0, max_new_tokens=8, keep_chats=True)
+    try:
+        res = run_rollout(pool, policy, make_groups(["go_home"], [6], group_size=2, max_steps=1), judge=judge)
+    finally:
+        judge.close()
+    assert len(res.turns) == 2 and res.judge_missing == 0
+    for t in res.trajectories:
+        [turn] = [u for u in res.turns if u.episode_id == t.episode_id]
+        assert t.steps[-1].reward_parts["judge"] == pytest.approx(0.9)
+        assert turn.reward == t.steps[-1].reward == pytest.approx(t.total_reward)
+    # the trainer's advantages, given no extra reward, see the judge's part through the stored rewards
+    turns, adv, _ = compute_advantages(TrainConfig(filter_zero_variance=False), res)
+    assert len(turns) == 2 and adv.shape == (2,)
