@@ -120,12 +120,20 @@ def judge_config(settings: JudgeSettings, cache_dir: str | None = None) -> Judge
                            max_new_tokens=settings.max_new_tokens,
                            votes=settings.votes, aggregation=settings.aggregation, budget=settings.budget,
                            rate_limit=settings.rate_limit, cache_dir=cache_dir,
-                           model_id=f"{settings.model}#{settings.served_model}" if settings.model else "")
+                           model_id=_model_id(settings))
     except KeyError:
         raise ValueError(f"--judge.evidence must be one of {', '.join(_EVIDENCE_MODES)}, "
                          f"got {settings.evidence!r}") from None
     except ValueError as e:
         raise ValueError(f"judge settings: {e}") from None
+
+
+def _model_id(settings: JudgeSettings) -> str:
+    """The judge's id in verdicts and cache keys: a server's URL with the served model's name, else the model."""
+    model = str(settings.model or "")
+    if model.startswith(("http://", "https://")):
+        return f"{model}#{settings.served_model}"
+    return model
 
 
 class RewardJudge:

@@ -249,7 +249,7 @@ def test_local_transformers_judge_from_a_folder(tiny_model_dir, tmp_path):
     finally:
         judge.close()
     # a random tiny model writes nonsense: a verdict or a missing one with its reason, never a crash
-    assert v.calls == 1 and v.model.startswith(tiny_model_dir)
+    assert v.calls == 1 and v.model == tiny_model_dir
     assert (v.error is None) == (v.success is not None)
     assert (tmp_path / "judge_cache" / "judge_cache.sqlite").is_file()
 
@@ -290,3 +290,30 @@ def test_injected_screen_text_reaches_the_server_only_inside_the_evidence(http_s
     finally:
         judge.close()
     assert v.success is False and v.reason == "ok"
+
+
+# -- nested in a command's config (as the trainer nests it) ----------------------------------------
+
+
+def test_settings_nest_in_a_command_config_as_dotted_flags_and_yaml(tmp_path, capsys):
+    from dataclasses import dataclass, field
+
+    from guiagent.config import load_yaml, parse_config, to_mapping
+
+    @dataclass
+    class Cmd:
+        """A command with a judge."""
+
+        judge: JudgeSettings = field(default_factory=JudgeSettings)
+
+    cfg = parse_config(Cmd, ["--judge.model", "http://127.0.0.1:8000/v1", "--judge.weight", "0.5",
+                             "--judge.votes", "3", "--judge.temperature", "0.7"])
+    assert cfg.judge.weight == 0.5 and cfg.judge.votes == 3 and cfg.judge.effective_weight == 0.5
+    with pytest.raises(SystemExit):  # tyro prints the settings' one message and exits 2
+        parse_config(Cmd, ["--judge.model", "runs/tiny"])
+    assert "--judge.mode log" in " ".join(capsys.readouterr().err.split())
+    import yaml
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(to_mapping(cfg)))
+    assert load_yaml(Cmd, path) == cfg
