@@ -14,13 +14,9 @@ from rl.config import TrainConfig
 __all__ = ["compute_advantages", "rollout_metrics"]
 
 
-def compute_advantages(cfg: TrainConfig, result: Any, extra: dict[str, float] | None = None
-                       ) -> tuple[list[Any], torch.Tensor, dict[str, float]]:
-    """Turns to learn from and their advantages (one per turn).
-
-    ``extra`` adds episode-level reward (e.g. the weighted judge score) by episode id.
-    """
-    extra = extra or {}
+def compute_advantages(cfg: TrainConfig, result: Any) -> tuple[list[Any], torch.Tensor, dict[str, float]]:
+    """Turns to learn from and their advantages (one per turn), from the stored step rewards only
+    (every reward part, the judge's included, is in them)."""
     from rl.advantages import (
         discounted_returns, grpo_advantages, group_stats, nonzero_variance_mask, scale_negative_advantages,
         step_group_advantages,
@@ -30,7 +26,7 @@ def compute_advantages(cfg: TrainConfig, result: Any, extra: dict[str, float] | 
     if not trajs:
         return [], torch.zeros(0), {"groups_kept": 0.0}
     gids = {g: i for i, g in enumerate(sorted({t.group_id for t in trajs}))}
-    ep_reward = torch.tensor([t.total_reward + extra.get(t.episode_id, 0.0) for t in trajs], dtype=torch.float64)
+    ep_reward = torch.tensor([t.total_reward for t in trajs], dtype=torch.float64)
     ep_group = torch.tensor([gids[t.group_id] for t in trajs])
     ep_success = torch.tensor([t.success for t in trajs], dtype=torch.float64)
     keep = nonzero_variance_mask(ep_reward, ep_group) if cfg.filter_zero_variance else torch.ones(len(trajs), dtype=torch.bool)
@@ -49,8 +45,6 @@ def compute_advantages(cfg: TrainConfig, result: Any, extra: dict[str, float] | 
         step_ret: dict[tuple[str, int], float] = {}
         for t in trajs:
             r = torch.tensor([[s.reward for s in t.steps]], dtype=torch.float64)
-            if t.steps:  # the judge's reward lands on the last step, as the task's does
-                r[0, -1] += extra.get(t.episode_id, 0.0)
             g = discounted_returns(r, gamma=cfg.gamma)[0] if t.steps else r[0]
             for s, v in zip(t.steps, g.tolist()):
                 step_ret[(t.episode_id, s.index)] = v

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from judge.compose import RewardConfig
+from judge.settings import JudgeSettings
 from rl.advantages import SemiOnlineRewardConfig
 from rl.semi_online import MatchConfig, PatchConfig
 
@@ -173,13 +174,10 @@ class TrainConfig:
     """longest reply per turn"""
     rewards: RewardConfig = field(default_factory=RewardConfig)
     """reward components (--rewards.progress 0.5, --rewards.parse-penalty -0.1, ...)"""
-    judge_model: str | None = None
-    """a VLM judge scoring each finished episode (a model folder, hub id or OpenAI-compatible URL);
-    its score, weighted by --rewards.judge, joins the episode reward and its verdict is stored"""
-    judge_k: int = 3
-    """screenshots the judge sees (the last k and the final screen)"""
-    judge_budget: int | None = None
-    """most judge calls in the whole run (None: unlimited)"""
+    judge: JudgeSettings = field(default_factory=JudgeSettings)
+    """a VLM judge scoring each finished episode inside the rollout (--judge.model M --judge.weight 0.5,
+    or --judge.mode log to only record and calibrate its verdicts); its weighted score is the final
+    step's reward part "judge", stored before the step"""
     eval_episodes: int = 24
     """held-out episodes evaluated greedily before and after training (0: skip)"""
     eval_every: int = 0

@@ -38,6 +38,7 @@ from rl.checkpoint import (
     TrainerState, find_checkpoint, load_checkpoint, load_config, save_checkpoint, save_config,
 )
 from rl.config import TINY_MAX_PIXELS, TRAIN_SEED_RANGE, WARM_START_TASKS, TrainConfig
+from judge.settings import make_judge
 from rl.optim import build_optimizer, estimate_memory_for
 
 __all__ = ["TrainConfig", "TrainResult", "Trainer", "train", "write_summary"]
@@ -248,7 +249,7 @@ class Trainer:
         self.sampler = _LockedTurnPolicy(load_model_policy(
             model_dir, settings=self.settings, policy=self.rollout_policy, temperature=cfg.temperature,
             top_p=cfg.top_p, min_p=cfg.min_p, max_new_tokens=cfg.max_new_tokens, keep_chats=True), self.lock)
-        self.judge = self._make_judge()
+        self.judge = make_judge(cfg.judge, out)
         if cfg.rollout == "async":
             from rl.rollout import AsyncRollout
 
@@ -294,16 +295,6 @@ class Trainer:
 
         return InProcessPool(cfg.env, num_slots=cfg.slots, device_options=dict(cfg.device))
 
-    def _make_judge(self) -> Any:
-        cfg = self.cfg
-        if not cfg.judge_model:
-            return None
-        from guiagent.policy import load_policy
-        from judge.vlm import JudgeConfig, VLMJudge
-
-        return VLMJudge(load_policy(cfg.judge_model), JudgeConfig(k=cfg.judge_k, budget=cfg.judge_budget,
-                                                                  cache_dir=str(self.out / "judge_cache"),
-                                                                  model_id=cfg.judge_model))
 
     # ---- the loop -------------------------------------------------------------------------------
 
@@ -330,7 +321,8 @@ class Trainer:
             seeds = [rng.randrange(TRAIN_SEED_RANGE) for _ in picks]
             more = run_rollout(self.env_pool(), self.sampler, make_groups(picks, seeds, cfg.group_size,
                                                                     tag=f"i{iteration}r{rnd}"),
-                               rewards=cfg.rewards, store=self.store, run_id=self.state.run_id, suite=cfg.env)
+                               rewards=cfg.rewards, store=self.store, run_id=self.state.run_id, suite=cfg.env,
+                               judge=self.judge)
             result = more if result is None else result.extend(more)
             if result.informative_groups() >= cfg.min_informative_groups:
                 break
@@ -351,6 +343,7 @@ class Trainer:
 
     def iterate(self) -> None:
         """One iteration: rollout → advantages → update → guards → sync → checkpoint → eval → metrics."""
+        from judge.calibration import rollout_judge_metrics
         from rl.batching import compute_advantages, rollout_metrics
         from rl.losses import AdaptiveKL
         from rl.update import update
@@ -366,9 +359,10 @@ class Trainer:
         metrics = rollout_metrics(result)
         if self.is_semi_online(it):
             turns, adv, adv_stats = self._semi_online_batch(result, metrics)
-        else:
-            extra = self._judge_episodes(result, metrics) if self.judge is not None else {}
-            turns, adv, adv_stats = compute_advantages(cfg, result, extra)
+        else:  # the judge's weighted score is already a stored reward part of the last step
+            if self.judge is not None:
+                metrics.update(rollout_judge_metrics(result))
+            turns, adv, adv_stats = compute_advantages(cfg, result)
         metrics.update(adv_stats)
         t1 = time.perf_counter()
         if turns:
@@ -402,7 +396,7 @@ class Trainer:
             self._keep_best(metrics["eval_success"], it + 1)
         # Metrics before the checkpoint: a kill in between repeats the iteration, whose metrics
         # then replace these; the other order would lose them.
-        self.store.log_metrics(state.run_id, it, metrics)
+        self.store.log_metrics(state.run_id, it, {k: v for k, v in metrics.items() if math.isfinite(v)})
         save_checkpoint(self.out, self.policy, self.opt, state)
         self.history.append(metrics)
         log.info(self._line(it, metrics))
@@ -507,24 +501,6 @@ class Trainer:
         log.info("held-out success %s: %.1f%% over %d episodes", tag, 100 * r.success_rate, r.episodes)
         return float(r.success_rate)
 
-    def _judge_episodes(self, result: Any, metrics: dict[str, float]) -> dict[str, float]:
-        """Judge the finished episodes; store the verdicts; return ``{episode id: weighted judge reward}``."""
-        from judge.vlm import store_verdict
-
-        trajs = [t for t in result.trajectories if t.status == "completed"]
-        verdicts = self.judge.judge_batch(trajs)
-        extra: dict[str, float] = {}
-        agree = judged = 0
-        for t, v in zip(trajs, verdicts):
-            store_verdict(self.store, t.episode_id, v)
-            if v.reward is not None:
-                extra[t.episode_id] = self.cfg.rewards.judge * v.reward
-                judged += 1
-                agree += int((v.reward >= 0.5) == (t.success >= 0.5))
-        metrics["judge_agreement"] = agree / judged if judged else float("nan")
-        metrics["judge_errors"] = float(len(trajs) - judged)
-        return extra
-
     # ---- cleanup --------------------------------------------------------------------------------
 
     def finish(self) -> TrainResult:
@@ -553,6 +529,8 @@ class Trainer:
     def cleanup(self) -> None:
         if self.async_rollout is not None:
             self.async_rollout.close()
+        if getattr(self, "judge", None) is not None:
+            self.judge.close()
         if self.pool is not None:
             self.pool.close()
         if self.store is not None:
