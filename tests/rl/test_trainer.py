@@ -239,6 +239,7 @@ def test_a_tripped_guard_rolls_back_and_the_best_model_is_kept(tiny_model_dir, t
     assert r.best_iteration == 1 and r.eval_curve.keys() == {"1"}
 
 
+@pytest.mark.slow  # ~1-5 min on 2 cores: two trainer runs of a LoRA policy
 def test_lora_bf16_mixed_run_trains_adapters_and_resumes(tiny_model_dir, tmp_path):
     from rl.trainer import Trainer, train
 
