@@ -26,18 +26,20 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 from guiagent.store import _codec
+from guiagent.store._proc import writer_alive
 from guiagent.store.blobs import BlobStore
 from guiagent.store.errors import EpisodeNotFound, InvalidCursor, RunNotFound, StoreError
 from guiagent.store.records import (
     SORT_KEYS, SUCCESS_THRESHOLD, EpisodeDetail, EpisodeFilter, EpisodePage, EpisodeSummary,
     JudgementRecord, MetricPoint, RunInfo, StepRecord, TaskStats,
 )
-from guiagent.store.schema import BLOBS_DIR, connect_ro
+from guiagent.store.schema import BLOBS_DIR, connect_ro, schema_version
 from guiagent.types import Observation, Step, TaskSpec, Trajectory
 
 __all__ = ["StoreReader"]
@@ -58,7 +60,12 @@ class StoreReader:
 
     def __init__(self, run_dir: str | os.PathLike[str]) -> None:
         self.run_dir = Path(run_dir)
-        connect_ro(self.run_dir).close()  # fail now, with a clear error, if there is no store
+        con = connect_ro(self.run_dir)  # fail now, with a clear error, if there is no usable store
+        try:
+            # a store not yet migrated by a writer has no writer columns: read NULLs instead
+            self._runs_sql = _RUNS_SQL if schema_version(con) >= 2 else _RUNS_SQL_V1
+        finally:
+            con.close()
         self._blobs = BlobStore(self.run_dir / BLOBS_DIR)
         self._local = threading.local()
 
@@ -96,11 +103,11 @@ class StoreReader:
 
     def list_runs(self) -> tuple[RunInfo, ...]:
         """All runs, newest first, with counts over their visible episodes."""
-        sql = _RUNS_SQL + " GROUP BY r.id ORDER BY r.created_at DESC, r.id"
+        sql = self._runs_sql + " GROUP BY r.id ORDER BY r.created_at DESC, r.id"
         return tuple(_run(r) for r in self._con.execute(sql))
 
     def get_run(self, run_id: str) -> RunInfo:
-        row = self._con.execute(_RUNS_SQL + " WHERE r.id = ? GROUP BY r.id", (run_id,)).fetchone()
+        row = self._con.execute(self._runs_sql + " WHERE r.id = ? GROUP BY r.id", (run_id,)).fetchone()
         if row is None:
             raise RunNotFound(f"no run {run_id!r}")
         return _run(row)
@@ -303,15 +310,38 @@ class StoreReader:
 
 _RUNS_SQL = (
     f"SELECT {_RUN_COLS}, count(e.pk), sum(e.status = 'completed'), sum(e.status = 'aborted'), "
-    f"sum(e.success >= {SUCCESS_THRESHOLD}), avg(e.total_reward) "
+    f"sum(e.success >= {SUCCESS_THRESHOLD}), avg(e.total_reward), "
+    "r.writer_host, r.writer_pid, r.writer_start, r.heartbeat "
     f"FROM runs r LEFT JOIN episodes e ON e.run_id = r.id AND {_VISIBLE}"
 )
+_RUNS_SQL_V1 = _RUNS_SQL.replace("r.writer_host, r.writer_pid, r.writer_start, r.heartbeat",
+                                 "NULL, NULL, NULL, r.updated_at")
 
 
 def _run(r: tuple) -> RunInfo:
-    return RunInfo(run_id=r[0], name=r[1], env=r[2], algo=r[3], model=r[4], config=json.loads(r[5]),
-                   status=r[6], created_at=r[7], updated_at=r[8], num_episodes=r[9], num_completed=r[10] or 0,
-                   num_aborted=r[11] or 0, num_success=r[12] or 0, mean_reward=r[13])
+    from guiagent.store.writer import STALE_S
+
+    status, host, pid, start, beat = r[6], r[14], r[15], r[16], r[17]
+    # A run whose writer is gone reads as interrupted at once, before any writer records it
+    # (readers never write): its process is missing on this host, or it went silent.
+    if status == "running" and (writer_alive(host, pid, start) is False
+                                or (beat is not None and beat < time.time() - STALE_S)):
+        status = "interrupted"
+    return RunInfo(run_id=r[0], name=r[1], env=r[2], algo=r[3], model=r[4], config=_json(r[5], {}),
+                   status=status, created_at=r[7], updated_at=r[8], num_episodes=r[9], num_completed=r[10] or 0,
+                   num_aborted=r[11] or 0, num_success=r[12] or 0, mean_reward=r[13], writer_host=host,
+                   writer_pid=pid, heartbeat=beat)
+
+
+def _json(text: str | None, default: Any) -> Any:
+    """A JSON column; a value some other tool mangled reads as ``default`` rather than failing
+    the whole run list."""
+    if text is None:
+        return default
+    try:
+        return json.loads(text)
+    except ValueError:
+        return default
 
 
 def _summary(r: tuple) -> EpisodeSummary:
