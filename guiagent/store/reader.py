@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import math
 import os
 import sqlite3
 import threading
@@ -68,20 +69,48 @@ class StoreReader:
             con.close()
         self._blobs = BlobStore(self.run_dir / BLOBS_DIR)
         self._local = threading.local()
+        self._idle: list[sqlite3.Connection] = []
+        self._idle_lock = threading.Lock()
+
+    #: connections kept for reuse after :meth:`release` (more are closed)
+    max_idle = 4
 
     @property
     def _con(self) -> sqlite3.Connection:
         con = getattr(self._local, "con", None)
         if con is None:
-            con = self._local.con = connect_ro(self.run_dir)
+            with self._idle_lock:
+                con = self._idle.pop() if self._idle else None
+            self._local.con = con = con or connect_ro(self.run_dir)
         return con
 
+    def release(self) -> None:
+        """Hand this thread's connection back for reuse by any thread.
+
+        A server that answers each request on a fresh thread (werkzeug) calls it when
+        a request ends: connections are then reused instead of one being opened per
+        thread, and open file descriptors stay bounded (``max_idle`` kept, more closed).
+        """
+        con = getattr(self._local, "con", None)
+        if con is None:
+            return
+        self._local.con = None
+        with self._idle_lock:
+            if len(self._idle) < self.max_idle:
+                self._idle.append(con)
+                return
+        con.close()
+
     def close(self) -> None:
-        """Close this thread's connection (others close when their thread ends)."""
+        """Close this thread's connection and the idle ones (other threads' close when they end)."""
         con = getattr(self._local, "con", None)
         if con is not None:
             con.close()
             self._local.con = None
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for c in idle:
+            c.close()
 
     def __enter__(self) -> "StoreReader":
         return self
@@ -221,6 +250,8 @@ class StoreReader:
 
     def get_step(self, episode_id: str, index: int) -> StepRecord:
         """One step of a visible episode (the replay page's keyboard navigation)."""
+        if not isinstance(index, int) or not -2**63 <= index < 2**63:
+            raise StoreError(f"episode {episode_id!r} has no step {str(index)[:40]}")
         with self._snapshot() as con:
             pk = self._episode_row(con, episode_id)[-1]
             row = con.execute(f"SELECT {_STEP_COLS} FROM steps s WHERE s.episode_pk = ? AND s.idx = ?",
@@ -454,6 +485,10 @@ def _decode_cursor(cursor: str, sort: str, descending: bool) -> tuple[Any, int]:
     if c_sort != sort or c_desc != descending:
         raise InvalidCursor(f"cursor was made for sort={c_sort!r} descending={c_desc}, "
                             f"not sort={sort!r} descending={descending}")
-    if not isinstance(pk, int) or not isinstance(value, (int, float)) or isinstance(value, bool):
+    if (not isinstance(pk, int) or isinstance(pk, bool) or not isinstance(value, (int, float))
+            or isinstance(value, bool)):
         raise InvalidCursor("malformed cursor values")
+    # NaN, 1e400 (inf) and integers past 64 bits cannot be compared in SQLite
+    if not (math.isfinite(value) and -2**63 <= pk < 2**63 and (isinstance(value, float) or -2**63 <= value < 2**63)):
+        raise InvalidCursor("cursor values out of range")
     return value, pk
