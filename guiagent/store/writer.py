@@ -110,6 +110,9 @@ class Store:
         if recover:
             try:
                 store.recovered = store.recover()
+            except sqlite3.DatabaseError as e:  # a file that opens but is corrupt further in
+                store.close()
+                raise StoreError(f"{run_dir / 'store.sqlite'} is not a usable trajectory store ({e})") from None
             except BaseException:
                 store.close()
                 raise
