@@ -6,7 +6,7 @@ opened without following a final symlink and served only if it is a regular file
 whose real path lies inside the run directory: a link planted in ``blobs/`` (or a
 ``blobs/`` that is itself a link) serves nothing. A blob never changes under its
 name: responses are immutable, cached for a year, with the hash as ETag, and
-werkzeug answers conditional and range requests (``send_file(conditional=True)``).
+werkzeug answers ``If-None-Match`` / ``If-Modified-Since`` (``send_file(conditional=True)``).
 """
 
 from __future__ import annotations
