@@ -90,9 +90,11 @@ def create_app(config: AppConfig) -> Flask:
     @app.errorhandler(StoreError)
     @app.errorhandler(sqlite3.Error)
     def _store_broken(e: Exception):
-        # a store that broke under a request (corrupt page, truncated file): this run only
+        # a store that broke under a request (corrupt page, truncated file, a mangled row):
+        # this run only. Store errors say what is wrong; SQLite's own texts are not for users.
         _log.warning("store error on %s: %s", request.path, e)
-        return _error(503, "this run's store cannot be read right now (see the run list for the reason)")
+        why = str(e).replace(str(registry.root) + "/", "") if isinstance(e, StoreError) else "the file is damaged"
+        return _error(503, f"this run's store cannot be read: {why}")
 
     @app.errorhandler(HTTPException)
     def _http(e: HTTPException):

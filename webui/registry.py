@@ -125,7 +125,9 @@ class RunRegistry:
         self._scanned = float("-inf")
 
     def _label(self, d: Path) -> str:
-        return "." if d == self.root else d.relative_to(self.root).as_posix()
+        """``d`` relative to the root, as text any page can show (undecodable bytes as ``\\xff``)."""
+        label = "." if d == self.root else d.relative_to(self.root).as_posix()
+        return label.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
     def _drop(self, d: Path) -> None:
         reader = self._readers.pop(d, None)

@@ -239,10 +239,17 @@ class StoreReader:
             totals = con.execute("SELECT name, total FROM episode_rewards WHERE episode_pk = ? ORDER BY name",
                                  (pk,)).fetchall()
             final = con.execute("SELECT final_obs FROM episodes WHERE pk = ?", (pk,)).fetchone()[0]
+        try:
+            return self._detail(episode_id, row, steps, judgements, totals, final)
+        except (ValueError, TypeError, KeyError) as e:  # a row some other tool mangled
+            raise StoreError(f"episode {episode_id!r} has a malformed stored row ({type(e).__name__})") from None
+
+    @staticmethod
+    def _detail(episode_id: str, row, steps, judgements, totals, final) -> EpisodeDetail:
         return EpisodeDetail(
             summary=_summary(row),
             steps=tuple(_step(episode_id, r) for r in steps),
-            judgements=tuple(JudgementRecord(j[0], episode_id, j[1], j[2], j[3], json.loads(j[4]), j[5], j[6])
+            judgements=tuple(JudgementRecord(j[0], episode_id, j[1], j[2], j[3], _json(j[4], {}), j[5], j[6])
                              for j in judgements),
             reward_totals=dict(totals),
             final_observation=_codec.obs_from_json(final, None),
@@ -258,7 +265,10 @@ class StoreReader:
                               (pk, int(index))).fetchone()
         if row is None:
             raise StoreError(f"episode {episode_id!r} has no step {index}")
-        return _step(episode_id, row)
+        try:
+            return _step(episode_id, row)
+        except (ValueError, TypeError, KeyError) as e:  # a row some other tool mangled
+            raise StoreError(f"episode {episode_id!r} step {index} is malformed ({type(e).__name__})") from None
 
     def judgements(self, episode_id: str) -> tuple[JudgementRecord, ...]:
         return self.get_episode(episode_id).judgements
@@ -378,9 +388,9 @@ def _json(text: str | None, default: Any) -> Any:
 def _summary(r: tuple) -> EpisodeSummary:
     return EpisodeSummary(
         episode_id=r[0], run_id=r[1], group_id=r[2], suite=r[3], task_id=r[4], seed=r[5], goal=r[6],
-        max_steps=r[7], params=json.loads(r[8]), agent=r[9], policy_version_min=r[10],
+        max_steps=r[7], params=_json(r[8], {}), agent=r[9], policy_version_min=r[10],
         policy_version_max=r[11], status=r[12], abort_reason=r[13], success=r[14], total_reward=r[15],
-        num_steps=r[16], num_parse_errors=r[17], started_at=r[18], ended_at=r[19], metadata=json.loads(r[20]),
+        num_steps=r[16], num_parse_errors=r[17], started_at=r[18], ended_at=r[19], metadata=_json(r[20], {}),
     )
 
 
@@ -389,7 +399,7 @@ def _step(episode_id: str, r: tuple) -> StepRecord:
         episode_id=episode_id, index=r[0], screenshot_ref=r[1], width=r[2], height=r[3], tree=r[4], url=r[5],
         last_action_error=r[6], response=r[7], thought=r[8], action=_codec.parse_action(r[9]),
         parse_error=_codec.parse_error(r[10]), action_error=r[11], reward=r[12],
-        reward_parts=json.loads(r[13]), milestones=tuple(json.loads(r[14])), terminated=bool(r[15]),
+        reward_parts=_json(r[13], {}), milestones=tuple(_json(r[14], [])), terminated=bool(r[15]),
         truncated=bool(r[16]), policy_version=r[17], latency_ms=r[18],
     )
 

@@ -111,6 +111,32 @@ def test_a_store_that_breaks_under_a_request_is_a_503_for_that_run_only(hostile_
     assert c.get("/api/runs/b~bee").status_code == 200 and c.get("/").status_code == 200
 
 
+def test_odd_directory_names_and_mangled_rows(tmp_path):
+    root = tmp_path / "runs"
+    odd = os.fsdecode(os.path.join(os.fsencode(root), b"bytes\xff"))
+    for i, d in enumerate((odd, str(root / "new\nline"), str(root / "<b>x"), str(root / "mangled"))):
+        with Store.open(d) as s:
+            s.write_trajectory(s.create_run("r", run_id=f"r{i}"), short_trajectory(f"e{i}", "t", 1, 1.0, 2))
+    con = sqlite3.connect(db_path(root / "mangled"))
+    con.execute("UPDATE runs SET config = '{bad'")
+    con.execute("UPDATE steps SET action = '{'")
+    con.commit()
+    con.close()
+    c = create_app(AppConfig(runs=root)).test_client()
+    runs = c.get("/api/runs").get_json()["runs"]
+    assert {r["dir"] for r in runs} == {"bytes\\xff", "new\nline", "<b>x", "mangled"}
+    page = c.get("/")
+    assert page.status_code == 200 and b"<b>x" not in page.data  # escaped
+    for r in runs:
+        assert c.get(f"/runs/{r['key']}").status_code == 200
+        assert c.get(f"/runs/{r['key']}/episodes").status_code == 200
+    for eid in ("e0", "e1", "e2"):
+        assert c.get(f"/episodes/{eid}").status_code == 200
+    r = c.get("/api/episodes/e3")  # its step rows were mangled by another tool
+    assert r.status_code == 503 and "malformed" in r.get_json()["error"]
+    assert c.get("/episodes/e3").status_code == 503
+
+
 def test_planted_symlinks_in_blobs_serve_nothing(tmp_path):
     run = tmp_path / "runs" / "r"
     with Store.open(run) as s:
