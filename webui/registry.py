@@ -109,6 +109,18 @@ def _reason(e: BaseException, run_dir: Path, label: str) -> str:
     return str(e).replace(str(run_dir), label).replace("\n", " ")[:300] or type(e).__name__
 
 
+#: an empty store younger than this is taken to be one a writer is creating, not a broken one
+CREATING_S = 30.0
+
+
+def _being_created(run_dir: Path) -> bool:
+    try:
+        st = db_path(run_dir).stat()
+    except OSError:
+        return False
+    return st.st_size == 0 and time.time() - st.st_mtime < CREATING_S
+
+
 class RunRegistry:
     """The discovered runs, re-scanned at most every ``ttl_s`` seconds (new runs appear live)."""
 
@@ -157,7 +169,8 @@ class RunRegistry:
                 except (StoreError, sqlite3.Error, OSError, ValueError) as e:
                     # corrupt, truncated, empty or half-created: shown as broken, the rest stays up
                     self._drop(d)
-                    broken[d] = BrokenRun(label, _reason(e, d, label))
+                    if not _being_created(d):  # a store a writer is creating right now: next scan
+                        broken[d] = BrokenRun(label, _reason(e, d, label))
                     continue
                 prefix = _label_key(label)
                 for info in infos:

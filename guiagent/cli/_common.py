@@ -117,3 +117,29 @@ def check_run_dirs(paths, *, flag: str = "--data") -> None:
             StoreReader(d).close()
         except StoreError as e:
             raise CLIError(f"{flag} {d}: {e}") from None
+
+
+def check_suite_tasks(env: str, tasks=(), *, flag_env: str = "--env", flag_tasks: str = "--tasks"):
+    """The suite ``env`` names (a suite name or an env id ``guiagent/<suite>.<task>``), after
+    checking that it exists, that its package is installed, and that every task is known.
+
+    Raises :class:`CLIError` (one line) otherwise; creates nothing.
+    """
+    from emulators.suites import get_suite, parse_env_id
+
+    name, selected = env, tuple(tasks)
+    if env.startswith("guiagent/"):
+        try:
+            name, task = parse_env_id(env)
+        except ValueError as e:
+            raise CLIError(f"{flag_env} {env}: {e}") from None
+        selected = (task,)
+    try:
+        suite = get_suite(name)
+        known = set(suite.task_ids())  # androidworld imports its package only here
+    except (KeyError, ImportError) as e:  # an unknown suite, or one whose package is missing here
+        raise CLIError(f"{flag_env} {env}: {e.args[0] if e.args else e}") from None
+    unknown = [t for t in selected if t not in known]
+    if unknown:
+        raise CLIError(f"{flag_tasks}: unknown task(s) {unknown} in {name}; see `guiagent tasks list --env {name}`")
+    return suite

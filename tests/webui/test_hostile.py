@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -48,9 +49,11 @@ def hostile_root(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-c", "from guiagent.store import Store\n"
                     f"Store.open({str(root / 'dead')!r}).create_run('dead', run_id='dead')"],
                    cwd=ROOT, check=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    for name, content in (("garbage", b"this is not a database" * 50), ("empty", b"")):
+    for name, content in (("garbage", b"this is not a database" * 50), ("empty", b""), ("creating", b"")):
         (root / name).mkdir()
         db_path(root / name).write_bytes(content)
+    old = time.time() - 3600  # an empty store left for an hour is broken; a fresh one is being created
+    os.utime(db_path(root / "empty"), (old, old))
     shutil.copytree(root / "good", root / "truncated")
     data = db_path(root / "truncated").read_bytes()
     db_path(root / "truncated").write_bytes(data[:len(data) // 3])
