@@ -90,10 +90,21 @@ class Store:
         self._con = con
         self._lock = threading.RLock()
         self._host = HOST
-        self._pid = os.getpid()
-        self._start = process_start(self._pid)
+        self._me_pid, self._me_start = os.getpid(), process_start(os.getpid())
         self.recovered: list[str] = []
         """episode ids that :meth:`open` recovered (aborted) from dead writers"""
+
+    @property
+    def _pid(self) -> int:
+        return os.getpid()
+
+    @property
+    def _start(self) -> int | None:
+        """This process's start time; looked up again in a forked child (its PID differs)."""
+        pid = os.getpid()
+        if pid != self._me_pid:
+            self._me_pid, self._me_start = pid, process_start(pid)
+        return self._me_start
 
     @classmethod
     def open(cls, run_dir: str | os.PathLike[str], *, fsync: bool = False, recover: bool = True) -> "Store":
