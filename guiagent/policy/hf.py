@@ -234,6 +234,13 @@ class TransformersPolicy:
                                       if isinstance(i, int) and i != unk})
         self.end_turn_id = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
 
+    def image_geometry(self):
+        """How this model's image processor resizes screenshots (patch/merge size, pixel limits):
+        the coordinate frame action formats must share (see ``guiagent.policy.prompting.image_geometry``)."""
+        from guiagent.policy.prompting import image_geometry
+
+        return image_geometry(self.image_processor)
+
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device

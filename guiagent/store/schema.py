@@ -132,6 +132,7 @@ CREATE TABLE IF NOT EXISTS steps (
     truncated           INTEGER NOT NULL,
     policy_version      INTEGER NOT NULL,
     latency_ms          REAL NOT NULL,
+    metadata            TEXT NOT NULL DEFAULT '{}',   -- step extras JSON (target_box, patched, ...)
     PRIMARY KEY (episode_pk, idx)
 );
 CREATE INDEX IF NOT EXISTS steps_screenshot ON steps (screenshot);
@@ -202,6 +203,7 @@ def connect_rw(run_dir: str | Path, *, fsync: bool = False) -> sqlite3.Connectio
         con.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'NORMAL'}")
         if _check_version(con, path) < SCHEMA_VERSION:
             _migrate(con, path)
+        _migrate_steps_metadata(con)
         con.execute("PRAGMA foreign_keys = ON")
     except sqlite3.Error as e:
         con.close()
@@ -266,6 +268,28 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
 def schema_version(con: sqlite3.Connection) -> int:
     """The schema version of an open store (0: being created, not usable yet)."""
     return int(con.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _migrate_steps_metadata(con: sqlite3.Connection) -> None:
+    """Add ``steps.metadata`` to a store created before the column existed.
+
+    Checked on every open (cheap: one PRAGMA) rather than tied to ``SCHEMA_VERSION``,
+    so it composes with other migrations; the ALTER runs under the write lock and a
+    second writer that raced it finds the column already there.
+    """
+    def has_column() -> bool:
+        return any(r[1] == "metadata" for r in con.execute("PRAGMA table_info(steps)"))
+
+    if has_column():
+        return
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        if not has_column():
+            con.execute("ALTER TABLE steps ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}'")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
 
 
 def _statements(script: str) -> list[str]:
