@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import sys
 import types
 import typing
@@ -41,7 +42,8 @@ import yaml
 
 T = TypeVar("T")
 
-__all__ = ["parse_config", "from_mapping", "to_mapping", "load_yaml", "read_yaml", "check_value", "ConfigError"]
+__all__ = ["parse_config", "from_mapping", "to_mapping", "load_yaml", "read_yaml", "check_value", "ConfigError",
+           "validate_out_dir", "check_model_path", "hub_offline", "looks_local"]
 
 
 class ConfigError(ValueError):
@@ -222,3 +224,76 @@ def parse_config(cls: type[T], argv: Sequence[str] | None = None, *, prog: str |
         return tyro.cli(cls, args=rest, default=default, prog=prog, description=desc)
     except (TypeError, ValueError) as e:  # __post_init__ checks
         raise ConfigError(str(e)) from e
+
+
+# -- checks of path-valued settings, made before anything is created ----------------------------
+
+def validate_out_dir(path: str | Path, *, flag: str = "--out") -> Path:
+    """Check that ``path`` is, or can be created as, a writable directory; create nothing.
+
+    Raises :class:`ConfigError` when it is a file, or when it (or the nearest existing folder
+    above it, where it would be created) is not a writable directory.
+    """
+    p = Path(path).expanduser()
+    if str(path).strip() == "":
+        raise ConfigError(f"{flag} needs a directory path")
+    if "\x00" in str(path):
+        raise ConfigError(f"{flag} {str(path)!r}: a path cannot contain NUL")
+    if p.exists() or p.is_symlink():
+        if not p.is_dir():
+            raise ConfigError(f"{flag} {path}: exists and is not a directory")
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise ConfigError(f"{flag} {path}: the directory is not writable")
+        return p
+    parent = p.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} {path}: cannot be created, {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: cannot be created, {parent} is not writable")
+    return p
+
+
+def hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` set to a true value (as huggingface_hub reads it)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def looks_local(model: str) -> bool:
+    """A path rather than a hub id: absolute, ``./``/``../``/``~``, a trailing slash, more than one
+    ``/`` (hub ids are ``name`` or ``org/name``), or an existing file system entry."""
+    return (model.startswith(("/", "./", "../", "~", ".\\")) or model in (".", "..") or model.endswith("/")
+            or model.count("/") > 1 or os.sep != "/" and os.sep in model or Path(model).exists())
+
+
+def check_model_path(model: str, *, flag: str = "--model") -> None:
+    """Fail at once, in one line, on a model that cannot load: a local-looking path that does
+    not exist or is not a model folder, a malformed hub id, or (``HF_HUB_OFFLINE``) a hub id
+    missing from the local cache. URLs of OpenAI-compatible servers are left to the backend."""
+    if not model:
+        raise ConfigError(f"{flag} is empty")
+    if model.startswith(("http://", "https://")):
+        return
+    if looks_local(model):
+        p = Path(model).expanduser()
+        if not p.exists():
+            raise ConfigError(f"{flag} {model}: no such model folder")
+        if not p.is_dir():
+            raise ConfigError(f"{flag} {model}: not a folder (a model folder holds config.json and weights)")
+        if not (p / "config.json").is_file():
+            raise ConfigError(f"{flag} {model}: not a model folder (no config.json)")
+        return
+    try:
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+    except ImportError:  # pragma: no cover - transformers depends on huggingface_hub
+        return
+    try:
+        validate_repo_id(model)
+    except HFValidationError:
+        raise ConfigError(f"{flag} {model!r}: neither an existing folder nor a valid hub id (org/name)") from None
+    if hub_offline():
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(model, "config.json"), str):
+            raise ConfigError(f"{flag} {model}: not in the local Hugging Face cache, and HF_HUB_OFFLINE is set")

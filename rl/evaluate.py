@@ -157,6 +157,12 @@ def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalRe
     from guiagent.store import Store
     from rl.rollout import run_rollout
 
+    from guiagent.config import check_model_path, validate_out_dir
+
+    # checked before any model loads or file is written: a typo costs nothing (ConfigError, one line)
+    validate_out_dir(cfg.out)
+    if policy is None and cfg.agent == "model" and cfg.backend != "openai":
+        check_model_path(cfg.model or "")
     env_name, tasks_sel = resolve_env(cfg)
     suite = get_suite(env_name)
     ids = pick_tasks(suite, EvalConfig(**{**cfg.__dict__, "env": env_name, "tasks": tasks_sel}))

@@ -8,7 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from guiagent.config import ConfigError
+from guiagent.config import (  # the path checks, re-exported for the commands
+    ConfigError, check_model_path, hub_offline, looks_local, validate_out_dir,
+)
+
+__all__ = ["emit_json", "log", "not_built", "CLIError", "validate_out_dir", "check_model_path", "hub_offline",
+           "looks_local", "check_run_dirs", "check_suite_tasks"]
 
 
 def emit_json(obj: Any) -> None:
@@ -28,82 +33,10 @@ def log(msg: str) -> None:
 
 
 # -- checks made before a command creates anything ----------------------------------------------
+# The path checks live in guiagent.config (library code such as rl.evaluate runs them too).
 
-
-
-class CLIError(ConfigError):
-    """Bad input to a command, found before anything was written: one line, exit code 2."""
-
-
-def validate_out_dir(path: str | Path, *, flag: str = "--out") -> Path:
-    """Check that ``path`` is, or can be created as, a writable directory; create nothing.
-
-    Raises :class:`CLIError` when it is a file, or when it (or the nearest existing folder
-    above it, where it would be created) is not a writable directory.
-    """
-    p = Path(path).expanduser()
-    if str(path).strip() == "":
-        raise CLIError(f"{flag} needs a directory path")
-    if "\x00" in str(path):
-        raise CLIError(f"{flag} {str(path)!r}: a path cannot contain NUL")
-    if p.exists() or p.is_symlink():
-        if not p.is_dir():
-            raise CLIError(f"{flag} {path}: exists and is not a directory")
-        if not os.access(p, os.W_OK | os.X_OK):
-            raise CLIError(f"{flag} {path}: the directory is not writable")
-        return p
-    parent = p.absolute().parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise CLIError(f"{flag} {path}: cannot be created, {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise CLIError(f"{flag} {path}: cannot be created, {parent} is not writable")
-    return p
-
-
-def hub_offline() -> bool:
-    """``HF_HUB_OFFLINE`` set to a true value (as huggingface_hub reads it)."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def looks_local(model: str) -> bool:
-    """A path rather than a hub id: absolute, ``./``/``../``/``~``, a trailing slash, more than one
-    ``/`` (hub ids are ``name`` or ``org/name``), or an existing file system entry."""
-    return (model.startswith(("/", "./", "../", "~", ".\\")) or model in (".", "..") or model.endswith("/")
-            or model.count("/") > 1 or os.sep != "/" and os.sep in model or Path(model).exists())
-
-
-def check_model_path(model: str, *, flag: str = "--model") -> None:
-    """Fail at once, in one line, on a model that cannot load: a local-looking path that does
-    not exist or is not a model folder, a malformed hub id, or (``HF_HUB_OFFLINE``) a hub id
-    missing from the local cache. URLs of OpenAI-compatible servers are left to the backend."""
-    if not model:
-        raise CLIError(f"{flag} is empty")
-    if model.startswith(("http://", "https://")):
-        return
-    if looks_local(model):
-        p = Path(model).expanduser()
-        if not p.exists():
-            raise CLIError(f"{flag} {model}: no such model folder")
-        if not p.is_dir():
-            raise CLIError(f"{flag} {model}: not a folder (a model folder holds config.json and weights)")
-        if not (p / "config.json").is_file():
-            raise CLIError(f"{flag} {model}: not a model folder (no config.json)")
-        return
-    try:
-        from huggingface_hub.utils import HFValidationError, validate_repo_id
-    except ImportError:  # pragma: no cover - transformers depends on huggingface_hub
-        return
-    try:
-        validate_repo_id(model)
-    except HFValidationError:
-        raise CLIError(f"{flag} {model!r}: neither an existing folder nor a valid hub id (org/name)") from None
-    if hub_offline():
-        from huggingface_hub import try_to_load_from_cache
-
-        if not isinstance(try_to_load_from_cache(model, "config.json"), str):
-            raise CLIError(f"{flag} {model}: not in the local Hugging Face cache, and HF_HUB_OFFLINE is set")
+CLIError = ConfigError
+"""Bad input to a command, found before anything was written: one line, exit code 2."""
 
 
 def check_run_dirs(paths, *, flag: str = "--data") -> None:

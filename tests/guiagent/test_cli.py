@@ -187,6 +187,11 @@ def bad_inputs(tmp_path):
     (tmp_path / "file.txt").write_text("x")
     (tmp_path / "bad.yaml").write_text('allow_remote: "no"\n')
     (tmp_path / "notutf8.yaml").write_bytes(b"runs: \xff\n")
+    (tmp_path / "eval_bad.yaml").write_text("episodes: 2.5\n")
+    (tmp_path / "eval_tasks.yaml").write_text("tasks: contacts_add\n")
+    (tmp_path / "eval_agent.yaml").write_text("agent: nobody\n")
+    (tmp_path / "badrun").mkdir()
+    (tmp_path / "badrun" / "config.yaml").write_text("iterations: 2.5\n")
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o500)
@@ -210,10 +215,32 @@ CASES = [
     (["farm", "up", "--state-dir", "{t}/file.txt"], "exists and is not a directory", 2),
     (["farm", "up", "--console-base-port", "65534", "--emulators", "4", "--dry-run"], "ports fall outside", 2),
     (["farm", "frob"], "unknown action", 2),
+    (["eval", "--out", "{t}/file.txt"], "--out {t}/file.txt: exists and is not a directory", 2),
+    (["eval", "--agent", "model", "--model", "{t}/nonexistent", "--out", "{t}/e"], "no such model folder", 2),
+    (["eval", "--agent", "model", "--model", "{t}/file.txt", "--out", "{t}/e"], "not a folder", 2),
+    (["eval", "--env", "nosuch", "--out", "{t}/e"], "--env nosuch: unknown suite 'nosuch'", 2),
+    (["eval", "--env", "guiagent/webapps", "--out", "{t}/e"], "not of the form guiagent/<suite>.<task>", 2),
+    (["eval", "--tasks", "nosuchtask", "--out", "{t}/e"], "unknown task(s) ['nosuchtask'] in webapps", 2),
+    (["eval", "--config", "{t}/eval_bad.yaml", "--out", "{t}/e"], "episodes: 2.5 is not valid", 2),
+    (["eval", "--config", "{t}/eval_tasks.yaml", "--out", "{t}/e"], "expected a list of strings", 2),
+    (["eval", "--config", "{t}/eval_agent.yaml", "--out", "{t}/e"], "agent: 'nobody' is not valid", 2),
+    (["train", "--env", "nosuch", "--out", "{t}/tr"], "--env nosuch: unknown suite", 2),
+    (["train", "--tasks", "nosuchtask", "--out", "{t}/tr"], "unknown task(s) ['nosuchtask']", 2),
+    (["train", "--out", "{t}/file.txt"], "--out {t}/file.txt: exists and is not a directory", 2),
+    (["train", "--model", "{t}/nomodel", "--out", "{t}/tr"], "--model {t}/nomodel: no such model folder", 2),
+    (["train", "--resume", "{t}/nodir"], "--resume {t}/nodir: no such run directory", 2),
+    (["train", "--resume", "{t}"], "holds no config.yaml", 2),
+    (["train", "--resume", "{t}/badrun"], "config.yaml: iterations: 2.5 is not valid (expected an integer)", 2),
     (["nosuchcommand"], "unknown command", 2),
 ]
 if os.geteuid() != 0:  # root may write anywhere
     CASES.append((["model", "init", "--out", "{t}/ro/new"], "is not writable", 2))
+    CASES.append((["eval", "--out", "{t}/ro"], "is not writable", 2))
+try:
+    import android_world  # noqa: F401
+except ImportError:  # the usual case: the package is not installed
+    CASES.append((["eval", "--env", "androidworld", "--out", "{t}/e"], "needs the android_world package", 2))
+    CASES.append((["train", "--env", "androidworld", "--out", "{t}/tr"], "needs the android_world package", 2))
 
 
 @pytest.mark.parametrize("argv,message,code", CASES, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
@@ -244,6 +271,10 @@ def test_model_path_checks_are_immediate(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(CLIError, match="HF_HUB_OFFLINE"):
         check_model_path("someone/not-cached-model-xyz")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["eval", "--agent", "model", "--model", "someone/not-cached-model-xyz", "--out",
+                 str(tmp_path / "e")]) == 2
+    assert not (tmp_path / "e").exists()
     assert time.perf_counter() - t0 < 2.0  # no hub lookups
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
