@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +100,13 @@ def main(argv: list[str]) -> int:
     app = create_app(AppConfig(runs=cfg.runs, token=token, loopback_only=not remote,
                                trusted_hosts=() if remote else (bound.lower(),)))
     app.debug = cfg.debug
+    if cfg.port:  # werkzeug reports a busy port in two lines of its own and exits: ask first
+        try:
+            socket.create_server((cfg.host.strip("[]"), cfg.port),
+                                 family=socket.AF_INET6 if ":" in cfg.host else socket.AF_INET).close()
+        except OSError as e:
+            print(f"guiagent ui: cannot listen on {cfg.host}:{cfg.port}: {e.strerror or e}", file=sys.stderr)
+            return 2
     try:
         server = make_server(cfg.host, cfg.port, app, threaded=True, request_handler=RedactingRequestHandler)
     except OSError as e:  # port in use, address not available, permission

@@ -282,3 +282,13 @@ def test_model_path_checks_are_immediate(tmp_path, monkeypatch):
     check_model_path("http://127.0.0.1:8000/v1")
     assert validate_out_dir(tmp_path / "new" / "deeper") == tmp_path / "new" / "deeper"
     assert not (tmp_path / "new").exists()
+
+
+def test_ui_on_a_busy_port_is_one_line(tmp_path, capsys):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        assert main(["ui", "--runs", str(tmp_path), "--port", str(port)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"guiagent ui: cannot listen on 127.0.0.1:{port}")
