@@ -33,10 +33,13 @@ class BadQuery(ValueError):
 
 
 def num(x: float | None) -> float | None:
-    """JSON has no NaN/inf: map them to null."""
+    """JSON has no NaN/inf: map them (and anything not a number) to null."""
     if x is None:
         return None
-    x = float(x)
+    try:
+        x = float(x)
+    except (TypeError, ValueError):  # SQLite keeps whatever another tool wrote into a REAL column
+        return None
     return x if math.isfinite(x) else None
 
 
