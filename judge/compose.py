@@ -16,9 +16,13 @@ Components produced by the rollout loop:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-__all__ = ["RewardConfig", "step_parts", "combine", "episode_rewards", "OnlineRewarder"]
+__all__ = ["RewardConfig", "step_parts", "combine", "episode_rewards", "OnlineRewarder", "reward_weights",
+           "PENALTY_PARTS"]
+
+#: components that count as they are (weight 1): signed penalties
+PENALTY_PARTS = ("parse", "invalid", "step")
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,8 @@ class RewardConfig:
     progress_gamma: float = 1.0
     """γ of the shaping term F = γΦ(s') − Φ(s)"""
     progress_terminal_zero: bool = True
-    """Φ(terminal) = 0, which keeps the optimal policy unchanged (see judge.progress)"""
+    """Φ = 0 where an episode ends, terminated or truncated (always: see judge.progress); kept so that
+    stored configs load, False is refused"""
     parse_penalty: float = -0.1
     """reward added on a step whose model output did not parse"""
     invalid_penalty: float = -0.05
@@ -40,13 +45,23 @@ class RewardConfig:
     step_penalty: float = 0.0
     """reward added on every step (a small negative value favours short episodes)"""
     judge: float = 0.0
-    """weight of the VLM judge's score on the final step"""
+    """weight of the VLM judge's score on the final step in :func:`combine`; a rollout with a judge
+    (``run_rollout(judge=...)``) sets it from ``JudgeSettings.weight``, so configs leave it at 0"""
 
     def __post_init__(self) -> None:
         if self.parse_penalty > 0 or self.invalid_penalty > 0 or self.step_penalty > 0:
             raise ValueError("penalties must be <= 0 (they are added to the reward)")
         if not 0.0 < self.progress_gamma <= 1.0:
             raise ValueError("progress_gamma must lie in (0, 1]")
+        if not self.progress_terminal_zero:
+            raise ValueError("progress_terminal_zero=False kept the potential of the last state, which "
+                             "pays an agent for stalling at a milestone; remove the setting (Φ is 0 where "
+                             "episodes end)")
+
+    def weights(self) -> dict[str, float]:
+        """Each stored component's weight in :func:`combine` (penalties count as they are: 1)."""
+        return {"task": self.task, "progress": self.progress, "judge": self.judge,
+                **{p: 1.0 for p in PENALTY_PARTS}}
 
 
 def step_parts(*, task: float = 0.0, progress: float = 0.0, parse_failed: bool = False,
@@ -73,20 +88,25 @@ def combine(parts: Mapping[str, float], cfg: RewardConfig) -> float:
 
 
 def episode_rewards(*, final_success: float, milestones_per_state: Sequence[Sequence[bool]],
-                    parse_failed: Sequence[bool], action_invalid: Sequence[bool], terminated: bool,
-                    cfg: RewardConfig, judge_score: float | None = None
-                    ) -> list[tuple[float, dict[str, float]]]:
+                    parse_failed: Sequence[bool], action_invalid: Sequence[bool], terminated: bool = True,
+                    cfg: RewardConfig, judge_score: float | None = None,
+                    bootstrap_potential: float | None = None) -> list[tuple[float, dict[str, float]]]:
     """(reward, parts) for each of the T steps of an episode.
 
-    ``milestones_per_state`` has T+1 entries (after reset, after each step).
+    ``milestones_per_state`` has T+1 entries (after reset, after each step). The
+    episode ended after step T, ``terminated`` or truncated alike: the progress
+    terms telescope to −Φ(s_0) either way (see :mod:`judge.progress`), so
+    ``terminated`` no longer changes any reward; ``bootstrap_potential`` is for a
+    learner that bootstraps a truncated episode with a critic.
     """
     from judge.progress import shaping_rewards
 
     T = len(parse_failed)
     if len(action_invalid) != T or len(milestones_per_state) != T + 1:
         raise ValueError("need T parse flags, T invalid flags and T+1 milestone lists")
+    del terminated  # kept in the signature for callers; where the episode ended is what matters
     shaping = shaping_rewards(milestones_per_state, gamma=cfg.progress_gamma,
-                              terminal_zero=cfg.progress_terminal_zero, terminated=terminated)
+                              bootstrap_potential=bootstrap_potential)
     out = []
     for t in range(T):
         last = t == T - 1
@@ -112,14 +132,43 @@ class OnlineRewarder:
         self.phi = potential(initial_milestones)
 
     def step(self, *, task_reward: float, milestones: Sequence[bool], terminated: bool, truncated: bool,
-             parse_failed: bool, action_invalid: bool, judge: float | None = None
-             ) -> tuple[float, dict[str, float]]:
+             parse_failed: bool, action_invalid: bool, judge: float | None = None,
+             bootstrap_potential: float | None = None) -> tuple[float, dict[str, float]]:
         cfg = self.cfg
         phi_next = self._potential(milestones)
-        if terminated and cfg.progress_terminal_zero:
-            phi_next = 0.0
+        if terminated or truncated:  # the episode ends here: Φ = 0 (or a critic's bootstrap potential)
+            phi_next = 0.0 if bootstrap_potential is None else float(bootstrap_potential)
         parts = step_parts(task=task_reward if (terminated or truncated) else 0.0,
                            progress=cfg.progress_gamma * phi_next - self.phi, parse_failed=parse_failed,
                            action_invalid=action_invalid, judge=judge, cfg=cfg)
         self.phi = phi_next
         return combine(parts, cfg), parts
+
+
+def reward_weights(config: Mapping[str, Any] | None) -> dict[str, float]:
+    """The weight of each stored reward component, from a run's stored config (a plain mapping).
+
+    Reads the ``rewards`` section (:class:`RewardConfig` fields; missing ones take
+    their defaults) and, when the config has a ``judge`` section
+    (:class:`judge.settings.JudgeSettings`) with a model, the judge's weight from
+    it (0 in ``log`` mode). Penalties (``parse``, ``invalid``, ``step``) weigh 1.
+    What the web UI shows beside every reward part; never raises on odd input.
+    """
+    cfg = config if isinstance(config, Mapping) else {}
+    section = cfg.get("rewards") if isinstance(cfg.get("rewards"), Mapping) else {}
+    defaults = RewardConfig()
+
+    def number(value: Any, default: float) -> float:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return default
+
+    out = {"task": number(section.get("task"), defaults.task),
+           "progress": number(section.get("progress"), defaults.progress),
+           "judge": number(section.get("judge"), defaults.judge),
+           **{p: 1.0 for p in PENALTY_PARTS}}
+    judge = cfg.get("judge")
+    if isinstance(judge, Mapping) and judge.get("model"):
+        out["judge"] = 0.0 if judge.get("mode") == "log" else number(judge.get("weight"), 0.0)
+    return out

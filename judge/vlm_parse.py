@@ -5,7 +5,10 @@ the parser accepts, in order of preference:
 
 1. a JSON object (also inside a Markdown code fence, with trailing commas,
    single quotes, Python ``True``/``False``/``None``) carrying ``success`` and/or
-   ``score``, ``reason`` and ``evidence_steps`` (several synonyms of each key);
+   ``score``, ``reason`` and ``evidence_steps`` (several synonyms of each key) —
+   found and decoded by the project's one lenient JSON reader,
+   :mod:`grounding.jsontext` (string-aware brace matching, a lexical repair
+   pass; nothing is ever evaluated);
 2. a labelled line in the WebJudge / autoeval style — ``Status: success``,
    ``Verdict: FAILURE``, ``Final answer: yes`` — the last such line wins, so an
    echo of the format instructions earlier in the text does no harm;
@@ -26,20 +29,20 @@ True
 
 from __future__ import annotations
 
-import ast
-import json
 import math
 import re
 from dataclasses import dataclass
 from typing import Any, Collection, Iterable
+
+from grounding import jsontext
 
 __all__ = ["ParsedVerdict", "parse_verdict", "parse_step_selection", "coerce_success", "coerce_score",
            "SUCCESS_THRESHOLD"]
 
 #: a score at or above this counts as success (the store's threshold, too)
 SUCCESS_THRESHOLD = 0.5
-#: the longest text the lenient (``ast``) JSON reader is given; longer blobs are not worth the time
-_MAX_LENIENT = 20_000
+#: the longest object span handed to the JSON reader; longer blobs are not a verdict
+_MAX_OBJECT = 20_000
 _MAX_REASON = 2_000
 
 _SUCCESS_KEYS = ("success", "successful", "task_success", "succeeded", "completed", "complete",
@@ -56,8 +59,6 @@ _FALSE_WORDS = {"false", "no", "n", "failure", "fail", "failed", "unsuccessful",
                 "not successful", "not_success", "incomplete", "not completed", "not complete",
                 "not achieved", "incorrect", "0"}
 
-_FENCE = re.compile(r"```(?:json|JSON|python)?\s*(.*?)```", re.S)
-_TRAILING_COMMA = re.compile(r",\s*([}\]])")
 # A labelled answer line: "Status: success", "**Verdict**: FAILURE", "Final answer - yes".
 _LABELLED = re.compile(
     r"(?:status|verdict|final\s+answer|final\s+verdict|answer|conclusion|evaluation|result|outcome|"
@@ -133,42 +134,20 @@ def coerce_score(value: Any) -> float | None:
     return x if x <= 1.0 else None
 
 
-def _loads(text: str) -> Any:
-    """JSON, then JSON without trailing commas, then a Python literal (single quotes, True/None)."""
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        pass
-    fixed = _TRAILING_COMMA.sub(r"\1", text)
-    try:
-        return json.loads(fixed)
-    except (ValueError, RecursionError):
-        pass
-    if len(fixed) > _MAX_LENIENT:
-        return None
-    py = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", fixed)))
-    try:
-        return ast.literal_eval(py)
-    except Exception:  # literal_eval raises many kinds (SyntaxError, ValueError, MemoryError, ...)
-        return None
-
-
 def _objects(text: str) -> list[dict[str, Any]]:
-    """Every dict that can be read from the text: fenced blocks first, then balanced ``{...}`` spans."""
-    spans = [m.group(1) for m in _FENCE.finditer(text)]
-    depth, start = 0, -1
-    for i, ch in enumerate(text):
-        if ch == "{":
-            if depth == 0:
-                start = i
-            depth += 1
-        elif ch == "}" and depth > 0:
-            depth -= 1
-            if depth == 0:
-                spans.append(text[start:i + 1])
+    """Every JSON object (dict) in the text, in order, read by :mod:`grounding.jsontext`.
+
+    Braces inside quoted strings do not count (``"reason": "the {x} field"``), and
+    Markdown fences need no special case: the object inside is found like any other.
+    """
     out = []
-    for span in spans:
-        obj = _loads(span.strip())
+    for start, end in jsontext.find_objects(text):
+        if end - start > _MAX_OBJECT:
+            continue
+        try:
+            obj = jsontext.loads(text[start:end])
+        except (ValueError, RecursionError):
+            continue
         if isinstance(obj, dict):
             out.append(obj)
     return out

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from judge.compose import RewardConfig
+from rl.advantages import SemiOnlineRewardConfig
+from rl.semi_online import MatchConfig, PatchConfig
 
-__all__ = ["TrainConfig", "TRAIN_SEED_RANGE", "TINY_MAX_PIXELS", "WARM_START_TASKS"]
+__all__ = ["TrainConfig", "SemiOnlineSettings", "TRAIN_SEED_RANGE", "TINY_MAX_PIXELS", "WARM_START_TASKS"]
 
 #: tasks whose targets sit at fixed places for every seed: what a tiny model trained from
 #: scratch on CPU can learn (docs/training.md, "Learning checks"), so the embedded default trains on them
@@ -23,12 +25,52 @@ TRAIN_SEED_RANGE = 1_000_000
 TINY_MAX_PIXELS = 28 * 28 * 128
 
 
+@dataclass(frozen=True)
+class SemiOnlineSettings:
+    """Semi-online RL (after UI-S1): recorded episodes replayed with the policy's own history."""
+
+    patch: PatchConfig = field(default_factory=PatchConfig)
+    """what a mismatch does: --semi.patch.mode none|recorded|policy (the thought that goes with the
+    substituted recorded action), --semi.patch.budget N (patches an episode; -1: no limit)"""
+    match: MatchConfig = field(default_factory=MatchConfig)
+    """tolerances of the matcher (--semi.match.point-tolerance 0.04, --semi.match.text-threshold 0.8, ...)"""
+    rewards: SemiOnlineRewardConfig = field(default_factory=SemiOnlineRewardConfig)
+    """per-step reward: format validity, kind match and match (UI-S1's weights by default)"""
+    gamma: float = 0.5
+    """γ of the step returns, which stop accumulating at a mismatch"""
+    step_weight: float = 1.0
+    """weight of the step-level group advantage (same recorded step across the G samples)"""
+    episode_weight: float = 1.0
+    """weight of the episode-level group advantage"""
+    per_online: int = 1
+    """--mode mixed: semi-online iterations before each online one"""
+    iterations: int = 4
+    """--mode staged: semi-online iterations before the online ones"""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError("--semi.gamma must lie in [0, 1]")
+        if self.per_online < 1 or self.iterations < 0:
+            raise ValueError("--semi.per-online must be >= 1 and --semi.iterations >= 0")
+
+
 @dataclass
 class TrainConfig:
     """Online RL on a suite: GRPO / Dr. GRPO with PPO-clip updates."""
 
     env: str = "webapps"
     """suite: webapps, miniwob or androidworld"""
+    mode: Literal["auto", "online", "semi-online", "mixed", "staged"] = "auto"
+    """online: episodes on live envs; semi-online: recorded episodes (--data) replayed with the
+    policy's own replies in the history and a patch step on mismatches (no device during rollouts);
+    mixed: --semi.per-online semi-online iterations, then one online, and again; staged: the first
+    --semi.iterations iterations semi-online, the rest online, with a held-out evaluation between;
+    auto: staged on the warm start's demonstrations when no --model is given, else online"""
+    data: tuple[str, ...] = ()
+    """--mode semi-online|mixed: run directories of recorded trajectories (e.g. from
+    guiagent eval --agent oracle, or guiagent data import); episodes of --tasks only, when given"""
+    semi: SemiOnlineSettings = field(default_factory=SemiOnlineSettings)
+    """semi-online settings (--semi.patch.mode, --semi.gamma, ...)"""
     algo: Literal["grpo", "dr_grpo"] = "grpo"
     """grpo: std-normalised group advantages, token-mean loss; dr_grpo: no std, constant-length normaliser"""
     tasks: tuple[str, ...] = ()
@@ -107,6 +149,17 @@ class TrainConfig:
     """dynamic sampling: most rollout rounds in one iteration"""
     neg_adv_min_scale: float = 1.0
     """success-adaptive scaling of negative advantages: scale = m + (1-m)·group success (1: off)"""
+    precision: Literal["auto", "fp32", "bf16-mixed", "bf16"] = "auto"
+    """auto: fp32 on CPU, bf16-mixed on CUDA; bf16-mixed: fp32 weights and optimiser state with bf16
+    compute (autocast), so small updates are not rounded away; bf16: bf16 weights with an fp32
+    master copy in the optimiser (least memory)"""
+    lora_rank: int = 0
+    """LoRA rank of adapters on the language model (peft; 0: full fine-tuning); the KL reference is
+    then the same model with its adapters switched off, so no second copy is loaded"""
+    lora_alpha: float = 32.0
+    """LoRA α (the adapters are scaled by α / rank)"""
+    gradient_checkpointing: bool = False
+    """recompute activations in the backward pass (less memory, ~30% more compute)"""
     max_grad_norm: float = 1.0
     temperature: float = 1.0
     """rollout sampling temperature"""
@@ -170,6 +223,17 @@ class TrainConfig:
             raise ValueError("--kl-target and --max-kl-old must be >= 0, --kl-horizon positive")
         if self.kl_target > 0 and self.kl_coef <= 0:
             raise ValueError("--kl-target adapts β from --kl-coef: give a positive --kl-coef too")
+        if self.mode == "auto":
+            self.mode = "staged" if not self.model and not self.resume else "online"
+        if self.mode in ("semi-online", "mixed") and not self.data:
+            raise ValueError(f"--mode {self.mode} replays recorded trajectories: give --data RUN_DIR [RUN_DIR ...]")
+        if self.mode == "staged" and not self.data and self.model:
+            raise ValueError("--mode staged with --model replays recorded trajectories: give --data RUN_DIR "
+                             "(without --model, the warm start's demonstrations are replayed)")
+        if self.mode != "online" and self.rollout == "async":
+            raise ValueError("--rollout async is for online rollouts; semi-online iterations need no device wait")
+        if self.lora_rank < 0 or self.lora_alpha <= 0:
+            raise ValueError("--lora-rank must be >= 0 (0: full fine-tuning) and --lora-alpha positive")
         for name in ("max_parse_error_rate", "max_kl_ref", "min_entropy"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0 (0 turns it off)")

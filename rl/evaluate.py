@@ -34,6 +34,13 @@ class EvalConfig:
 
     env: str = "webapps"
     """suite name (webapps, miniwob, androidworld) or one env id such as guiagent/webapps.<task>"""
+    mode: Literal["online", "semi-online"] = "online"
+    """online: episodes on live envs; semi-online: replay the recorded episodes of --data once each,
+    greedy, without patches, and report semi-online progress (SOP: share of recorded steps matched
+    before the first mismatch) and success (every step matched)"""
+    data: tuple[str, ...] = ()
+    """--mode semi-online: run directories of recorded trajectories (successful episodes are replayed;
+    of --tasks only, when given; at most --episodes of them)"""
     agent: Literal["oracle", "random", "model"] = "oracle"
     """who acts: the tasks' scripted oracles, uniform random actions, or a model"""
     episodes: int = 10
@@ -77,6 +84,9 @@ class EvalConfig:
             raise ValueError("--slots must be positive")
         if self.agent == "model" and not self.model:
             raise ValueError("--agent model needs --model DIR|HUB_ID|URL")
+        if self.mode == "semi-online" and (not self.data or self.agent != "model"):
+            raise ValueError("--mode semi-online replays recorded episodes with a model: give --data RUN_DIR "
+                             "and --agent model --model DIR")
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,9 @@ class EvalResult:
     env: str
     per_task: dict[str, float]
     time_share: dict[str, float]
+    mode: str = "online"
+    progress: float | None = None
+    """--mode semi-online: mean share of recorded steps matched before the first mismatch (SOP)"""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -154,15 +167,16 @@ def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalRe
     ``pool`` an env pool to run on (left open) instead of a fresh in-process one."""
     from emulators.pool import InProcessPool
     from emulators.suites import get_suite
+    from guiagent.config import check_model_path, validate_out_dir
     from guiagent.store import Store
     from rl.rollout import run_rollout
-
-    from guiagent.config import check_model_path, validate_out_dir
 
     # checked before any model loads or file is written: a typo costs nothing (ConfigError, one line)
     validate_out_dir(cfg.out)
     if policy is None and cfg.agent == "model" and cfg.backend != "openai":
         check_model_path(cfg.model or "")
+    if cfg.mode == "semi-online":
+        return _run_semi_online(cfg, policy)
     env_name, tasks_sel = resolve_env(cfg)
     suite = get_suite(env_name)
     ids = pick_tasks(suite, EvalConfig(**{**cfg.__dict__, "env": env_name, "tasks": tasks_sel}))
@@ -196,6 +210,46 @@ def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalRe
         time_share={k: round(v / max(res.wall_seconds, 1e-9), 3) for k, v in
                     (("env", res.env_seconds), ("policy", res.policy_seconds), ("store", res.store_seconds))},
     )
+
+
+def _run_semi_online(cfg: EvalConfig, policy: Any) -> EvalResult:
+    """Semi-online evaluation (SOP) of ``cfg.data``'s recorded episodes; stored like any eval run."""
+    import time
+
+    from guiagent.store import EpisodeFilter, Store
+    from guiagent.store.schema import db_path
+    from rl.semi_online import load_recorded_episodes, semi_online_eval
+
+    episodes: list[Any] = []
+    for d in cfg.data:
+        if not db_path(Path(d)).is_file():
+            raise KeyError(f"--data {d}: no trajectory store there")
+        episodes += [t for t in load_recorded_episodes(d, EpisodeFilter(outcome="success"))
+                     if not cfg.tasks or t.task.task_id in cfg.tasks]
+    episodes = episodes[:cfg.episodes]
+    if not episodes:
+        raise KeyError(f"--data {' '.join(cfg.data)}: no successful recorded episode to replay")
+    policy = policy or make_policy(cfg)
+    store = Store.open(cfg.out)
+    run_id = store.create_run(cfg.name or f"sop-{cfg.env}", env=cfg.env, algo="eval-semi-online",
+                              model=cfg.model or cfg.agent, config=to_mapping(cfg))
+    t0 = time.perf_counter()
+    try:
+        sop = semi_online_eval(policy, episodes, store=store, run_id=run_id)
+        store.set_run_status(run_id, "finished")
+    except BaseException:
+        store.set_run_status(run_id, "failed")
+        raise
+    finally:
+        store.close()
+    seconds = time.perf_counter() - t0
+    steps = sum(len(e.steps) for e in episodes)
+    return EvalResult(
+        episodes=len(episodes), success_rate=sop.success, aborted=0, mean_steps=steps / len(episodes),
+        steps_per_s=round(steps / max(seconds, 1e-9), 2), seconds=round(seconds, 2), run_dir=cfg.out,
+        run_id=run_id, agent=cfg.agent, env=cfg.env,
+        per_task={k: t.success for k, t in sop.per_task.items()}, time_share={"policy": 1.0},
+        mode="semi-online", progress=sop.progress)
 
 
 class _Progress:

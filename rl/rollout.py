@@ -12,22 +12,36 @@ goes on.
 Every step is tagged with the policy version that produced it. In async mode the
 trainer keeps acting on batches up to ``max_lag`` versions old (see
 :class:`AsyncRollout`).
+
+With a judge (``judge=``, a :class:`judge.settings.RewardJudge`), an episode that
+finishes is judged before its last step is stored: finished episodes go to the
+judge in batches (all those waiting, whenever one of its worker threads is free)
+while the freed slots start new episodes; when the verdicts come back (or the judge's timeout passes),
+the weighted score joins the last step's ``reward_parts["judge"]`` and ``reward``,
+the step is written, the verdict is stored as a judgement beside the rule outcome,
+and the episode is completed. A missing verdict (timeout, garbage, rate limit,
+spent budget) is recorded as missing with its reason; the episode keeps its rule
+reward (``RolloutResult.judge_missing`` counts them).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import queue
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from emulators.pool import ActionRequest, EnvOutput, EnvPool, ResetRequest
 from guiagent.types import Observation, ParseError, Step, TaskSpec, Trajectory
-from judge.compose import OnlineRewarder, RewardConfig
+from judge.compose import OnlineRewarder, RewardConfig, combine
 from rl.agents import TurnContext, TurnPolicy
+
+if TYPE_CHECKING:
+    from judge.settings import RewardJudge
 
 __all__ = ["EpisodeRequest", "TrainTurn", "RolloutResult", "run_rollout", "make_groups", "AsyncRollout"]
 
@@ -65,6 +79,14 @@ class RolloutResult:
     wall_seconds: float = 0.0
     env_steps: int = 0
     aborted: int = 0
+    verdicts: dict[str, Any] = field(default_factory=dict)
+    """judge verdicts by episode id (:class:`judge.vlm.Verdict`), missing ones included"""
+    judge_missing: int = 0
+    """judged episodes whose verdict is missing (they kept their rule reward)"""
+    judge_missing_reasons: dict[str, int] = field(default_factory=dict)
+    """missing verdicts by reason: budget, rate_limit, timeout, garbage, backend, input"""
+    judge_seconds: float = 0.0
+    """time the rollout waited for verdicts after its last episode ended"""
 
     @property
     def steps_per_second(self) -> float:
@@ -74,8 +96,12 @@ class RolloutResult:
         """Append another rollout's episodes, turns and timings (one iteration sampled in rounds)."""
         self.trajectories += other.trajectories
         self.turns += other.turns
-        for name in ("env_seconds", "policy_seconds", "store_seconds", "wall_seconds", "env_steps", "aborted"):
+        for name in ("env_seconds", "policy_seconds", "store_seconds", "wall_seconds", "env_steps", "aborted",
+                     "judge_missing", "judge_seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.verdicts.update(other.verdicts)
+        for k, n in other.judge_missing_reasons.items():
+            self.judge_missing_reasons[k] = self.judge_missing_reasons.get(k, 0) + n
         return self
 
     def informative_groups(self) -> int:
@@ -112,17 +138,31 @@ class _Live:
     turns: list[TrainTurn] = field(default_factory=list)
 
 
+@dataclass
+class _Judging:
+    """A batch of finished episodes waiting for their verdicts."""
+
+    episodes: list[tuple[_Live, Trajectory]]
+    future: Any
+    deadline: float
+
+
 def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeRequest], *,
                 rewards: RewardConfig | None = None, store: Any = None, run_id: str | None = None,
                 suite: str = "",
-                keep_turns: bool = True, on_episode: Callable[[Trajectory], None] | None = None
-                ) -> RolloutResult:
+                keep_turns: bool = True, on_episode: Callable[[Trajectory], None] | None = None,
+                judge: "RewardJudge | None" = None) -> RolloutResult:
     """Run every requested episode on ``pool`` with ``policy`` (sync mode).
 
     ``store``/``run_id``: a :class:`guiagent.store.Store` to append steps to as they
-    happen. Returns the trajectories (in completion order) and the learner's turns.
+    happen. ``judge``: judge each finished episode before its last step is stored
+    (see the module docstring; :func:`judge.settings.make_judge` builds one).
+    Returns the trajectories (in completion order) and the learner's turns.
     """
     cfg = rewards or RewardConfig()
+    judged_cfg = dataclasses.replace(cfg, judge=judge.weight) if judge is not None else cfg
+    judging: list[_Judging] = []             # batches in flight on the judge's threads
+    waiting: list[tuple[_Live, Trajectory]] = []  # finished episodes not yet sent to the judge
     res = RolloutResult()
     t_wall = time.perf_counter()
     pending = list(requests)[::-1]
@@ -168,12 +208,20 @@ def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeReq
                                group_id=r.group_id or None, episode_id=eid)
             live[s] = _Live(r, out.spec, out.observation, OnlineRewarder(cfg, out.milestones), writer, eid)
 
-    def finish(slot: int, status: str, success: float, reason: str | None, final_obs: Observation) -> None:
-        ep = live.pop(slot)
-        traj = Trajectory(ep.episode_id, ep.spec, tuple(ep.steps), success=success,
+    def trajectory(ep: _Live, status: str, success: float, reason: str | None, final_obs: Observation
+                   ) -> Trajectory:
+        return Trajectory(ep.episode_id, ep.spec, tuple(ep.steps), success=success,
                           status="aborted" if status == "aborted" else "completed", abort_reason=reason,
                           final_observation=final_obs, agent=policy.name, group_id=ep.req.group_id or None,
                           metadata={"policy_versions": sorted({s.policy_version for s in ep.steps})})
+
+    def finish(slot: int, status: str, success: float, reason: str | None, final_obs: Observation) -> None:
+        ep = live.pop(slot)
+        close(ep, trajectory(ep, status, success, reason, final_obs))
+
+    def close(ep: _Live, traj: Trajectory) -> None:
+        status, reason, success = traj.status, traj.abort_reason, traj.success
+        final_obs = traj.final_observation
         if ep.writer is not None:
             if status == "aborted":
                 timed("store_seconds", ep.writer.abort, reason or "aborted", final_observation=final_obs)
@@ -186,6 +234,60 @@ def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeReq
             res.turns.extend(ep.turns)
         if on_episode is not None:
             on_episode(traj)
+
+    def with_verdict(ep: _Live, traj: Trajectory, verdict: Any) -> None:
+        """The judged episode: its last step gets the judge's part, then it is stored and closed."""
+        from judge.vlm import missing_kind, store_verdict
+
+        assert judge is not None
+        last = traj.steps[-1]
+        usable = verdict.error is None and verdict.score is not None
+        if usable and judge.mode == "reward":
+            parts = {**last.reward_parts, "judge": float(verdict.score)}
+            last = dataclasses.replace(last, reward_parts=parts, reward=combine(parts, judged_cfg))
+            traj = dataclasses.replace(traj, steps=traj.steps[:-1] + (last,))
+            ep.steps[-1] = last
+            ep.turns = [dataclasses.replace(u, reward=last.reward) if u.step_index == last.index else u
+                        for u in ep.turns]
+        if not usable:
+            kind = missing_kind(verdict.error) or "garbage"
+            res.judge_missing += 1
+            res.judge_missing_reasons[kind] = res.judge_missing_reasons.get(kind, 0) + 1
+        res.verdicts[traj.episode_id] = verdict
+        if ep.writer is not None:
+            timed("store_seconds", ep.writer.add_step, last)
+            timed("store_seconds", store_verdict, store, traj.episode_id, verdict, judge.name,
+                  rule_success=traj.success, extra={"weight": judge.weight, "mode": judge.mode})
+        close(ep, traj)
+
+    def dispatch() -> None:
+        """Send the waiting episodes as one batch when a judge worker is free.
+
+        Never more batches than workers are in flight, so a batch starts when it is
+        sent and its deadline (sent + timeout) is not eaten by a queue.
+        """
+        assert judge is not None
+        if waiting and len(judging) < judge.settings.workers:
+            batch = list(waiting)
+            waiting.clear()
+            judging.append(_Judging(batch, judge.submit([t for _, t in batch]),
+                                    time.monotonic() + judge.timeout))
+
+    def collect(block: bool) -> None:
+        """Close the judged batches whose verdicts are in (or whose deadline passed)."""
+        assert judge is not None
+        for batch in list(judging):
+            wait = max(0.0, batch.deadline - time.monotonic()) if block else 0.0
+            verdicts = judge.collect(batch.future, len(batch.episodes), wait)
+            if verdicts is None:
+                if time.monotonic() < batch.deadline:
+                    continue
+                batch.future.cancel()
+                late = judge.missing(f"timeout: no verdict within {judge.timeout:g} s")
+                verdicts = [late] * len(batch.episodes)
+            judging.remove(batch)
+            for (ep, traj), verdict in zip(batch.episodes, verdicts):
+                with_verdict(ep, traj, verdict)
 
     start(list(range(pool.num_slots)))
     while live:
@@ -221,16 +323,31 @@ def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeReq
                 ep.turns.append(TrainTurn(ep.req.group_id, ep.episode_id, step.index, turn.prompt,
                                           tuple(turn.completion_ids), tuple(turn.logprobs), reward,
                                           turn.policy_version, not parse_failed))
-            if ep.writer is not None:
+            ended = device_error is None and (out.terminated or out.truncated)
+            if ep.writer is not None and not (ended and judge is not None):  # a judged last step waits
                 timed("store_seconds", ep.writer.add_step, step)
             ep.obs = out.observation
             if device_error is not None:
                 finish(s, "aborted", 0.0, f"device error: {device_error}", out.observation)
                 freed.append(s)
-            elif out.terminated or out.truncated:
-                finish(s, "completed", float(info.success or 0.0) if info else 0.0, None, out.observation)
+            elif ended:
+                success = float(info.success or 0.0) if info else 0.0
+                if judge is not None:
+                    live.pop(s)
+                    waiting.append((ep, trajectory(ep, "completed", success, None, out.observation)))
+                else:
+                    finish(s, "completed", success, None, out.observation)
                 freed.append(s)
+        if judging:  # the judge works on its own threads while the freed slots start new episodes
+            collect(block=False)
+        if waiting:
+            dispatch()
         start(freed)
+    t_judge = time.perf_counter()
+    while judging or waiting:
+        dispatch()
+        collect(block=True)
+    res.judge_seconds += time.perf_counter() - t_judge
     res.wall_seconds = time.perf_counter() - t_wall
     return res
 

@@ -38,6 +38,7 @@ from rl.checkpoint import (
     TrainerState, find_checkpoint, load_checkpoint, load_config, save_checkpoint, save_config,
 )
 from rl.config import TINY_MAX_PIXELS, TRAIN_SEED_RANGE, WARM_START_TASKS, TrainConfig
+from rl.optim import build_optimizer, estimate_memory_for
 
 __all__ = ["TrainConfig", "TrainResult", "Trainer", "train", "write_summary"]
 
@@ -79,12 +80,37 @@ def write_summary(result: TrainResult) -> None:
     Path(result.run_dir, "summary.json").write_text(json.dumps(result.to_dict(), indent=2, default=float))
 
 
+def load_recorded(cfg: TrainConfig) -> list[Any]:
+    """The recorded episodes of ``--data`` (of ``--tasks`` when given); ``KeyError`` says what is missing."""
+    from guiagent.store import EpisodeFilter
+    from guiagent.store.schema import db_path
+    from rl.semi_online import load_recorded_episodes
+
+    episodes: list[Any] = []
+    for d in cfg.data:
+        if not db_path(Path(d)).is_file():
+            raise KeyError(f"--data {d}: no trajectory store there (record one with guiagent eval --agent oracle "
+                           "--out DIR, or import one with guiagent data import)")
+        got = load_recorded_episodes(d, EpisodeFilter(outcome="success"))
+        episodes += [t for t in got if not cfg.tasks or t.task.task_id in cfg.tasks]
+    if not episodes:
+        raise KeyError(f"--data {' '.join(cfg.data)}: no successful recorded episode"
+                       + (f" of {list(cfg.tasks)}" if cfg.tasks else "") + " to replay")
+    return episodes
+
+
 def resolve_tasks(cfg: TrainConfig) -> list[str]:
-    """The task ids to train on; ``KeyError`` names an unknown suite or task (nothing is created)."""
+    """The task ids to train (and evaluate) on; ``KeyError`` names an unknown suite or task.
+
+    In ``--mode semi-online`` the tasks only filter the recorded episodes, which may come from
+    elsewhere (an imported dataset): the held-out evaluation runs the ones the suite has.
+    """
     from emulators.suites import get_suite
 
     suite = get_suite(cfg.env)
     ids = suite.task_ids()
+    if cfg.mode == "semi-online" and cfg.tasks:
+        return [t for t in cfg.tasks if t in ids]
     if cfg.tasks:
         unknown = [t for t in cfg.tasks if t not in ids]
         if unknown:
@@ -104,6 +130,17 @@ class _LockedTurnPolicy:
     def act_batch(self, contexts: Any, pool: Any) -> Any:
         with self.lock:
             return self.inner.act_batch(contexts, pool)
+
+
+class _AdaptersOff:
+    """A LoRA policy scored as its frozen base: the KL reference without a second model."""
+
+    def __init__(self, policy: Any):
+        self.policy = policy
+
+    def score_batch(self, *a: Any, **k: Any) -> Any:
+        with self.policy.adapters_disabled():
+            return self.policy.score_batch(*a, **k)
 
 
 class Trainer:
@@ -145,7 +182,12 @@ class Trainer:
             ckpt = find_checkpoint(run_dir)
             restored = load_checkpoint(ckpt) if ckpt is not None else None
         self.cfg = cfg
-        self.tasks = resolve_tasks(cfg)  # before anything is created: a typo leaves nothing behind
+        # before anything is created: a typo leaves nothing behind
+        self.tasks = resolve_tasks(cfg)
+        self.recorded = load_recorded(cfg) if cfg.mode != "online" and cfg.data else []
+        if cfg.eval_episodes > 0 and not self.tasks:
+            raise KeyError(f"none of the recorded tasks is a {cfg.env} task to evaluate on: "
+                           "give --eval-episodes 0, or --tasks of the suite")
         self.out = out = Path(cfg.out)
         out.mkdir(parents=True, exist_ok=True)
         if cfg.threads:
@@ -165,13 +207,19 @@ class Trainer:
                                                 steps=cfg.warm_start_steps, seed=cfg.seed,
                                                 max_pixels=TINY_MAX_PIXELS, threads=cfg.threads or None)
             self.state.model_dir = model_dir
+        if cfg.mode != "online" and not cfg.data:  # staged embedded default: replay the warm start's demos
+            self.cfg = cfg = dataclasses.replace(cfg, data=(str(out / "demos"),))
+            self.recorded = load_recorded(cfg)
         self.first_iteration = self.state.iteration
         self.settings = AgentSettings.load(self.state.model_dir) or AgentSettings.load(model_dir) or AgentSettings()
-        self.policy = load_transformers(model_dir, threads=cfg.threads or None)
+        self.policy = self._load_policy(model_dir, resumed=restored is not None)
         # The KL reference is the starting policy for the whole run, also after any number of resumes.
-        self.ref = load_transformers(self.state.model_dir) if cfg.kl_coef > 0 else None
-        self.opt = torch.optim.AdamW([p for p in self.policy.parameters() if p.requires_grad], lr=cfg.lr,
-                                     betas=(0.9, 0.98))
+        self.ref = self._reference() if cfg.kl_coef > 0 else None
+        self.opt = build_optimizer(self.policy, cfg.lr, betas=(0.9, 0.98), weight_decay=0.01, precision=cfg.precision)
+        log.info("%s (precision %s, LoRA rank %d, micro-batch %d, ~2048-token turns)", estimate_memory_for(
+            self.policy.model, precision=self.policy_precision, micro_batch_size=cfg.micro_batch_size, seq_len=2048,
+            completion_len=cfg.max_new_tokens, gradient_checkpointing=cfg.gradient_checkpointing,
+            device=self.policy.device.type).summary(), cfg.precision, cfg.lora_rank, cfg.micro_batch_size)
         if restored is not None:
             self.opt.load_state_dict(restored.optimizer)
             torch.set_rng_state(restored.torch_rng)
@@ -190,7 +238,6 @@ class Trainer:
                 log.info("marked %d unfinished episodes of the killed run as aborted", len(recovered))
             self.store.set_run_status(self.state.run_id, "running")
 
-        self.pool = self._make_pool()
         if self.state.eval_before is None:
             self.state.eval_before = self.evaluate("before")
         # The rollout side acts with its own copy of the weights in async mode (synced after each
@@ -206,6 +253,34 @@ class Trainer:
             from rl.rollout import AsyncRollout
 
             self.async_rollout = AsyncRollout(self.produce, max_lag=cfg.max_lag, start_iteration=self.state.iteration)
+
+    def _load_policy(self, model_dir: str, *, resumed: bool) -> Any:
+        """The learner: precision, LoRA adapters (resumed from the checkpoint's adapter folder) and
+        gradient checkpointing as configured."""
+        from guiagent.policy.hf import LoraSettings, load_transformers, resolve_precision
+
+        cfg = self.cfg
+        lora = LoraSettings(rank=cfg.lora_rank, alpha=cfg.lora_alpha) if cfg.lora_rank else None
+        adapter = str(Path(model_dir) / "lora_adapter") if lora is not None and resumed else None
+        base = self.state.model_dir if adapter else model_dir  # a LoRA run resumes from base + its adapter
+        policy = load_transformers(base, threads=cfg.threads or None, precision=cfg.precision, lora=lora,
+                                   adapter=adapter, gradient_checkpointing=cfg.gradient_checkpointing)
+        self.policy_precision = resolve_precision(cfg.precision, policy.device).name
+        return policy
+
+    def _reference(self) -> Any:
+        """The KL reference: the starting policy (a LoRA learner's own base, adapters off)."""
+        from guiagent.policy.hf import load_transformers
+
+        if self.cfg.lora_rank:
+            return _AdaptersOff(self.policy)
+        return load_transformers(self.state.model_dir, threads=self.cfg.threads or None)
+
+    def env_pool(self) -> Any:
+        """The env pool, started on first use (a semi-online run without evaluations needs none)."""
+        if self.pool is None:
+            self.pool = self._make_pool()
+        return self.pool
 
     def _make_pool(self) -> Any:
         cfg = self.cfg
@@ -232,25 +307,47 @@ class Trainer:
 
     # ---- the loop -------------------------------------------------------------------------------
 
+    def is_semi_online(self, iteration: int) -> bool:
+        """Whether iteration ``iteration`` replays recorded episodes (--mode semi-online / mixed)."""
+        mode, semi = self.cfg.mode, self.cfg.semi
+        return (mode == "semi-online" or (mode == "mixed" and iteration % (semi.per_online + 1) != semi.per_online)
+                or (mode == "staged" and iteration < semi.iterations))
+
     def produce(self, iteration: int) -> Any:
         """The rollouts of one iteration: ``groups_per_iteration`` (task, seed) groups of G episodes,
-        in more rounds while too few groups are informative (dynamic sampling)."""
+        in more rounds while too few groups are informative (dynamic sampling); or, in a
+        semi-online iteration, ``groups_per_iteration`` recorded episodes replayed G times each."""
         from rl.rollout import make_groups, run_rollout
 
         cfg = self.cfg
         rng = random.Random(cfg.seed * 7919 + iteration)  # the data cursor: iteration i -> its groups
         torch.manual_seed(cfg.seed * 7919 + iteration)  # the sampling of this iteration's replies
+        if self.is_semi_online(iteration):
+            return self._replay(rng)
         result = None
         for rnd in range(max(1, cfg.max_sampling_rounds) if cfg.min_informative_groups else 1):
             picks = [rng.choice(self.tasks) for _ in range(cfg.groups_per_iteration)]
             seeds = [rng.randrange(TRAIN_SEED_RANGE) for _ in picks]
-            more = run_rollout(self.pool, self.sampler, make_groups(picks, seeds, cfg.group_size,
+            more = run_rollout(self.env_pool(), self.sampler, make_groups(picks, seeds, cfg.group_size,
                                                                     tag=f"i{iteration}r{rnd}"),
                                rewards=cfg.rewards, store=self.store, run_id=self.state.run_id, suite=cfg.env)
             result = more if result is None else result.extend(more)
             if result.informative_groups() >= cfg.min_informative_groups:
                 break
         return result
+
+    def _replay(self, rng: random.Random) -> Any:
+        """A semi-online rollout: recorded episodes, each replayed ``group_size`` times."""
+        from rl.semi_online import ModelExplainer, run_semi_online
+
+        cfg = self.cfg
+        n = cfg.groups_per_iteration
+        picks = (rng.sample(self.recorded, n) if n <= len(self.recorded)
+                 else [rng.choice(self.recorded) for _ in range(n)])
+        explainer = ModelExplainer(self.sampler.inner) if cfg.semi.patch.mode == "policy" else None
+        return run_semi_online(self.sampler, picks, group_size=cfg.group_size, patch=cfg.semi.patch,
+                               rewards=cfg.semi.rewards, match=cfg.semi.match, explainer=explainer,
+                               store=self.store, run_id=self.state.run_id)
 
     def iterate(self) -> None:
         """One iteration: rollout → advantages → update → guards → sync → checkpoint → eval → metrics."""
@@ -267,8 +364,11 @@ class Trainer:
         else:
             result = self.produce(it)
         metrics = rollout_metrics(result)
-        extra = self._judge_episodes(result, metrics) if self.judge is not None else {}
-        turns, adv, adv_stats = compute_advantages(cfg, result, extra)
+        if self.is_semi_online(it):
+            turns, adv, adv_stats = self._semi_online_batch(result, metrics)
+        else:
+            extra = self._judge_episodes(result, metrics) if self.judge is not None else {}
+            turns, adv, adv_stats = compute_advantages(cfg, result, extra)
         metrics.update(adv_stats)
         t1 = time.perf_counter()
         if turns:
@@ -295,8 +395,10 @@ class Trainer:
         metrics["iteration_seconds"] = time.perf_counter() - t0
         metrics["policy_version"] = float(self.policy.version)
         state.iteration = it + 1
-        if cfg.eval_every and (it + 1) % cfg.eval_every == 0 and it + 1 < cfg.iterations and self.stopped_by is None:
-            metrics["eval_success"] = self.evaluate(f"iter-{it + 1}")
+        stage_end = cfg.mode == "staged" and it + 1 == cfg.semi.iterations
+        due = (cfg.eval_every and (it + 1) % cfg.eval_every == 0) or stage_end
+        if due and it + 1 < cfg.iterations and self.stopped_by is None:
+            metrics["eval_success"] = self.evaluate("after-semi-online" if stage_end else f"iter-{it + 1}")
             self._keep_best(metrics["eval_success"], it + 1)
         # Metrics before the checkpoint: a kill in between repeats the iteration, whose metrics
         # then replace these; the other order would lose them.
@@ -304,6 +406,27 @@ class Trainer:
         save_checkpoint(self.out, self.policy, self.opt, state)
         self.history.append(metrics)
         log.info(self._line(it, metrics))
+
+    def _semi_online_batch(self, result: Any, metrics: dict[str, float]) -> tuple[list[Any], torch.Tensor,
+                                                                                    dict[str, float]]:
+        """Turns and UI-S1 advantages of a semi-online rollout (patched steps are never trained on:
+        the turns are the policy's own replies), and its metrics."""
+        from rl.semi_online import semi_online_turn_advantages
+
+        semi = self.cfg.semi
+        adv = semi_online_turn_advantages(result, gamma=semi.gamma, step_weight=semi.step_weight,
+                                          episode_weight=semi.episode_weight, normalize_std=self.cfg.algo == "grpo")
+        trajs = result.trajectories
+        steps = [st for t in trajs for st in t.steps]
+        n = max(len(trajs), 1)
+        metrics.update({
+            "semi_online": 1.0,
+            "semi/match_rate": sum(bool(st.metadata.get("matched")) for st in steps) / max(len(steps), 1),
+            "semi/progress": sum(t.metadata.get("progress", 0.0) for t in trajs) / n,
+            "semi/patches": sum(t.metadata.get("patches", 0) for t in trajs) / n,
+        })
+        return list(result.turns), adv, {"groups": float(len({t.group_id for t in trajs})),
+                                          "groups_kept": float(len({u.group_id for u in result.turns}))}
 
     def _guards(self, m: dict[str, float]) -> str | None:
         """The first stability guard this iteration trips (None: all within bounds); alarms are
@@ -360,7 +483,8 @@ class Trainer:
         alarms = " ".join(k.split("/", 1)[1].upper() for k in m if k.startswith("alarm/"))
         ent = f" entropy {m['entropy']:.2f}" if "entropy" in m else ""
         aborted = f" aborted {int(m['aborted'])}" if m.get("aborted") else ""
-        return (f"[{it + 1}/{self.cfg.iterations}] success {m['success_rate']:.2f} reward {m['reward_mean']:.3f} "
+        mode = "[semi] " if m.get("semi_online") else ""
+        return (f"[{it + 1}/{self.cfg.iterations}] {mode}success {m['success_rate']:.2f} reward {m['reward_mean']:.3f} "
                 f"len {m['episode_length']:.1f} parse-err {m['parse_error_rate']:.2f}{ent}{aborted} {upd} "
                 f"({m['iteration_seconds']:.1f} s)" + (f" ALARM {alarms}" if alarms else ""))
 
@@ -379,7 +503,7 @@ class Trainer:
                           name=f"eval {tag}")
         # async: the rollout thread shares the pool, so it waits between two rollouts
         with self.async_rollout.paused() if self.async_rollout is not None else contextlib.nullcontext():
-            r = run_eval(ecfg, policy=greedy, pool=self.pool)
+            r = run_eval(ecfg, policy=greedy, pool=self.env_pool())
         log.info("held-out success %s: %.1f%% over %d episodes", tag, 100 * r.success_rate, r.episodes)
         return float(r.success_rate)
 
@@ -411,7 +535,7 @@ class Trainer:
         self.policy.save(final)
         self.settings.save(str(final))
         self.after = self.evaluate("after")
-        if self.cfg.eval_every:
+        if self.cfg.eval_every or self.state.best_success is not None:
             self._keep_best(self.after, self.state.iteration)
             save_checkpoint(self.out, self.policy, self.opt, self.state)  # best_* recorded for a later resume
         best = self.out / "model-best"

@@ -77,6 +77,8 @@ def create_app(config: AppConfig) -> Flask:
     app.register_blueprint(pages.bp)
     app.register_blueprint(api.bp, url_prefix="/api")
     app.register_blueprint(blobs.bp)
+    from webui.views import judge as judge_views  # judge eval reports; reward weights for templates
+    app.register_blueprint(judge_views.bp)
 
     @app.errorhandler(NotFound)
     def _not_found(e: NotFound):

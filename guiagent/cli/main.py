@@ -17,10 +17,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("guiagent.cli.eval", "run episodes with an oracle, random or model agent and store them"),
     "model": ("guiagent.cli.model", "build models (init a tiny local Qwen2.5-VL-architecture model)"),
     "sft": ("guiagent.cli.sft", "supervised fine-tuning on stored successful trajectories"),
-    "train": ("guiagent.cli.train", "online RL (GRPO family) on a suite"),
+    "train": ("guiagent.cli.train", "RL (GRPO family): online, semi-online on recorded trajectories, or both"),
     "ui": ("guiagent.cli.ui", "web UI: trajectory replay and training dashboards"),
     "farm": ("guiagent.cli.farm", "Android emulator farm: up, down, status"),
     "data": ("guiagent.cli.data", "import recorded trajectories (AndroidControl, UI-S1, GUI-Odyssey)"),
+    "judge": ("guiagent.cli.judge", "score a VLM judge on stored episodes against their rule outcomes"),
 }
 
 

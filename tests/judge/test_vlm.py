@@ -375,7 +375,7 @@ def test_store_verdict_and_judge_vs_rule_disagreement(tmp_path):
         assert (j.judge, j.score, j.reason, j.step) == ("vlm-test", 0.7, "judged success", None)
         assert j.verdict["success"] is True and j.verdict["shown_steps"] == [1, 2, 3]
         (j,) = reader.judgements("e")
-        assert j.score is None and j.reason == "judge error: no verdict found in the judge output"
+        assert j.score is None and j.reason == "judge missing (garbage): no verdict found in the judge output"
         report = judge_disagreement(reader, run, judge="vlm-test")
         assert report.judged == 5
         assert sorted(e.episode_id for e in report.episodes) == ["b", "c"]

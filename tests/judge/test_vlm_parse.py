@@ -81,6 +81,13 @@ CASES = [
     ('{"score": 250}', None, None, (), "no verdict", ""),
     ('{"score": -0.5}', None, None, (), "no verdict", ""),
     ('{"score": NaN}', None, None, (), "no verdict", ""),
+    # braces inside strings are text, not structure (the reader is string-aware)
+    ('{"success": false, "score": 0.2, "reason": "the form still shows } and {name}"}',
+     False, 0.2, (), None, "json"),
+    ('Format: {"success": ...}\n{"reason": "closing } early", "success": true, "evidence_steps": [3]}',
+     True, 1.0, (3,), None, "json"),
+    # a Python expression is text, never evaluated
+    ("{'success': __import__('os').system('true'), 'score': 0.9}", None, None, (), "no verdict", ""),
 ]
 
 
@@ -95,6 +102,11 @@ def test_parse_verdict_table(text, success, score, cited, error, style):
     else:
         assert v.error is not None and error in v.error
     assert v.style == style
+
+
+def test_a_brace_inside_the_reason_keeps_the_whole_reason():
+    v = parse_verdict('```json\n{"success": true, "score": 0.9, "reason": "dialog } closed; {x} shown"}\n```')
+    assert (v.success, v.reason) == (True, "dialog } closed; {x} shown")
 
 
 def test_reason_is_read_from_json_or_labels():

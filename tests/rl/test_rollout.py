@@ -5,7 +5,7 @@ import pytest
 from emulators.pool import InProcessPool
 from guiagent.store import EpisodeFilter, Store, StoreReader
 from guiagent.types import ParseError
-from judge.compose import RewardConfig
+from judge.compose import RewardConfig, combine
 from rl.agents import OraclePolicy, RandomPolicy, load_model_policy
 from rl.rollout import make_groups, run_rollout
 
@@ -68,3 +68,134 @@ def test_model_policy_turns_carry_tokens_and_logprobs(pool, tiny_model_dir):
     for s in steps:
         if s.parse_error is not None:
             assert isinstance(s.parse_error, ParseError) and s.reward_parts["parse"] < 0
+
+
+# -- the judge in the rollout ------------------------------------------------------------------------
+# A real OpenAI-compatible judge server on 127.0.0.1 (tests/judge/judge_server.py) whose served model
+# name picks its behaviour: a fixed verdict, garbage, HTTP 429, or an answer after the timeout.
+
+
+@pytest.fixture(scope="module")
+def judge_server(tiny_model_dir):
+    from guiagent.policy.hf import load_transformers
+    from tests.judge.judge_server import start_judge_server
+
+    srv, _ = start_judge_server(load_transformers(tiny_model_dir, device="cpu"))
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def _judge(srv, monkeypatch, tmp_path, served, **kw):
+    from judge.settings import JudgeSettings, make_judge
+    from tests.judge.judge_server import API_KEY
+
+    monkeypatch.setenv("GUIAGENT_JUDGE_KEY", API_KEY)
+    kw.setdefault("weight", 0.5)
+    settings = JudgeSettings(model=srv.url, served_model=served, api_key_env="GUIAGENT_JUDGE_KEY", retries=0,
+                             timeout=kw.pop("timeout", 5.0), **kw)
+    return make_judge(settings, tmp_path)
+
+
+def _stored(tmp_path, episode_id):
+    reader = StoreReader(tmp_path)
+    try:
+        return reader.load_trajectory(episode_id, pixels=False), reader.judgements(episode_id)
+    finally:
+        reader.close()
+
+
+def test_judge_score_enters_the_last_steps_reward_parts_before_it_is_stored(pool, tmp_path, judge_server,
+                                                                          monkeypatch):
+    judge = _judge(judge_server, monkeypatch, tmp_path, "verdict-success", weight=0.5)
+    store = Store.open(tmp_path)
+    run = store.create_run("judged", env="webapps")
+    try:
+        res = run_rollout(pool, OraclePolicy(), make_groups(["go_home"], [7], group_size=3), store=store,
+                          run_id=run, suite="webapps", judge=judge)
+    finally:
+        store.close()
+        judge.close()
+    assert len(res.trajectories) == 3 and res.judge_missing == 0 and len(res.verdicts) == 3
+    for t in res.trajectories:
+        last = t.steps[-1]
+        assert last.reward_parts["judge"] == pytest.approx(0.9)
+        assert last.reward == pytest.approx(last.reward_parts["task"] + 0.5 * 0.9)
+        assert all("judge" not in s.reward_parts for s in t.steps[:-1])
+        # one source of truth: what the store holds is what the learner reads
+        back, judgements = _stored(tmp_path, t.episode_id)
+        assert back.steps[-1].reward_parts == last.reward_parts
+        assert back.total_reward == pytest.approx(t.total_reward)
+        [j] = judgements
+        assert j.score == pytest.approx(0.9) and j.reason == "the switch shows On } as asked"
+        assert j.verdict["rule_success"] == t.success == 1.0 and j.verdict["missing"] == ""
+        assert j.verdict["weight"] == 0.5 and j.verdict["mode"] == "reward"
+    # the learner's turns carry the same final reward (the oracle has none; a model policy would)
+    assert judge_server.judge_calls["verdict-success"] >= 1
+
+
+@pytest.mark.parametrize("served, kind, extra", [
+    ("garbage", "garbage", {}),
+    ("ratelimit", "rate_limit", {}),
+    ("hang", "timeout", {"timeout": 0.5}),
+    ("verdict-success", "budget", {"budget": 0}),
+])
+def test_a_missing_verdict_is_recorded_and_the_episode_keeps_its_rule_reward(pool, tmp_path, judge_server,
+                                                                            monkeypatch, served, kind, extra):
+    judge = _judge(judge_server, monkeypatch, tmp_path, served, **extra)
+    store = Store.open(tmp_path)
+    run = store.create_run("judged", env="webapps")
+    try:
+        res = run_rollout(pool, OraclePolicy(), make_groups(["go_home"], [8], group_size=2), store=store,
+                          run_id=run, suite="webapps", judge=judge)
+    finally:
+        store.close()
+        judge.close()
+    assert len(res.trajectories) == 2 and res.aborted == 0
+    assert res.judge_missing == 2 and res.judge_missing_reasons == {kind: 2}
+    for t in res.trajectories:
+        assert all("judge" not in s.reward_parts for s in t.steps)
+        # the rule reward, unchanged: each step's reward is its rule parts combined, the task's 1 at the end
+        rule = [combine(s.reward_parts, RewardConfig()) for s in t.steps]
+        assert [s.reward for s in t.steps] == pytest.approx(rule)
+        assert t.steps[-1].reward_parts["task"] == 1.0 and t.total_reward == pytest.approx(1.0 + sum(
+            s.reward_parts["parse"] + s.reward_parts["invalid"] for s in t.steps))
+        back, [j] = _stored(tmp_path, t.episode_id)
+        assert back.total_reward == pytest.approx(t.total_reward)
+        assert j.score is None and j.reason.startswith(f"judge missing ({kind})")
+        assert j.verdict["missing"] == kind and j.verdict["rule_success"] == 1.0
+
+
+def test_log_mode_stores_verdicts_without_a_reward_part(pool, tmp_path, judge_server, monkeypatch):
+    judge = _judge(judge_server, monkeypatch, tmp_path, "verdict-failure", weight=0.0, mode="log")
+    res = run_rollout(pool, OraclePolicy(), make_groups(["go_home"], [9], group_size=2), judge=judge)
+    judge.close()
+    from judge.calibration import judge_metrics, rollout_judge_metrics
+
+    assert all("judge" not in s.reward_parts for t in res.trajectories for s in t.steps)
+    assert [v.success for v in res.verdicts.values()] == [False, False]
+    # the oracle succeeded, the judge says failure: agreement 0, no judge positives (precision undefined)
+    m = judge_metrics(res.verdicts, {t.episode_id: t.success for t in res.trajectories}, res.judge_missing)
+    assert rollout_judge_metrics(res) == m
+    assert m == {"judge/missing": 0.0, "judge/judged": 2.0, "judge/agreement": 0.0, "judge/recall": 0.0,
+                 "judge/kappa": 0.0}  # p_o = 0 = p_e: no better than chance
+
+
+def test_learner_turns_and_advantages_read_the_judged_rewards(pool, tiny_model_dir, judge_server, monkeypatch,
+                                                              tmp_path):
+    from rl.trainer import TrainConfig, compute_advantages
+
+    judge = _judge(judge_server, monkeypatch, tmp_path, "verdict-success", weight=0.5)
+    policy = load_model_policy(tiny_model_dir, temperature=1.0, max_new_tokens=8, keep_chats=True)
+    try:
+        res = run_rollout(pool, policy, make_groups(["go_home"], [6], group_size=2, max_steps=1), judge=judge)
+    finally:
+        judge.close()
+    assert len(res.turns) == 2 and res.judge_missing == 0
+    for t in res.trajectories:
+        [turn] = [u for u in res.turns if u.episode_id == t.episode_id]
+        assert t.steps[-1].reward_parts["judge"] == pytest.approx(0.9)
+        assert turn.reward == t.steps[-1].reward == pytest.approx(t.total_reward)
+    # the trainer's advantages, given no extra reward, see the judge's part through the stored rewards
+    turns, adv, _ = compute_advantages(TrainConfig(filter_zero_variance=False), res)
+    assert len(turns) == 2 and adv.shape == (2,)

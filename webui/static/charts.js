@@ -33,7 +33,7 @@
     return out;
   }
 
-  /* series: [{name, points: [[x, y], ...]}] */
+  /* series: [{name, label (optional, shown instead of name), points: [[x, y], ...]}] */
   function line(container, title, series, opts) {
     opts = opts || {};
     var W = 360, H = 190, L = 44, R = 12, T = 24, B = 26;
@@ -72,7 +72,7 @@
       if (pts.length <= 80) {
         pts.forEach(function (p) {
           var c = el('circle', { cx: sx(p[0]), cy: sy(p[1]), r: 2.4, fill: colour }, svg);
-          el('title', {}, c).textContent = s.name + ' @ ' + p[0] + ': ' + fmt(p[1]);
+          el('title', {}, c).textContent = (s.label || s.name) + ' @ ' + p[0] + ': ' + fmt(p[1]);
         });
       }
     });
@@ -87,7 +87,7 @@
         var sw = document.createElement('i');
         sw.className = 'swatch c' + (k % COLOURS.length);
         item.appendChild(sw);
-        item.appendChild(document.createTextNode(s.name));
+        item.appendChild(document.createTextNode(s.label || s.name));  // label: e.g. the name with its weight
         legend.appendChild(item);
       });
       wrap.appendChild(legend);

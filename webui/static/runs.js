@@ -7,6 +7,14 @@
 
   function pct(x) { return x === null || x === undefined ? '–' : Math.round(100 * x) + '%'; }
 
+  /* "reward/progress" -> "reward/progress ×0.5": a reward part with the weight the run used */
+  function weighted(box, name) {
+    var m = /^rewards?\/(.+)$/.exec(name);
+    var w;
+    try { w = JSON.parse(box.dataset.rewardWeights || '{}'); } catch (e) { w = {}; }
+    return m && typeof w[m[1]] === 'number' ? name + ' \u00d7' + C.fmt(w[m[1]]) : name;
+  }
+
   function draw(card) {
     var box = card.querySelector('.charts');
     if (!box) { return Promise.resolve(); }
@@ -17,7 +25,8 @@
         if (data.charts.length) {
           data.charts.forEach(function (ch) {
             var series = ch.series.map(function (name) {
-              return { name: name, points: data.metrics[name].map(function (p) { return [p[0], p[1]]; }) };
+              return { name: name, label: weighted(box, name),
+                       points: data.metrics[name].map(function (p) { return [p[0], p[1]]; }) };
             });
             C.line(box, ch.title, series, { unit: ch.title === 'Success rate' });
           });
