@@ -177,6 +177,22 @@ def test_planted_symlinks_in_blobs_serve_nothing(tmp_path):
         assert r.status_code == 404 and b"secret" not in r.data, ref
 
 
+def test_judge_reports_behind_links_are_not_read(tmp_path):
+    root = tmp_path / "runs"
+    with Store.open(root / "r") as s:
+        s.create_run("r", run_id="r")
+    outside = tmp_path / "judge_eval_secret.json"
+    outside.write_text('{"calibration": {"secret-marker": 1}, "disagreements": []}')
+    (root / "r" / "judge_eval_link.json").symlink_to(outside)
+    (root / "judge_eval_real.json").write_text('{"calibration": {"n": 3}, "disagreements": []}')
+    c = create_app(AppConfig(runs=root)).test_client()
+    page = c.get("/judge")
+    assert page.status_code == 200 and b"judge_eval_real.json" in page.data and b"judge_eval_link" not in page.data
+    assert b"secret-marker" not in c.get("/judge/report/0").data
+    assert c.get("/judge/report/1").status_code == 404
+    assert c.get("/judge/report/" + "9" * 40).status_code == 404
+
+
 def test_screenshots_answer_conditional_requests(tmp_path):
     with Store.open(tmp_path / "r") as s:
         s.write_trajectory(s.create_run("r", run_id="r"), short_trajectory("c-0", "t", 1, 1.0, 1))
