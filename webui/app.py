@@ -21,7 +21,7 @@ from werkzeug.exceptions import HTTPException
 from guiagent.store import StoreError
 from webui import security
 from webui.data import BadQuery
-from webui.registry import NotFound, RunRegistry, StoreUnavailable
+from webui.registry import NotFound, RunRegistry
 
 _log = logging.getLogger(__name__)
 
@@ -88,7 +88,6 @@ def create_app(config: AppConfig) -> Flask:
     def _bad_query(e: BadQuery):
         return _error(400, str(e))
 
-    @app.errorhandler(StoreUnavailable)
     @app.errorhandler(StoreError)
     @app.errorhandler(sqlite3.Error)
     def _store_broken(e: Exception):

@@ -29,7 +29,7 @@ from guiagent.store import EpisodeNotFound, StoreError, StoreReader
 from guiagent.store.records import EpisodeSummary, RunInfo
 from guiagent.store.schema import db_path
 
-__all__ = ["RunRef", "BrokenRun", "RunRegistry", "discover_run_dirs", "NotFound", "StoreUnavailable"]
+__all__ = ["RunRef", "BrokenRun", "RunRegistry", "discover_run_dirs", "NotFound"]
 
 _STORE_FILE = db_path(".").name
 _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -37,10 +37,6 @@ _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 class NotFound(LookupError):
     """A run, episode, step or blob the request named does not exist (HTTP 404)."""
-
-
-class StoreUnavailable(RuntimeError):
-    """The run's store exists but cannot be read right now (HTTP 503, the message says why)."""
 
 
 def discover_run_dirs(root: str | Path, depth: int = 2) -> tuple[Path, ...]:
