@@ -13,11 +13,25 @@ checks invariants and raises a ``ValueError`` that says how to fix the value.
 
 We chose tyro (cleanrl's choice) over hand-written argparse: help text comes from
 the field docstrings, nested dataclasses become dotted flags, and types are checked.
+
+YAML values are checked as strictly as flags, against the field's annotation
+(``Literal``, ``bool``, ``int``, ``float``, ``str``, ``tuple[str, ...]``,
+``dict[str, ...]``, nested dataclasses, ``X | None``): ``allow_remote: "no"``,
+``tasks: contacts_add`` (a string, not a list), ``episodes: 2.5`` or ``agent: nobody``
+are each refused in one line naming the key, the value and the expected type, before
+any command creates a file. The check is pydantic's ``TypeAdapter`` in strict mode on
+the value as JSON: a maintained validator that already ships with our dependencies and
+knows every annotation above, where tyro only parses command-line strings. Strict JSON
+mode takes exactly what YAML can mean: a list for a tuple, an int for a float, never a
+string for a bool or number.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
+import os
 import sys
 import types
 import typing
@@ -28,7 +42,8 @@ import yaml
 
 T = TypeVar("T")
 
-__all__ = ["parse_config", "from_mapping", "to_mapping", "load_yaml", "ConfigError"]
+__all__ = ["parse_config", "from_mapping", "to_mapping", "load_yaml", "read_yaml", "check_value", "ConfigError",
+           "validate_out_dir", "check_model_path", "hub_offline", "looks_local"]
 
 
 class ConfigError(ValueError):
@@ -49,20 +64,21 @@ def from_mapping(cls: type[T], data: Mapping[str, Any], *, base: T | None = None
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)  # type: ignore[arg-type]
               if f.init}
-    unknown = set(data) - set(fields)
+    unknown = [k for k in data if k not in fields]
     if unknown:
-        raise ConfigError(
-            f"{where or cls.__name__}: unknown key(s) {sorted(unknown)}; valid keys: {sorted(fields)}")
+        raise ConfigError(f"{where or cls.__name__}: unknown key(s) {sorted(map(str, unknown))}; "
+                          f"valid keys: {sorted(fields)}")
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         tp = hints.get(name)
         sub_base = getattr(base, name) if base is not None else None
-        if _is_dataclass_type(tp) and isinstance(value, Mapping):
+        if _is_dataclass_type(tp):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{where}{name}: expected a mapping of {tp.__name__} fields, got "
+                                  f"{_show(value)}")
             kwargs[name] = from_mapping(tp, value, base=sub_base, where=f"{where}{name}.")
-        elif isinstance(value, list) and _tuple_type(tp):
-            kwargs[name] = tuple(value)
         else:
-            kwargs[name] = value
+            kwargs[name] = check_value(tp, value, f"{where}{name}")
     try:
         if base is not None:
             return dataclasses.replace(base, **kwargs)  # type: ignore[type-var]
@@ -71,11 +87,58 @@ def from_mapping(cls: type[T], data: Mapping[str, Any], *, base: T | None = None
         raise ConfigError(f"{where or cls.__name__}: {e}") from e
 
 
-def _tuple_type(tp: Any) -> bool:
-    origin = typing.get_origin(tp)
+@functools.lru_cache(maxsize=256)
+def _adapter(tp: Any):
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(tp)
+
+
+def _type_name(tp: Any) -> str:
+    """``tuple[str, ...]``, ``int | None``, ``one of 'a', 'b'``: the annotation as a user reads it."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
     if origin in (typing.Union, types.UnionType):
-        return any(_tuple_type(a) for a in typing.get_args(tp))
-    return origin is tuple or tp is tuple
+        return " | ".join(_type_name(a) for a in args)
+    if tp is type(None):
+        return "null"
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return f"a list of {_type_name(args[0]).removeprefix('a ').removeprefix('an ')}s"
+    if origin is dict and len(args) == 2:
+        return f"a mapping of {_type_name(args[0])} to {_type_name(args[1])}"
+    if isinstance(tp, type) and not args:
+        return {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false"}.get(
+            tp.__name__, tp.__name__)
+    return str(tp).replace("typing.", "")
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_value(tp: Any, value: Any, where: str) -> Any:
+    """``value`` (from YAML) checked against the annotation ``tp``; raises a one-line ConfigError.
+
+    Returns the value converted to the annotation (a list becomes a tuple)."""
+    if tp is None or tp is Any:
+        return value
+    if isinstance(value, float) and value != value:  # NaN is a float but never a meaningful setting
+        raise ConfigError(f"{where}: {value!r} is not a valid value (expected {_type_name(tp)})")
+    from pydantic import ValidationError
+
+    try:
+        # default=str: YAML dates and times read as the text that was written
+        return _adapter(tp).validate_json(json.dumps(value, default=str, allow_nan=True), strict=True)
+    except ValidationError as e:
+        first = e.errors()[0]
+        inner = ".".join(str(p) for p in first.get("loc", ()))
+        at = f"{where}[{inner}]" if inner else where
+        bad = first.get("input", value) if inner else value
+        raise ConfigError(f"{at}: {_show(bad)} is not valid (expected {_type_name(tp)})") from None
+    except (TypeError, ValueError) as e:  # not JSON-able at all (e.g. a YAML binary), or recursion
+        raise ConfigError(f"{where}: {_show(value)} is not valid (expected {_type_name(tp)}): {e}") from None
 
 
 def to_mapping(obj: Any) -> Any:
@@ -91,13 +154,40 @@ def to_mapping(obj: Any) -> Any:
     return obj
 
 
-def load_yaml(cls: type[T], path: str | Path, *, base: T | None = None) -> T:
+def read_yaml(path: str | Path) -> Any:
+    """The YAML document in ``path`` (``{}`` when empty), or a one-line ConfigError."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
-    with path.open() as f:
-        data = yaml.safe_load(f) or {}
-    return from_mapping(cls, data, base=base, where="")
+        raise ConfigError(f"config file {path} does not exist" if not path.exists()
+                          else f"config file {path} is not a regular file")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise ConfigError(f"config file {path}: {e.strerror or e}") from None
+    try:
+        data = yaml.safe_load(text)  # safe_load: YAML tags never build Python objects
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"config file {path} is not valid YAML{where}: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path} nests too deeply") from None
+    return {} if data is None else data
+
+
+def load_yaml(cls: type[T], path: str | Path, *, base: T | None = None) -> T:
+    """``cls`` built from the YAML file ``path`` (strictly type-checked; see the module docstring)."""
+    data = read_yaml(path)
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config file {path}: expected a mapping of {cls.__name__} fields at the top, got "
+                          f"{type(data).__name__}")
+    try:
+        return from_mapping(cls, data, base=base, where="")
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
 
 
 def _pop_config_flag(argv: list[str]) -> tuple[str | None, list[str]]:
@@ -134,3 +224,76 @@ def parse_config(cls: type[T], argv: Sequence[str] | None = None, *, prog: str |
         return tyro.cli(cls, args=rest, default=default, prog=prog, description=desc)
     except (TypeError, ValueError) as e:  # __post_init__ checks
         raise ConfigError(str(e)) from e
+
+
+# -- checks of path-valued settings, made before anything is created ----------------------------
+
+def validate_out_dir(path: str | Path, *, flag: str = "--out") -> Path:
+    """Check that ``path`` is, or can be created as, a writable directory; create nothing.
+
+    Raises :class:`ConfigError` when it is a file, or when it (or the nearest existing folder
+    above it, where it would be created) is not a writable directory.
+    """
+    p = Path(path).expanduser()
+    if str(path).strip() == "":
+        raise ConfigError(f"{flag} needs a directory path")
+    if "\x00" in str(path):
+        raise ConfigError(f"{flag} {str(path)!r}: a path cannot contain NUL")
+    if p.exists() or p.is_symlink():
+        if not p.is_dir():
+            raise ConfigError(f"{flag} {path}: exists and is not a directory")
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise ConfigError(f"{flag} {path}: the directory is not writable")
+        return p
+    parent = p.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} {path}: cannot be created, {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: cannot be created, {parent} is not writable")
+    return p
+
+
+def hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` set to a true value (as huggingface_hub reads it)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def looks_local(model: str) -> bool:
+    """A path rather than a hub id: absolute, ``./``/``../``/``~``, a trailing slash, more than one
+    ``/`` (hub ids are ``name`` or ``org/name``), or an existing file system entry."""
+    return (model.startswith(("/", "./", "../", "~", ".\\")) or model in (".", "..") or model.endswith("/")
+            or model.count("/") > 1 or os.sep != "/" and os.sep in model or Path(model).exists())
+
+
+def check_model_path(model: str, *, flag: str = "--model") -> None:
+    """Fail at once, in one line, on a model that cannot load: a local-looking path that does
+    not exist or is not a model folder, a malformed hub id, or (``HF_HUB_OFFLINE``) a hub id
+    missing from the local cache. URLs of OpenAI-compatible servers are left to the backend."""
+    if not model:
+        raise ConfigError(f"{flag} is empty")
+    if model.startswith(("http://", "https://")):
+        return
+    if looks_local(model):
+        p = Path(model).expanduser()
+        if not p.exists():
+            raise ConfigError(f"{flag} {model}: no such model folder")
+        if not p.is_dir():
+            raise ConfigError(f"{flag} {model}: not a folder (a model folder holds config.json and weights)")
+        if not (p / "config.json").is_file():
+            raise ConfigError(f"{flag} {model}: not a model folder (no config.json)")
+        return
+    try:
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+    except ImportError:  # pragma: no cover - transformers depends on huggingface_hub
+        return
+    try:
+        validate_repo_id(model)
+    except HFValidationError:
+        raise ConfigError(f"{flag} {model!r}: neither an existing folder nor a valid hub id (org/name)") from None
+    if hub_offline():
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(model, "config.json"), str):
+            raise ConfigError(f"{flag} {model}: not in the local Hugging Face cache, and HF_HUB_OFFLINE is set")

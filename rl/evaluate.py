@@ -167,9 +167,14 @@ def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalRe
     ``pool`` an env pool to run on (left open) instead of a fresh in-process one."""
     from emulators.pool import InProcessPool
     from emulators.suites import get_suite
+    from guiagent.config import check_model_path, validate_out_dir
     from guiagent.store import Store
     from rl.rollout import run_rollout
 
+    # checked before any model loads or file is written: a typo costs nothing (ConfigError, one line)
+    validate_out_dir(cfg.out)
+    if policy is None and cfg.agent == "model" and cfg.backend != "openai":
+        check_model_path(cfg.model or "")
     if cfg.mode == "semi-online":
         return _run_semi_online(cfg, policy)
     env_name, tasks_sel = resolve_env(cfg)

@@ -12,12 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import logging
+import sqlite3
+
 from flask import Flask, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 
+from guiagent.store import StoreError
 from webui import security
 from webui.data import BadQuery
 from webui.registry import NotFound, RunRegistry
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["AppConfig", "create_app"]
 
@@ -32,6 +38,8 @@ class AppConfig:
     """access token required on every request (None: no token; loopback only)"""
     loopback_only: bool = True
     """answer only requests whose Host is 127.0.0.1/localhost/[::1] (off when serving other hosts)"""
+    trusted_hosts: tuple[str, ...] = ()
+    """more Host names to answer when ``loopback_only`` (e.g. the loopback address the server binds)"""
     refresh_s: float = 3.0
     """how often the runs page polls the JSON API while a run is live"""
     rescan_s: float = 5.0
@@ -55,8 +63,15 @@ def create_app(config: AppConfig) -> Flask:
     app.config["JSON_SORT_KEYS"] = False
     app.json.sort_keys = False
     app.jinja_env.autoescape = True  # also for templates not ending in .html
-    app.extensions["guiagent_registry"] = RunRegistry(config.runs, ttl_s=config.rescan_s)
-    security.install(app, token=config.token, loopback_only=config.loopback_only)
+    registry = app.extensions["guiagent_registry"] = RunRegistry(config.runs, ttl_s=config.rescan_s)
+    security.install(app, token=config.token, loopback_only=config.loopback_only,
+                     trusted_hosts=config.trusted_hosts)
+
+    @app.teardown_request
+    def _release(_exc: BaseException | None) -> None:
+        # werkzeug answers each request on a new thread: hand its SQLite connections back
+        # for reuse, so open file descriptors stay bounded however many requests come
+        registry.release()
 
     from webui.views import api, blobs, pages
     app.register_blueprint(pages.bp)
@@ -73,14 +88,33 @@ def create_app(config: AppConfig) -> Flask:
     def _bad_query(e: BadQuery):
         return _error(400, str(e))
 
+    @app.errorhandler(StoreError)
+    @app.errorhandler(sqlite3.Error)
+    def _store_broken(e: Exception):
+        # a store that broke under a request (corrupt page, truncated file, a mangled row):
+        # this run only. Store errors say what is wrong; SQLite's own texts are not for users.
+        _log.warning("store error on %s: %s", request.path, e)
+        why = str(e).replace(str(registry.root) + "/", "") if isinstance(e, StoreError) else "the file is damaged"
+        return _error(503, f"this run's store cannot be read: {why}")
+
     @app.errorhandler(HTTPException)
     def _http(e: HTTPException):
         return _error(e.code or 500, e.description or e.name)
+
+    @app.errorhandler(Exception)
+    def _unexpected(e: Exception):
+        # logged with its traceback on the server; the client sees no internals
+        _log.exception("unexpected error on %s", request.path)
+        return _error(500, "internal error (logged on the server)")
 
     return app
 
 
 def _error(code: int, message: str):
-    if request.path.startswith("/api/"):
+    """API routes answer ``{"error", "status"}`` JSON, pages an HTML error page."""
+    if request.path.startswith("/api/") or request.path == "/api":
         return jsonify({"error": message, "status": code}), code
-    return render_template("error.html", code=code, message=message), code
+    try:
+        return render_template("error.html", code=code, message=message), code
+    except Exception:  # never fail while reporting a failure
+        return message + "\n", code, {"Content-Type": "text/plain; charset=utf-8"}

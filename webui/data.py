@@ -21,7 +21,8 @@ from webui.overlay import overlay_shapes
 
 __all__ = [
     "BadQuery", "ListQuery", "parse_list_query", "run_json", "summary_json", "step_json",
-    "judgement_json", "detail_json", "metrics_json", "chart_groups", "task_stats_json", "num",
+    "judgement_json", "detail_json", "metrics_json", "chart_groups", "task_stats_json", "num", "int_arg",
+    "integer", "broken_json",
 ]
 
 MAX_PAGE = 500
@@ -32,10 +33,13 @@ class BadQuery(ValueError):
 
 
 def num(x: float | None) -> float | None:
-    """JSON has no NaN/inf: map them to null."""
+    """JSON has no NaN/inf: map them (and anything not a number) to null."""
     if x is None:
         return None
-    x = float(x)
+    try:
+        x = float(x)
+    except (TypeError, ValueError):  # SQLite keeps whatever another tool wrote into a REAL column
+        return None
     return x if math.isfinite(x) else None
 
 
@@ -48,6 +52,11 @@ def run_json(key: str, label: str, info: RunInfo) -> dict[str, Any]:
         "num_success": info.num_success, "mean_reward": num(info.mean_reward),
         "success_rate": (info.num_success / info.num_episodes) if info.num_episodes else None,
     }
+
+
+def broken_json(label: str, reason: str) -> dict[str, Any]:
+    """A run directory whose store cannot be read (listed apart from the runs)."""
+    return {"dir": label, "status": "broken", "error": reason}
 
 
 def summary_json(s: EpisodeSummary) -> dict[str, Any]:
@@ -172,18 +181,30 @@ _FILTER_ARGS = ("task", "outcome", "status", "min_reward", "max_reward", "min_le
                 "policy_version", "agent", "group", "seed", "judge", "disagreement", "judged", "suite")
 
 
+_KINDS = {"_finite": "finite number", "integer": "64-bit integer", "_boolean": "boolean (true/false)",
+          "str": "text"}
+_INT_RE = re.compile(r"[+-]?[0-9]{1,19}")
+_FLOAT_RE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+MAX_ARG = 1000
+
+
 def _opt(args: Mapping[str, str], name: str, conv) -> Any:
     raw = args.get(name, "")
     raw = raw.strip() if isinstance(raw, str) else raw
     if raw in ("", None):
         return None
+    if len(raw) > MAX_ARG:
+        raise BadQuery(f"{name} is too long ({len(raw)} characters, at most {MAX_ARG})")
     try:
         return conv(raw)
-    except (TypeError, ValueError):
-        raise BadQuery(f"{name}={raw!r} is not a valid {getattr(conv, '__name__', 'value')}") from None
+    except (TypeError, ValueError, OverflowError):
+        # the message names the argument and the kind of value, never a function of ours
+        raise BadQuery(f"{name}={raw[:60]!r} is not a valid {_KINDS.get(conv.__name__, 'value')}") from None
 
 
 def _finite(raw: str) -> float:
+    if _FLOAT_RE.fullmatch(raw) is None:  # float() would also take "nan", "1_0" and other digits
+        raise ValueError(raw)
     x = float(raw)
     if not math.isfinite(x):
         raise ValueError(raw)
@@ -191,10 +212,23 @@ def _finite(raw: str) -> float:
 
 
 def integer(raw: str) -> int:
-    """A base-10 integer SQLite can hold (64-bit)."""
+    """A base-10 integer SQLite can hold (64-bit); ASCII digits only (``int()`` would also take
+    ``"1_0"`` and other scripts' digits, ``str.isdigit`` even ``"²"``, which ``int()`` refuses)."""
+    if _INT_RE.fullmatch(raw) is None:
+        raise ValueError(raw)
     x = int(raw)
     if not -2**63 <= x < 2**63:
         raise ValueError(raw)
+    return x
+
+
+def int_arg(args: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    """A query-string integer in ``[lo, hi]`` (``default`` when absent); BadQuery otherwise."""
+    x = _opt(args, name, integer)
+    if x is None:
+        return default
+    if not lo <= x <= hi:
+        raise BadQuery(f"{name} must lie in [{lo}, {hi}], got {x}")
     return x
 
 

@@ -5,13 +5,21 @@ several runs (the ``runs`` table). ``--runs DIR`` is either a run directory or a
 folder whose children (or grandchildren) are run directories.
 
 Every run gets a URL key. Keys are looked up in the discovered set, never joined
-into a path, so no request can name a file: ``run_key`` is the run id when it is
-unique among the discovered runs, otherwise ``<directory label>~<run id>``.
+into a path, so no request can name a file. A key depends only on the run's own
+directory and id, so it never changes when other runs (a copy of this one) appear:
+``<directory label>~<run id>`` (the run id alone when ``--runs`` is the run
+directory itself). A bare run id is also accepted while it is unique.
+
+A run directory whose store cannot be read (corrupt, truncated, empty, still being
+created, a newer schema) is listed as *broken* with the reason; it never takes the
+other runs down.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass
@@ -21,7 +29,7 @@ from guiagent.store import EpisodeNotFound, StoreError, StoreReader
 from guiagent.store.records import EpisodeSummary, RunInfo
 from guiagent.store.schema import db_path
 
-__all__ = ["RunRef", "RunRegistry", "discover_run_dirs", "NotFound"]
+__all__ = ["RunRef", "BrokenRun", "RunRegistry", "discover_run_dirs", "NotFound"]
 
 _STORE_FILE = db_path(".").name
 _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -52,10 +60,11 @@ def discover_run_dirs(root: str | Path, depth: int = 2) -> tuple[Path, ...]:
             for child in children:
                 if child.name == "blobs":
                     continue
-                if (child / _STORE_FILE).is_file():
-                    found.append(child)
-                else:
-                    nxt.append(child)
+                try:
+                    is_run = (child / _STORE_FILE).is_file()
+                except OSError:
+                    continue
+                (found if is_run else nxt).append(child)
         level = nxt
     return tuple(sorted(found))
 
@@ -72,6 +81,42 @@ class RunRef:
     info: RunInfo
 
 
+@dataclass(frozen=True)
+class BrokenRun:
+    """A run directory whose store cannot be read, and why (shown in the run list)."""
+
+    label: str
+    reason: str
+
+
+def _label_key(label: str) -> str:
+    """The directory part of a run key: the label with unsafe characters replaced, plus a short
+    hash of the label when that changed it (so two directories never share a key)."""
+    if label == ".":
+        return ""
+    safe = _KEY_UNSAFE.sub("_", label.replace("/", "."))
+    if safe != label.replace("/", "."):
+        safe += "_" + hashlib.sha1(label.encode("utf-8", "surrogateescape")).hexdigest()[:6]
+    return safe
+
+
+def _reason(e: BaseException, run_dir: Path, label: str) -> str:
+    """An error as one line, the absolute path shortened to the run's label."""
+    return str(e).replace(str(run_dir), label).replace("\n", " ")[:300] or type(e).__name__
+
+
+#: an empty store younger than this is taken to be one a writer is creating, not a broken one
+CREATING_S = 30.0
+
+
+def _being_created(run_dir: Path) -> bool:
+    try:
+        st = db_path(run_dir).stat()
+    except OSError:
+        return False
+    return st.st_size == 0 and time.time() - st.st_mtime < CREATING_S
+
+
 class RunRegistry:
     """The discovered runs, re-scanned at most every ``ttl_s`` seconds (new runs appear live)."""
 
@@ -83,45 +128,72 @@ class RunRegistry:
         self._lock = threading.Lock()
         self._readers: dict[Path, StoreReader] = {}
         self._refs: dict[str, RunRef] = {}
+        self._by_id: dict[str, list[RunRef]] = {}
+        self._broken: dict[Path, BrokenRun] = {}
         self._scanned = float("-inf")
 
-    def _readers_now(self) -> dict[Path, StoreReader]:
-        for d in discover_run_dirs(self.root):
-            if d not in self._readers:
-                try:
-                    self._readers[d] = StoreReader(d)
-                except StoreError:  # a store being created right now, or not a store after all
-                    continue
-        return self._readers
+    def _label(self, d: Path) -> str:
+        """``d`` relative to the root, as text any page can show (undecodable bytes as ``\\xff``)."""
+        label = "." if d == self.root else d.relative_to(self.root).as_posix()
+        return label.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+    def _drop(self, d: Path) -> None:
+        reader = self._readers.pop(d, None)
+        if reader is not None:
+            try:
+                reader.close()
+            except sqlite3.Error:
+                pass
 
     def refresh(self, force: bool = False) -> dict[str, RunRef]:
         """Re-read the run list (cheap: one query per run directory) and return key -> RunRef."""
         with self._lock:
             if not force and time.monotonic() - self._scanned < self.ttl_s:
                 return self._refs
-            pairs: list[tuple[str, Path, StoreReader, RunInfo]] = []
-            for d, reader in sorted(self._readers_now().items()):
-                label = "." if d == self.root else d.relative_to(self.root).as_posix()
-                try:
-                    infos = reader.list_runs()
-                except StoreError:
-                    continue
-                pairs += [(label, d, reader, info) for info in infos]
-            counts: dict[str, int] = {}
-            for _, _, _, info in pairs:
-                counts[info.run_id] = counts.get(info.run_id, 0) + 1
+            dirs = discover_run_dirs(self.root)
+            for gone in set(self._readers) - set(dirs):
+                self._drop(gone)
             refs: dict[str, RunRef] = {}
-            for label, d, reader, info in pairs:
-                key = info.run_id if counts[info.run_id] == 1 else \
-                    f"{_KEY_UNSAFE.sub('_', label)}~{info.run_id}"
-                refs[key] = RunRef(key, label, d, reader, info)
-            self._refs = refs
+            broken: dict[Path, BrokenRun] = {}
+            for d in dirs:
+                label = self._label(d)
+                try:
+                    reader = self._readers.get(d) or StoreReader(d)
+                    self._readers[d] = reader
+                    infos = reader.list_runs()
+                    reader.release()
+                except (StoreError, sqlite3.Error, OSError, ValueError) as e:
+                    # corrupt, truncated, empty or half-created: shown as broken, the rest stays up
+                    self._drop(d)
+                    if not _being_created(d):  # a store a writer is creating right now: next scan
+                        broken[d] = BrokenRun(label, _reason(e, d, label))
+                    continue
+                prefix = _label_key(label)
+                for info in infos:
+                    key = f"{prefix}~{info.run_id}" if prefix else info.run_id
+                    refs[key] = RunRef(key, label, d, reader, info)
+            by_id: dict[str, list[RunRef]] = {}
+            for ref in refs.values():
+                by_id.setdefault(ref.info.run_id, []).append(ref)
+            self._refs, self._by_id, self._broken = refs, by_id, broken
             self._scanned = time.monotonic()
             return refs
 
     def runs(self) -> list[RunRef]:
-        """Every run, newest first."""
+        """Every readable run, newest first."""
         return sorted(self.refresh().values(), key=lambda r: (-r.info.created_at, r.key))
+
+    def broken(self) -> list[BrokenRun]:
+        """The run directories whose store cannot be read, by label."""
+        self.refresh()
+        return sorted(self._broken.values(), key=lambda b: b.label)
+
+    def _lookup(self, key: str) -> RunRef | None:
+        ref = self._refs.get(key)
+        if ref is None:  # a bare run id, while it is unique
+            same = self._by_id.get(key, [])
+            ref = same[0] if len(same) == 1 else None
+        return ref
 
     def run(self, key: str, *, fresh: bool = False) -> RunRef:
         """The run with this key (raises :class:`NotFound`).
@@ -129,16 +201,18 @@ class RunRegistry:
         Its counts are at most ``ttl_s`` old unless ``fresh``: counting a big run's
         episodes costs tens of milliseconds, too much to repeat for every screenshot.
         """
-        ref = self.refresh().get(key)
+        self.refresh()
+        ref = self._lookup(key)
         if ref is None:
-            ref = self.refresh(force=True).get(key)  # created since the last scan?
+            self.refresh(force=True)  # created since the last scan?
+            ref = self._lookup(key)
         if ref is None:
-            raise NotFound(f"no run {key!r}")
+            raise NotFound(f"no run {key[:200]!r}")
         if fresh:
             try:
                 ref = RunRef(ref.key, ref.label, ref.run_dir, ref.reader, ref.reader.get_run(ref.info.run_id))
             except StoreError:
-                raise NotFound(f"no run {key!r}") from None
+                raise NotFound(f"no run {key[:200]!r}") from None
         return ref
 
     def key_of(self, run_dir: Path, run_id: str) -> str | None:
@@ -146,6 +220,11 @@ class RunRegistry:
             if ref.run_dir == run_dir and ref.info.run_id == run_id:
                 return ref.key
         return None
+
+    def release(self) -> None:
+        """Return this thread's store connections for reuse (called when a request ends)."""
+        for reader in list(self._readers.values()):
+            reader.release()
 
     def find_episode(self, episode_id: str) -> tuple[StoreReader, EpisodeSummary, str | None]:
         """The reader holding a visible episode, its summary and its run key (raises NotFound)."""
@@ -155,11 +234,11 @@ class RunRegistry:
         for d, reader in list(self._readers.items()):
             try:
                 s = reader.get_summary(episode_id)
-            except (EpisodeNotFound, StoreError):
-                continue
+            except (EpisodeNotFound, StoreError, sqlite3.Error):
+                continue  # not in this store (or this store just broke: the others still answer)
             key = self.key_of(d, s.run_id)
             if key is None:  # its run appeared after the last scan
                 self.refresh(force=True)
                 key = self.key_of(d, s.run_id)
             return reader, s, key
-        raise NotFound(f"no episode {episode_id!r}")
+        raise NotFound(f"no episode {episode_id[:200]!r}")

@@ -1,11 +1,14 @@
-"""Request guards: access token, Host check, and strict response headers.
+"""Request guards: access token, Host check, strict response headers, and log redaction.
 
 * **Token.** With a token configured, every request must carry it: header
   ``X-GUIAgent-Token: T`` or ``Authorization: Bearer T``, or the cookie that
   ``?token=T`` sets once (the URL is then redirected without the token, so it does
-  not linger in history). Compared with :func:`hmac.compare_digest`.
+  not linger in history). Compared with :func:`hmac.compare_digest`. Access-log lines
+  never show it (:class:`RedactingRequestHandler`).
 * **Host.** A loopback-only server answers only ``Host: 127.0.0.1 / localhost /
-  [::1]``: a web page on another origin cannot read it through DNS rebinding.
+  [::1]``: a web page on another origin cannot read it through DNS rebinding. This is
+  Flask's own ``TRUSTED_HOSTS`` check (400 otherwise), plus one hand-written rule the
+  library cannot express (IPv6 literals, below).
 * **Headers.** A strict Content-Security-Policy (scripts and styles only from our
   own static files, no inline code), ``nosniff``, no framing, no referrer.
 """
@@ -13,17 +16,34 @@
 from __future__ import annotations
 
 import hmac
-import ipaddress
-from urllib.parse import urlencode
+import re
+from urllib.parse import quote, urlencode
 
 from flask import Flask, Response, redirect, request
+from werkzeug.exceptions import BadRequest, Unauthorized
+from werkzeug.serving import WSGIRequestHandler
 
-__all__ = ["install", "CSP", "TOKEN_COOKIE", "TOKEN_HEADER"]
+__all__ = ["install", "CSP", "TOKEN_COOKIE", "TOKEN_HEADER", "LOOPBACK_HOSTS", "RedactingRequestHandler",
+           "redact"]
 
 TOKEN_COOKIE = "guiagent_ui_token"
 TOKEN_HEADER = "X-GUIAgent-Token"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+_TOKEN_ARG = re.compile(r"([?&;]token=)[^&;#\s\"]*", re.I)
+
+
+def redact(text: str) -> str:
+    """``?token=secret`` -> ``?token=[redacted]`` in a URL or a log line."""
+    return _TOKEN_ARG.sub(r"\1[redacted]", text)
+
+
+class RedactingRequestHandler(WSGIRequestHandler):
+    """werkzeug's request handler, with the token taken out of access-log lines."""
+
+    def log(self, type: str, message: str, *args) -> None:  # noqa: A002 (werkzeug's signature)
+        super().log(type, redact(message % args) if args else redact(message))
 
 
 def _same(given: str | None, token: str) -> bool:
@@ -32,27 +52,18 @@ def _same(given: str | None, token: str) -> bool:
     return hmac.compare_digest(given.encode("utf-8", "replace"), token.encode("utf-8"))
 
 
-def _host_ok(host: str) -> bool:
-    name = host if host.endswith("]") or host.count(":") != 1 else host.rsplit(":", 1)[0]
-    name = name.lower()
-    if name.startswith("[") and "]" in name:
-        name = name[1:name.index("]")]
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
-def install(app: Flask, *, token: str | None, loopback_only: bool) -> None:
+def install(app: Flask, *, token: str | None, loopback_only: bool, trusted_hosts: tuple[str, ...] = ()) -> None:
     """Register the guards on ``app``."""
+    if loopback_only:
+        app.config["TRUSTED_HOSTS"] = [*LOOPBACK_HOSTS, *trusted_hosts]
 
     @app.before_request
     def _guard() -> Response | None:
-        if loopback_only and not _host_ok(request.host):
-            return Response("guiagent ui: unexpected Host header (this server answers on 127.0.0.1 only)\n",
-                            status=403, mimetype="text/plain")
+        # werkzeug's host_is_trusted drops everything after the first ':' of a Host, so an
+        # IPv6 literal "[2001:db8::1]" compares as "[" and would match "[::1]": checked here.
+        host = request.headers.get("Host", "")
+        if loopback_only and host.startswith("[") and not re.fullmatch(r"\[::1\](:\d+)?", host):
+            raise BadRequest(f"Host {host[:60]!r} is not trusted (this server answers on loopback only)")
         if token is None:
             return None
         auth = request.headers.get("Authorization", "")
@@ -61,11 +72,13 @@ def install(app: Flask, *, token: str | None, loopback_only: bool) -> None:
             return None
         if _same(request.args.get("token"), token):
             rest = [(k, v) for k, vs in request.args.lists() if k != "token" for v in vs]
-            resp = redirect(request.path + ("?" + urlencode(rest) if rest else ""), code=303)
+            # the path is percent-encoded again: a decoded CR/LF must not reach the Location header
+            location = quote(request.path, safe="/-._~!$&'()*+,;=:@") + ("?" + urlencode(rest) if rest else "")
+            resp = redirect(location, code=303)
             resp.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict", secure=request.is_secure)
             return resp
-        return Response("guiagent ui: access token required (open the URL printed at start-up, or send "
-                        f"the {TOKEN_HEADER} header)\n", status=401, mimetype="text/plain")
+        raise Unauthorized(f"access token required (open the URL printed at start-up, or send the "
+                           f"{TOKEN_HEADER} header)")
 
     @app.after_request
     def _headers(resp: Response) -> Response:

@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Any
+
+from guiagent.config import (  # the path checks, re-exported for the commands
+    ConfigError, check_model_path, hub_offline, looks_local, validate_out_dir,
+)
+
+__all__ = ["emit_json", "log", "not_built", "CLIError", "validate_out_dir", "check_model_path", "hub_offline",
+           "looks_local", "check_run_dirs", "check_suite_tasks"]
 
 
 def emit_json(obj: Any) -> None:
@@ -21,3 +30,49 @@ def not_built(command: str, issue: str) -> int:
 def log(msg: str) -> None:
     """Progress lines go to stderr so stdout stays machine-readable with --json."""
     print(msg, file=sys.stderr, flush=True)
+
+
+# -- checks made before a command creates anything ----------------------------------------------
+# The path checks live in guiagent.config (library code such as rl.evaluate runs them too).
+
+CLIError = ConfigError
+"""Bad input to a command, found before anything was written: one line, exit code 2."""
+
+
+def check_run_dirs(paths, *, flag: str = "--data") -> None:
+    """Every path is a run directory holding a readable store."""
+    from guiagent.store import StoreError, StoreReader
+
+    for d in paths:
+        if not Path(d).is_dir():
+            raise CLIError(f"{flag} {d}: no such directory")
+        try:
+            StoreReader(d).close()
+        except StoreError as e:
+            raise CLIError(f"{flag} {d}: {e}") from None
+
+
+def check_suite_tasks(env: str, tasks=(), *, flag_env: str = "--env", flag_tasks: str = "--tasks"):
+    """The suite ``env`` names (a suite name or an env id ``guiagent/<suite>.<task>``), after
+    checking that it exists, that its package is installed, and that every task is known.
+
+    Raises :class:`CLIError` (one line) otherwise; creates nothing.
+    """
+    from emulators.suites import get_suite, parse_env_id
+
+    name, selected = env, tuple(tasks)
+    if env.startswith("guiagent/"):
+        try:
+            name, task = parse_env_id(env)
+        except ValueError as e:
+            raise CLIError(f"{flag_env} {env}: {e}") from None
+        selected = (task,)
+    try:
+        suite = get_suite(name)
+        known = set(suite.task_ids())  # androidworld imports its package only here
+    except (KeyError, ImportError) as e:  # an unknown suite, or one whose package is missing here
+        raise CLIError(f"{flag_env} {env}: {e.args[0] if e.args else e}") from None
+    unknown = [t for t in selected if t not in known]
+    if unknown:
+        raise CLIError(f"{flag_tasks}: unknown task(s) {unknown} in {name}; see `guiagent tasks list --env {name}`")
+    return suite

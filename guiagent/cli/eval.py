@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import sys
 
-from guiagent.cli._common import emit_json
-from guiagent.config import parse_config
+from guiagent.cli._common import check_suite_tasks, emit_json
+from guiagent.config import ConfigError, parse_config
 from guiagent.logs import show_progress
 from rl.evaluate import EvalConfig, run_eval
 
@@ -26,10 +26,16 @@ __all__ = ["EvalConfig", "main"]
 
 def main(argv: list[str]) -> int:
     cfg = parse_config(EvalConfig, argv, prog="guiagent eval")
+    check_suite_tasks(cfg.env, cfg.tasks)  # the suite, its package and the tasks, before anything is created
     show_progress()
     try:
         r = run_eval(cfg)
-    except (KeyError, ImportError) as e:
+    except (KeyError, ValueError) as e:  # an unknown suite or task, a malformed env id: bad input
+        if isinstance(e, ConfigError):
+            raise
+        print(f"guiagent eval: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 2
+    except ImportError as e:  # a suite whose package is not installed here
         print(f"guiagent eval: {e.args[0] if e.args else e}", file=sys.stderr)
         return 1
     if r.mode == "semi-online":

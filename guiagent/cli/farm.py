@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from guiagent.cli._common import emit_json, log
+from guiagent.cli._common import emit_json, log, validate_out_dir
 from guiagent.config import ConfigError, parse_config
 
 ACTIONS = ("up", "down", "status")
@@ -62,6 +62,9 @@ class FarmConfig:
             raise ValueError(f"--emulators must be >= 1, got {self.emulators}")
         if self.timeout_s <= 0:
             raise ValueError("--timeout-s must be positive")
+        if not (self.memory_gb > 0 and self.cpus > 0):
+            raise ValueError(f"--memory-gb and --cpus must be positive, got {self.memory_gb} and {self.cpus}")
+
 
     def spec(self):
         from emulators.android.farm import FarmSpec
@@ -92,6 +95,8 @@ def main(argv: list[str]) -> int:
 
     spec = cfg.spec()
     state = Path(cfg.state_dir)
+    if action == "up" and not cfg.dry_run:
+        validate_out_dir(state, flag="--state-dir")  # before any container starts
     try:
         if action == "up":
             if cfg.dry_run:

@@ -8,6 +8,7 @@ command's heavy dependencies (torch, ray, playwright) load only when needed.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 #: command -> (module, one-line help)
@@ -47,14 +48,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = importlib.import_module(COMMANDS[name][0])
     from guiagent.config import ConfigError
+    from guiagent.store import StoreError
     try:
         return int(module.main(rest) or 0)
-    except ConfigError as e:
-        print(f"guiagent {name}: {e}", file=sys.stderr)
+    except (ConfigError, StoreError) as e:
+        # bad input (flags, config files, paths, stores): one line, no traceback, exit 2
+        print(f"guiagent {name}: {_one_line(e)}", file=sys.stderr)
         return 2
+    except OSError as e:
+        # a file system or network failure that no check could foresee (a full disk, a
+        # folder that refuses files): one line; GUIAGENT_TRACEBACK=1 shows where it came from
+        if os.environ.get("GUIAGENT_TRACEBACK"):
+            raise
+        print(f"guiagent {name}: {_one_line(e)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"guiagent {name}: interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from guiagent.cli._common import emit_json, log
+from guiagent.cli._common import emit_json, log, validate_out_dir
 
 USAGE = """usage: guiagent model init --size tiny|small --out DIR [--family qwen2_5_vl|qwen3_vl] [--seed N] [--json]
 
@@ -91,6 +91,7 @@ def main(argv: list[str]) -> int:
     from guiagent.config import parse_config
 
     cfg = parse_config(ModelInitConfig, rest, prog="guiagent model init")
+    validate_out_dir(cfg.out)  # before minutes of building
     info = init(cfg)
     print(f"model written to {info['out']} ({info['family']}, {info['size']}, {info['params']:,} parameters)")
     if cfg.json:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from guiagent.cli._common import emit_json, log
+from guiagent.cli._common import check_model_path, check_run_dirs, emit_json, log, validate_out_dir
 from guiagent.config import parse_config
 from rl.sft import SFTConfig
 
@@ -56,6 +56,9 @@ class SFTCommandConfig:
 
 def main(argv: list[str]) -> int:
     cfg = parse_config(SFTCommandConfig, argv, prog="guiagent sft")
+    check_run_dirs(cfg.data)  # every check before any model loads or file is written
+    check_model_path(cfg.model)
+    validate_out_dir(cfg.out)
     from guiagent.policy import load_policy
     from rl.agents import COMPACT_JSON_PROMPT, AgentSettings
     from rl.sft import load_examples, load_trajectories, train_sft

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import Literal
 
 from guiagent.cli._common import emit_json
 from guiagent.config import parse_config
@@ -15,7 +16,7 @@ class TasksListConfig:
 
     env: str = "webapps"
     """suite name: webapps, miniwob or androidworld"""
-    difficulty: str | None = None
+    difficulty: Literal["easy", "medium", "hard"] | None = None
     """only tasks of this difficulty (easy, medium, hard)"""
     json: bool = False
     """print a JSON list of task ids as the last stdout line"""
@@ -35,7 +36,10 @@ def main(argv: list[str]) -> int:
     try:
         suite = get_suite(cfg.env)
         ids = suite.task_ids()
-    except (ImportError, KeyError) as e:
+    except KeyError as e:  # an unknown suite: bad input
+        print(f"guiagent tasks list: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 2
+    except ImportError as e:  # a suite whose package is not installed here
         print(f"guiagent tasks list: {e.args[0] if e.args else e}", file=sys.stderr)
         return 1
     rows = []

@@ -12,10 +12,35 @@ held-out success printed before and after::
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from guiagent.cli._common import emit_json
 from guiagent.config import parse_config
 from guiagent.logs import show_progress
+
+
+def preflight(cfg) -> None:
+    """Every check that needs no model or environment, before anything is created: the run to
+    resume and its saved config, the suite and tasks (and the suite's package), the model path,
+    the output folder. Raises ConfigError (one line, exit code 2)."""
+    from guiagent.cli._common import CLIError, check_model_path, check_suite_tasks, validate_out_dir
+
+    if cfg.resume:
+        from rl.checkpoint import load_config
+        from rl.trainer import TrainConfig
+
+        run_dir = Path(cfg.resume)
+        if not run_dir.is_dir():
+            raise CLIError(f"--resume {cfg.resume}: no such run directory")
+        if not (run_dir / "config.yaml").is_file():
+            raise CLIError(f"--resume {cfg.resume}: holds no config.yaml (not a training run directory)")
+        cfg = load_config(TrainConfig, run_dir, iterations=cfg.iterations, resume=str(run_dir), out=str(run_dir))
+    check_suite_tasks(cfg.env, cfg.tasks)
+    if cfg.model and not cfg.resume:  # a resumed run continues from its own checkpoint
+        check_model_path(cfg.model)
+    if cfg.judge_model:
+        check_model_path(cfg.judge_model, flag="--judge-model")
+    validate_out_dir(cfg.out)
 
 
 def main(argv: list[str]) -> int:
@@ -23,6 +48,7 @@ def main(argv: list[str]) -> int:
     from rl.trainer import TrainConfig, train, write_summary
 
     cfg = parse_config(TrainConfig, argv, prog="guiagent train")
+    preflight(cfg)
     show_progress()
     try:
         result = train(cfg)

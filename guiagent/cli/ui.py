@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,8 @@ def is_loopback(host: str) -> bool:
 
 def check_exposure(cfg: UIConfig, token: str | None) -> str | None:
     """Why this host/token combination is refused, in one line (``None``: fine)."""
+    if token is not None and (len(token) < 8 or not token.isprintable() or token != token.strip()):
+        return "the access token must be at least 8 printable characters without surrounding spaces"
     if is_loopback(cfg.host):
         return None
     if not cfg.allow_remote:
@@ -90,11 +93,25 @@ def main(argv: list[str]) -> int:
     from werkzeug.serving import make_server
 
     from webui import AppConfig, create_app
+    from webui.security import RedactingRequestHandler
 
     remote = not is_loopback(cfg.host)
-    app = create_app(AppConfig(runs=cfg.runs, token=token, loopback_only=not remote))
+    bound = f"[{cfg.host.strip('[]')}]" if ":" in cfg.host else cfg.host  # how browsers send it in Host
+    app = create_app(AppConfig(runs=cfg.runs, token=token, loopback_only=not remote,
+                               trusted_hosts=() if remote else (bound.lower(),)))
     app.debug = cfg.debug
-    server = make_server(cfg.host, cfg.port, app, threaded=True)
+    if cfg.port:  # werkzeug reports a busy port in two lines of its own and exits: ask first
+        try:
+            socket.create_server((cfg.host.strip("[]"), cfg.port),
+                                 family=socket.AF_INET6 if ":" in cfg.host else socket.AF_INET).close()
+        except OSError as e:
+            print(f"guiagent ui: cannot listen on {cfg.host}:{cfg.port}: {e.strerror or e}", file=sys.stderr)
+            return 2
+    try:
+        server = make_server(cfg.host, cfg.port, app, threaded=True, request_handler=RedactingRequestHandler)
+    except OSError as e:  # port in use, address not available, permission
+        print(f"guiagent ui: cannot listen on {cfg.host}:{cfg.port}: {e.strerror or e}", file=sys.stderr)
+        return 2
     port = server.server_port
     shown = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
     url = f"http://{shown}:{port}/"

@@ -76,7 +76,7 @@ class BlobStore:
         shard = self._shard(ref)
         for ext in BLOB_EXTENSIONS:
             p = shard / f"{ref}.{ext}"
-            if p.is_file():
+            if p.is_file() and not p.is_symlink():  # the store never writes links: one planted is ignored
                 return p
         raise BlobNotFound(f"no blob {ref} under {self.root}")
 

@@ -23,21 +23,24 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import math
 import os
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 from guiagent.store import _codec
+from guiagent.store._proc import writer_alive
 from guiagent.store.blobs import BlobStore
 from guiagent.store.errors import EpisodeNotFound, InvalidCursor, RunNotFound, StoreError
 from guiagent.store.records import (
     SORT_KEYS, SUCCESS_THRESHOLD, EpisodeDetail, EpisodeFilter, EpisodePage, EpisodeSummary,
     JudgementRecord, MetricPoint, RunInfo, StepRecord, TaskStats,
 )
-from guiagent.store.schema import BLOBS_DIR, connect_ro
+from guiagent.store.schema import BLOBS_DIR, connect_ro, schema_version
 from guiagent.types import Observation, Step, TaskSpec, Trajectory
 
 __all__ = ["StoreReader"]
@@ -61,31 +64,66 @@ class StoreReader:
 
     def __init__(self, run_dir: str | os.PathLike[str]) -> None:
         self.run_dir = Path(run_dir)
-        connect_ro(self.run_dir).close()  # fail now, with a clear error, if there is no store
+        con = connect_ro(self.run_dir)  # fail now, with a clear error, if there is no usable store
+        try:
+            # a store not yet migrated by a writer has no writer columns: read NULLs instead
+            self._runs_sql = _RUNS_SQL if schema_version(con) >= 2 else _RUNS_SQL_V1
+            # nor (before steps.metadata existed) step metadata: it reads as empty
+            self._step_cols_sql = (_STEP_COLS if any(r[1] == "metadata" for r in
+                                                     con.execute("PRAGMA table_info(steps)"))
+                                   else _STEP_COLS_NO_META)
+        except sqlite3.Error as e:
+            raise StoreError(f"{self.run_dir} is not a readable trajectory store ({e})") from None
+        finally:
+            con.close()
         self._blobs = BlobStore(self.run_dir / BLOBS_DIR)
         self._local = threading.local()
+        self._idle: list[sqlite3.Connection] = []
+        self._idle_lock = threading.Lock()
+
+    #: connections kept for reuse after :meth:`release` (more are closed)
+    max_idle = 4
 
     @property
     def _con(self) -> sqlite3.Connection:
         con = getattr(self._local, "con", None)
         if con is None:
-            con = self._local.con = connect_ro(self.run_dir)
-            self._local.step_cols = (_STEP_COLS if any(r[1] == "metadata" for r in
-                                                       con.execute("PRAGMA table_info(steps)"))
-                                     else _STEP_COLS_NO_META)
+            with self._idle_lock:
+                con = self._idle.pop() if self._idle else None
+            self._local.con = con = con or connect_ro(self.run_dir)
         return con
+
+    def release(self) -> None:
+        """Hand this thread's connection back for reuse by any thread.
+
+        A server that answers each request on a fresh thread (werkzeug) calls it when
+        a request ends: connections are then reused instead of one being opened per
+        thread, and open file descriptors stay bounded (``max_idle`` kept, more closed).
+        """
+        con = getattr(self._local, "con", None)
+        if con is None:
+            return
+        self._local.con = None
+        with self._idle_lock:
+            if len(self._idle) < self.max_idle:
+                self._idle.append(con)
+                return
+        con.close()
 
     @property
     def _step_cols(self) -> str:
-        self._con  # noqa: B018 (opens the connection and checks its columns)
-        return self._local.step_cols
+        return self._step_cols_sql
 
     def close(self) -> None:
-        """Close this thread's connection (others close when their thread ends)."""
+        """Close this thread's connection and the idle ones (other threads' close when they end)."""
         con = getattr(self._local, "con", None)
         if con is not None:
             con.close()
             self._local.con = None
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for c in idle:
+            c.close()
 
     def __enter__(self) -> "StoreReader":
         return self
@@ -107,11 +145,11 @@ class StoreReader:
 
     def list_runs(self) -> tuple[RunInfo, ...]:
         """All runs, newest first, with counts over their visible episodes."""
-        sql = _RUNS_SQL + " GROUP BY r.id ORDER BY r.created_at DESC, r.id"
+        sql = self._runs_sql + " GROUP BY r.id ORDER BY r.created_at DESC, r.id"
         return tuple(_run(r) for r in self._con.execute(sql))
 
     def get_run(self, run_id: str) -> RunInfo:
-        row = self._con.execute(_RUNS_SQL + " WHERE r.id = ? GROUP BY r.id", (run_id,)).fetchone()
+        row = self._con.execute(self._runs_sql + " WHERE r.id = ? GROUP BY r.id", (run_id,)).fetchone()
         if row is None:
             raise RunNotFound(f"no run {run_id!r}")
         return _run(row)
@@ -215,10 +253,17 @@ class StoreReader:
             totals = con.execute("SELECT name, total FROM episode_rewards WHERE episode_pk = ? ORDER BY name",
                                  (pk,)).fetchall()
             final = con.execute("SELECT final_obs FROM episodes WHERE pk = ?", (pk,)).fetchone()[0]
+        try:
+            return self._detail(episode_id, row, steps, judgements, totals, final)
+        except (ValueError, TypeError, KeyError) as e:  # a row some other tool mangled
+            raise StoreError(f"episode {episode_id!r} has a malformed stored row ({type(e).__name__})") from None
+
+    @staticmethod
+    def _detail(episode_id: str, row, steps, judgements, totals, final) -> EpisodeDetail:
         return EpisodeDetail(
             summary=_summary(row),
             steps=tuple(_step(episode_id, r) for r in steps),
-            judgements=tuple(JudgementRecord(j[0], episode_id, j[1], j[2], j[3], json.loads(j[4]), j[5], j[6])
+            judgements=tuple(JudgementRecord(j[0], episode_id, j[1], j[2], j[3], _json(j[4], {}), j[5], j[6])
                              for j in judgements),
             reward_totals=dict(totals),
             final_observation=_codec.obs_from_json(final, None),
@@ -226,13 +271,18 @@ class StoreReader:
 
     def get_step(self, episode_id: str, index: int) -> StepRecord:
         """One step of a visible episode (the replay page's keyboard navigation)."""
+        if not isinstance(index, int) or not -2**63 <= index < 2**63:
+            raise StoreError(f"episode {episode_id!r} has no step {str(index)[:40]}")
         with self._snapshot() as con:
             pk = self._episode_row(con, episode_id)[-1]
             row = con.execute(f"SELECT {self._step_cols} FROM steps s WHERE s.episode_pk = ? AND s.idx = ?",
                               (pk, int(index))).fetchone()
         if row is None:
             raise StoreError(f"episode {episode_id!r} has no step {index}")
-        return _step(episode_id, row)
+        try:
+            return _step(episode_id, row)
+        except (ValueError, TypeError, KeyError) as e:  # a row some other tool mangled
+            raise StoreError(f"episode {episode_id!r} step {index} is malformed ({type(e).__name__})") from None
 
     def judgements(self, episode_id: str) -> tuple[JudgementRecord, ...]:
         return self.get_episode(episode_id).judgements
@@ -316,23 +366,46 @@ class StoreReader:
 
 _RUNS_SQL = (
     f"SELECT {_RUN_COLS}, count(e.pk), sum(e.status = 'completed'), sum(e.status = 'aborted'), "
-    f"sum(e.success >= {SUCCESS_THRESHOLD}), avg(e.total_reward) "
+    f"sum(e.success >= {SUCCESS_THRESHOLD}), avg(e.total_reward), "
+    "r.writer_host, r.writer_pid, r.writer_start, r.heartbeat "
     f"FROM runs r LEFT JOIN episodes e ON e.run_id = r.id AND {_VISIBLE}"
 )
+_RUNS_SQL_V1 = _RUNS_SQL.replace("r.writer_host, r.writer_pid, r.writer_start, r.heartbeat",
+                                 "NULL, NULL, NULL, r.updated_at")
 
 
 def _run(r: tuple) -> RunInfo:
-    return RunInfo(run_id=r[0], name=r[1], env=r[2], algo=r[3], model=r[4], config=json.loads(r[5]),
-                   status=r[6], created_at=r[7], updated_at=r[8], num_episodes=r[9], num_completed=r[10] or 0,
-                   num_aborted=r[11] or 0, num_success=r[12] or 0, mean_reward=r[13])
+    from guiagent.store.writer import STALE_S
+
+    status, host, pid, start, beat = r[6], r[14], r[15], r[16], r[17]
+    # A run whose writer is gone reads as interrupted at once, before any writer records it
+    # (readers never write): its process is missing on this host, or it went silent.
+    if status == "running" and (writer_alive(host, pid, start) is False
+                                or (beat is not None and beat < time.time() - STALE_S)):
+        status = "interrupted"
+    return RunInfo(run_id=r[0], name=r[1], env=r[2], algo=r[3], model=r[4], config=_json(r[5], {}),
+                   status=status, created_at=r[7], updated_at=r[8], num_episodes=r[9], num_completed=r[10] or 0,
+                   num_aborted=r[11] or 0, num_success=r[12] or 0, mean_reward=r[13], writer_host=host,
+                   writer_pid=pid, heartbeat=beat)
+
+
+def _json(text: str | None, default: Any) -> Any:
+    """A JSON column; a value some other tool mangled reads as ``default`` rather than failing
+    the whole run list."""
+    if text is None:
+        return default
+    try:
+        return json.loads(text)
+    except ValueError:
+        return default
 
 
 def _summary(r: tuple) -> EpisodeSummary:
     return EpisodeSummary(
         episode_id=r[0], run_id=r[1], group_id=r[2], suite=r[3], task_id=r[4], seed=r[5], goal=r[6],
-        max_steps=r[7], params=json.loads(r[8]), agent=r[9], policy_version_min=r[10],
+        max_steps=r[7], params=_json(r[8], {}), agent=r[9], policy_version_min=r[10],
         policy_version_max=r[11], status=r[12], abort_reason=r[13], success=r[14], total_reward=r[15],
-        num_steps=r[16], num_parse_errors=r[17], started_at=r[18], ended_at=r[19], metadata=json.loads(r[20]),
+        num_steps=r[16], num_parse_errors=r[17], started_at=r[18], ended_at=r[19], metadata=_json(r[20], {}),
     )
 
 
@@ -341,8 +414,8 @@ def _step(episode_id: str, r: tuple) -> StepRecord:
         episode_id=episode_id, index=r[0], screenshot_ref=r[1], width=r[2], height=r[3], tree=r[4], url=r[5],
         last_action_error=r[6], response=r[7], thought=r[8], action=_codec.parse_action(r[9]),
         parse_error=_codec.parse_error(r[10]), action_error=r[11], reward=r[12],
-        reward_parts=json.loads(r[13]), milestones=tuple(json.loads(r[14])), terminated=bool(r[15]),
-        truncated=bool(r[16]), policy_version=r[17], latency_ms=r[18], metadata=json.loads(r[19]),
+        reward_parts=_json(r[13], {}), milestones=tuple(_json(r[14], [])), terminated=bool(r[15]),
+        truncated=bool(r[16]), policy_version=r[17], latency_ms=r[18], metadata=_json(r[19], {}),
     )
 
 
@@ -437,6 +510,10 @@ def _decode_cursor(cursor: str, sort: str, descending: bool) -> tuple[Any, int]:
     if c_sort != sort or c_desc != descending:
         raise InvalidCursor(f"cursor was made for sort={c_sort!r} descending={c_desc}, "
                             f"not sort={sort!r} descending={descending}")
-    if not isinstance(pk, int) or not isinstance(value, (int, float)) or isinstance(value, bool):
+    if (not isinstance(pk, int) or isinstance(pk, bool) or not isinstance(value, (int, float))
+            or isinstance(value, bool)):
         raise InvalidCursor("malformed cursor values")
+    # NaN, 1e400 (inf) and integers past 64 bits cannot be compared in SQLite
+    if not (math.isfinite(value) and -2**63 <= pk < 2**63 and (isinstance(value, float) or -2**63 <= value < 2**63)):
+        raise InvalidCursor("cursor values out of range")
     return value, pk

@@ -15,7 +15,9 @@ __all__ = [
 #: an episode counts as a success (outcome filter, judge disagreement) when ``success >= 0.5``
 SUCCESS_THRESHOLD = 0.5
 
-RunStatus = Literal["running", "finished", "failed"]
+#: ``interrupted``: its writer died (killed, crashed host) before it finished. A reader reports a
+#: ``running`` run whose writer is gone as ``interrupted`` before any writer has recorded it so.
+RunStatus = Literal["running", "finished", "failed", "interrupted"]
 SortKey = Literal["started", "ended", "reward", "length", "success"]
 #: sort key -> episodes column
 SORT_KEYS: Mapping[str, str] = {
@@ -45,6 +47,11 @@ class RunInfo:
     num_aborted: int = 0
     num_success: int = 0
     mean_reward: float | None = None
+    writer_host: str | None = None
+    """host of the process that created (or last resumed) the run"""
+    writer_pid: int | None = None
+    heartbeat: float | None = None
+    """time of the last write into the run"""
 
 
 @dataclass(frozen=True)

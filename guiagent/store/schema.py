@@ -18,24 +18,48 @@ from pathlib import Path
 
 from guiagent.store.errors import StoreError
 
-__all__ = ["SCHEMA_VERSION", "DB_NAME", "BLOBS_DIR", "connect_rw", "connect_ro", "db_path"]
+__all__ = ["SCHEMA_VERSION", "DB_NAME", "BLOBS_DIR", "connect_rw", "connect_ro", "db_path", "schema_version"]
 
-SCHEMA_VERSION = 1
+#: 1: first release. 2: runs know their writer (host, pid, process start, heartbeat) and may be
+#: ``interrupted``; episodes record their writer's process start (a recycled PID is not "alive").
+SCHEMA_VERSION = 2
 DB_NAME = "store.sqlite"
 BLOBS_DIR = "blobs"
 BUSY_TIMEOUT_MS = 30_000
 
+_RUNS_V2 = "runs_v2 " + """(
+    id           TEXT PRIMARY KEY,
+    name         TEXT NOT NULL,
+    env          TEXT NOT NULL DEFAULT '',
+    algo         TEXT NOT NULL DEFAULT '',
+    model        TEXT NOT NULL DEFAULT '',
+    config       TEXT NOT NULL DEFAULT '{}',
+    status       TEXT NOT NULL DEFAULT 'running'
+                 CHECK (status IN ('running', 'finished', 'failed', 'interrupted')),
+    created_at   REAL NOT NULL,
+    updated_at   REAL NOT NULL,
+    writer_host  TEXT,                      -- who runs it (the process that created or resumed it)
+    writer_pid   INTEGER,
+    writer_start INTEGER,                   -- that process's start time (Linux clock ticks), or NULL
+    heartbeat    REAL                       -- last write into the run by any process
+)"""
+
 _DDL = """
 CREATE TABLE IF NOT EXISTS runs (
-    id          TEXT PRIMARY KEY,
-    name        TEXT NOT NULL,
-    env         TEXT NOT NULL DEFAULT '',
-    algo        TEXT NOT NULL DEFAULT '',
-    model       TEXT NOT NULL DEFAULT '',
-    config      TEXT NOT NULL DEFAULT '{}',
-    status      TEXT NOT NULL DEFAULT 'running' CHECK (status IN ('running', 'finished', 'failed')),
-    created_at  REAL NOT NULL,
-    updated_at  REAL NOT NULL
+    id           TEXT PRIMARY KEY,
+    name         TEXT NOT NULL,
+    env          TEXT NOT NULL DEFAULT '',
+    algo         TEXT NOT NULL DEFAULT '',
+    model        TEXT NOT NULL DEFAULT '',
+    config       TEXT NOT NULL DEFAULT '{}',
+    status       TEXT NOT NULL DEFAULT 'running'
+                 CHECK (status IN ('running', 'finished', 'failed', 'interrupted')),
+    created_at   REAL NOT NULL,
+    updated_at   REAL NOT NULL,
+    writer_host  TEXT,                      -- who runs it (the process that created or resumed it)
+    writer_pid   INTEGER,
+    writer_start INTEGER,                   -- that process's start time (Linux clock ticks), or NULL
+    heartbeat    REAL                       -- last write into the run by any process
 );
 CREATE INDEX IF NOT EXISTS runs_created ON runs (created_at);
 
@@ -64,6 +88,7 @@ CREATE TABLE IF NOT EXISTS episodes (
     updated_at          REAL NOT NULL,      -- heartbeat of the writer while in progress
     writer_host         TEXT,
     writer_pid          INTEGER,
+    writer_start        INTEGER,            -- the writer's process start time (Linux clock ticks)
     final_obs           TEXT,               -- final Observation as JSON, pixels as a blob ref
     metadata            TEXT NOT NULL DEFAULT '{}'
 );
@@ -160,32 +185,89 @@ def connect_rw(run_dir: str | Path, *, fsync: bool = False) -> sqlite3.Connectio
     failing on a lock upgrade when another process writes at the same time.
     """
     path = db_path(run_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    con = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
-    con.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    if con.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
-        raise StoreError(f"could not switch {path} to WAL mode (is it on a network filesystem?)")
-    # NORMAL in WAL mode: a commit survives a killed process (it is in the WAL);
-    # FULL also survives power loss at the cost of an fsync per commit.
-    con.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'NORMAL'}")
-    con.execute("PRAGMA foreign_keys = ON")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StoreError(f"cannot create the run directory {path.parent}: {e.strerror or e}") from None
+    try:
+        con = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                              timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as e:
+        raise StoreError(f"cannot open {path}: {e}") from None
+    try:
+        con.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if con.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
+            raise StoreError(f"could not switch {path} to WAL mode (is it on a network filesystem?)")
+        # NORMAL in WAL mode: a commit survives a killed process (it is in the WAL);
+        # FULL also survives power loss at the cost of an fsync per commit.
+        con.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'NORMAL'}")
+        if _check_version(con, path) < SCHEMA_VERSION:
+            _migrate(con, path)
+        _migrate_steps_metadata(con)
+        con.execute("PRAGMA foreign_keys = ON")
+    except sqlite3.Error as e:
+        con.close()
+        raise StoreError(f"{path} is not a usable trajectory store ({e})") from None
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _check_version(con: sqlite3.Connection, path: Path) -> int:
     version = con.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
-        con.close()
         raise StoreError(f"{path} has schema version {version}; this guiagent knows {SCHEMA_VERSION}. "
                          "Upgrade guiagent.")
-    if version < SCHEMA_VERSION:
-        con.execute("BEGIN IMMEDIATE")
-        try:
-            for stmt in _statements(_DDL):
-                con.execute(stmt)
-            con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-    _migrate_steps_metadata(con)
-    return con
+    return version
+
+
+def _migrate(con: sqlite3.Connection, path: Path) -> None:
+    """Create the schema (a new store) or bring an older one up to :data:`SCHEMA_VERSION`.
+
+    Runs in one ``BEGIN IMMEDIATE`` transaction, so concurrent openers queue and the
+    second finds the work done. Foreign keys are off meanwhile (SQLite's documented
+    procedure for rebuilding a table that others reference), and checked before commit.
+    """
+    con.execute("PRAGMA foreign_keys = OFF")  # a no-op inside a transaction: set before BEGIN
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        version = _check_version(con, path)  # another process may have migrated meanwhile
+        if version == 0:  # a new store: the current schema at once
+            steps: list[str] = _statements(_DDL)
+        else:
+            steps = [stmt for v in range(version + 1, SCHEMA_VERSION + 1) for stmt in _MIGRATIONS[v]]
+        for stmt in steps:
+            con.execute(stmt)
+        bad = con.execute("PRAGMA foreign_key_check").fetchall()
+        if bad:
+            raise StoreError(f"{path}: migration to schema {SCHEMA_VERSION} broke {len(bad)} foreign key(s)")
+        con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+#: version -> statements that bring a store of version - 1 to it
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # SQLite cannot change a CHECK constraint in place: rebuild ``runs`` with the new status
+    # and writer columns, copying every row (episodes and metrics keep referencing ``runs``).
+    2: (
+        "CREATE TABLE " + _RUNS_V2,
+        "INSERT INTO runs_v2 (id, name, env, algo, model, config, status, created_at, updated_at, heartbeat) "
+        "SELECT id, name, env, algo, model, config, status, created_at, updated_at, updated_at FROM runs",
+        "DROP TABLE runs",
+        "ALTER TABLE runs_v2 RENAME TO runs",
+        "CREATE INDEX IF NOT EXISTS runs_created ON runs (created_at)",
+        "ALTER TABLE episodes ADD COLUMN writer_start INTEGER",
+    ),
+}
+
+
+def schema_version(con: sqlite3.Connection) -> int:
+    """The schema version of an open store (0: being created, not usable yet)."""
+    return int(con.execute("PRAGMA user_version").fetchone()[0])
 
 
 def _migrate_steps_metadata(con: sqlite3.Connection) -> None:
@@ -222,9 +304,22 @@ def connect_ro(run_dir: str | Path) -> sqlite3.Connection:
     if not path.is_file():
         raise StoreError(f"no trajectory store at {path} (open it once with Store.open to create it)")
     uri = f"{path.resolve().as_uri()}?mode=ro"
-    con = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
-                          timeout=BUSY_TIMEOUT_MS / 1000)
-    con.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    con.execute("PRAGMA query_only = ON")
+    try:
+        con = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
+                              timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as e:
+        raise StoreError(f"cannot open {path}: {e}") from None
+    try:
+        con.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        con.execute("PRAGMA query_only = ON")
+        version = _check_version(con, path)  # also fails at once on a file that is not a database
+        if version == 0:
+            raise StoreError(f"{path} is empty or still being created")
+    except sqlite3.Error as e:
+        con.close()
+        raise StoreError(f"{path} is not a readable trajectory store ({e})") from None
+    except BaseException:
+        con.close()
+        raise
     return con
 

@@ -20,7 +20,7 @@ Example::
 from __future__ import annotations
 
 import os
-import socket
+import re
 import sqlite3
 import threading
 import time
@@ -30,14 +30,30 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from guiagent.store import _codec
+from guiagent.store._proc import HOST, process_start, writer_alive
 from guiagent.store.blobs import BlobStore
 from guiagent.store.errors import EpisodeClosed, EpisodeNotFound, RunNotFound, StoreError
 from guiagent.store.schema import BLOBS_DIR, connect_rw
 from guiagent.types import Observation, Step, TaskSpec, Trajectory
 
-__all__ = ["Store", "EpisodeWriter"]
+__all__ = ["Store", "EpisodeWriter", "check_run_id", "STALE_S"]
 
-_RUN_STATUSES = ("running", "finished", "failed")
+_RUN_STATUSES = ("running", "finished", "failed", "interrupted")
+#: a run id names the run in URLs and file names: letters, digits, ``_ . -``, no ``..``
+_RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+#: seconds between two heartbeats of a run from one step writer (steps come many per second)
+HEARTBEAT_S = 10.0
+#: a running run with no write for this long counts as interrupted (see :meth:`Store.recover`)
+STALE_S = 3600.0
+
+
+def check_run_id(run_id: object) -> str:
+    """Return ``run_id`` if it is a valid run id (1-128 of ``A-Z a-z 0-9 _ . -``, no ``..``,
+    not starting with ``.`` or ``-``); raise :class:`StoreError` naming the rule otherwise."""
+    if not isinstance(run_id, str) or _RUN_ID.fullmatch(run_id) is None or ".." in run_id:
+        raise StoreError(f"invalid run id {str(run_id)[:80]!r}: use 1-128 letters, digits, '_', '.' or '-' "
+                         "(not starting with '.' or '-', no '..')")
+    return run_id
 _INSERT_STEP = (f"INSERT INTO steps (episode_pk, {', '.join(_codec.STEP_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * (1 + len(_codec.STEP_COLUMNS)))})")
 _FINALIZE = """
@@ -51,6 +67,7 @@ UPDATE episodes SET
     policy_version_max = (SELECT max(policy_version) FROM steps WHERE episode_pk = :pk)
 WHERE pk = :pk AND status = 'in_progress'
 """
+_RUN_HEARTBEAT = "UPDATE runs SET heartbeat = ? WHERE id = ?"
 _REWARD_TOTALS = """
 INSERT INTO episode_rewards (episode_pk, name, total)
 SELECT s.episode_pk, j.key, sum(j.value) FROM steps AS s, json_each(s.reward_parts) AS j
@@ -72,14 +89,45 @@ class Store:
         self.blobs = blobs
         self._con = con
         self._lock = threading.RLock()
-        self._host = socket.gethostname()
+        self._host = HOST
+        self._me_pid, self._me_start = os.getpid(), process_start(os.getpid())
+        self.recovered: list[str] = []
+        """episode ids that :meth:`open` recovered (aborted) from dead writers"""
+
+    @property
+    def _pid(self) -> int:
+        return os.getpid()
+
+    @property
+    def _start(self) -> int | None:
+        """This process's start time; looked up again in a forked child (its PID differs)."""
+        pid = os.getpid()
+        if pid != self._me_pid:
+            self._me_pid, self._me_start = pid, process_start(pid)
+        return self._me_start
 
     @classmethod
-    def open(cls, run_dir: str | os.PathLike[str], *, fsync: bool = False) -> "Store":
-        """Open the store in ``run_dir``, creating the directory and schema if needed."""
+    def open(cls, run_dir: str | os.PathLike[str], *, fsync: bool = False, recover: bool = True) -> "Store":
+        """Open the store in ``run_dir``, creating the directory and schema if needed.
+
+        With ``recover`` (the default) it first cleans up after dead writers
+        (:meth:`recover` with its defaults): their open episodes become ``aborted``
+        and their runs ``interrupted``, so every command that writes a store leaves
+        it consistent. The aborted episode ids are in :attr:`recovered`.
+        """
         run_dir = Path(run_dir)
         con = connect_rw(run_dir, fsync=fsync)
-        return cls(run_dir, con, BlobStore(run_dir / BLOBS_DIR, fsync=fsync))
+        store = cls(run_dir, con, BlobStore(run_dir / BLOBS_DIR, fsync=fsync))
+        if recover:
+            try:
+                store.recovered = store.recover()
+            except sqlite3.DatabaseError as e:  # a file that opens but is corrupt further in
+                store.close()
+                raise StoreError(f"{run_dir / 'store.sqlite'} is not a usable trajectory store ({e})") from None
+            except BaseException:
+                store.close()
+                raise
+        return store
 
     def close(self) -> None:
         with self._lock:
@@ -107,26 +155,42 @@ class Store:
 
     def create_run(self, name: str, *, env: str = "", algo: str = "", model: str = "",
                    config: Mapping[str, Any] | None = None, run_id: str | None = None) -> str:
-        """Register a run (status ``running``) and return its id (a new hex id unless given)."""
-        run_id = run_id or uuid.uuid4().hex[:16]
+        """Register a run (status ``running``, this process its writer) and return its id
+        (a new hex id unless given; see :func:`check_run_id`)."""
+        run_id = uuid.uuid4().hex[:16] if run_id is None else check_run_id(run_id)
+        for what, value in (("name", name), ("env", env), ("algo", algo), ("model", model)):
+            if not isinstance(value, str):
+                raise StoreError(f"run {what} must be a string, got {type(value).__name__}")
         cfg = _codec.json_mapping(config, "config")
         now = time.time()
         try:
             with self._tx() as con:
                 con.execute("INSERT INTO runs (id, name, env, algo, model, config, status, created_at, "
-                            "updated_at) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?)",
-                            (run_id, name, env, algo, model, cfg, now, now))
+                            "updated_at, writer_host, writer_pid, writer_start, heartbeat) "
+                            "VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+                            (run_id, name, env, algo, model, cfg, now, now, self._host, self._pid,
+                             self._start, now))
         except sqlite3.IntegrityError:
             raise StoreError(f"a run with id {run_id!r} already exists") from None
         return run_id
 
     def set_run_status(self, run_id: str, status: str) -> None:
-        """Mark a run ``running``, ``finished`` or ``failed``."""
+        """Mark a run ``running``, ``finished``, ``failed`` or ``interrupted``.
+
+        ``running`` also makes this process the run's writer (a resumed run), whose
+        death :meth:`recover` and the readers recognise.
+        """
         if status not in _RUN_STATUSES:
             raise StoreError(f"run status must be one of {_RUN_STATUSES}, got {status!r}")
+        now = time.time()
         with self._tx() as con:
-            cur = con.execute("UPDATE runs SET status = ?, updated_at = ? WHERE id = ?",
-                              (status, time.time(), run_id))
+            if status == "running":
+                cur = con.execute("UPDATE runs SET status = ?, updated_at = ?, heartbeat = ?, writer_host = ?, "
+                                  "writer_pid = ?, writer_start = ? WHERE id = ?",
+                                  (status, now, now, self._host, self._pid, self._start, run_id))
+            else:
+                cur = con.execute("UPDATE runs SET status = ?, updated_at = ?, heartbeat = ? WHERE id = ?",
+                                  (status, now, now, run_id))
             if cur.rowcount == 0:
                 raise RunNotFound(run_id)
 
@@ -158,13 +222,14 @@ class Store:
         try:
             cur = con.execute(
                 "INSERT INTO episodes (id, run_id, group_id, suite, task_id, seed, goal, max_steps, params, "
-                "agent, status, started_at, updated_at, writer_host, writer_pid, metadata) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'in_progress', ?, ?, ?, ?, ?)",
+                "agent, status, started_at, updated_at, writer_host, writer_pid, writer_start, metadata) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'in_progress', ?, ?, ?, ?, ?, ?)",
                 (episode_id, run_id, group_id, spec.suite, spec.task_id, int(spec.seed), spec.goal,
                  int(spec.max_steps), _codec.json_mapping(spec.params, "task params"), agent, started_at,
-                 now, self._host, os.getpid(), _codec.json_mapping(metadata, "metadata")))
+                 now, self._host, self._pid, self._start, _codec.json_mapping(metadata, "metadata")))
         except sqlite3.IntegrityError:
             raise StoreError(f"an episode with id {episode_id!r} already exists") from None
+        con.execute(_RUN_HEARTBEAT, (now, run_id))
         return int(cur.lastrowid)
 
     def _finalize(self, con: sqlite3.Connection, pk: int, status: str, *, success: float,
@@ -175,6 +240,8 @@ class Store:
         if cur.rowcount != 1:
             raise EpisodeClosed(f"episode pk={pk} is no longer in progress (recovered as aborted?)")
         con.execute(_REWARD_TOTALS, (pk,))
+        con.execute("UPDATE runs SET heartbeat = ? WHERE id = (SELECT run_id FROM episodes WHERE pk = ?)",
+                    (time.time(), pk))
 
     def write_trajectory(self, run_id: str, traj: Trajectory, *, started_at: float | None = None) -> str:
         """Write a whole trajectory in one transaction; return its episode id."""
@@ -201,24 +268,30 @@ class Store:
                                final_obs=final_obs, metadata=traj.metadata)
         return [t.episode_id for t, _, _ in prepared]
 
-    def recover(self, older_than: float = 3600.0, *, dead_local_writers: bool = True) -> list[str]:
-        """Mark in-progress episodes of dead writers ``aborted``; return their ids.
+    def recover(self, older_than: float = STALE_S, *, dead_local_writers: bool = True) -> list[str]:
+        """Clean up after dead writers: their episodes become ``aborted``, their runs
+        ``interrupted``; return the ids of the episodes aborted.
 
         An episode counts as abandoned when its writer has not written for
         ``older_than`` seconds, or (``dead_local_writers``) when it was written from
-        this host by a process that no longer exists. Its steps so far become
-        visible under status ``aborted``. Also removes blob temp files older than
-        ``older_than``. Run it from a writer at start-up, never from a reader.
+        this host by a process that no longer exists (PID gone, or reused by a later
+        process). Its steps so far become visible under status ``aborted``. A
+        ``running`` run is interrupted on the same evidence about the process that
+        created (or last resumed) it, or when nothing was written into it for
+        ``older_than`` seconds. Also removes blob temp files older than
+        ``older_than``. :meth:`open` runs it; readers never write.
         """
         now = time.time()
         with self._lock:
-            rows = self._con.execute("SELECT pk, id, updated_at, writer_host, writer_pid FROM episodes "
-                                     "WHERE status = 'in_progress'").fetchall()
+            rows = self._con.execute("SELECT pk, id, updated_at, writer_host, writer_pid, writer_start "
+                                     "FROM episodes WHERE status = 'in_progress'").fetchall()
+            runs = self._con.execute("SELECT id, heartbeat, writer_host, writer_pid, writer_start FROM runs "
+                                     "WHERE status = 'running'").fetchall()
         done = []
-        for pk, eid, updated, host, pid in rows:
+        for pk, eid, updated, host, pid, start in rows:
             if updated < now - older_than:
                 reason = f"recovered: no write for {now - updated:.0f} s"
-            elif dead_local_writers and host == self._host and pid is not None and not _pid_alive(pid):
+            elif dead_local_writers and writer_alive(host, pid, start) is False:
                 reason = f"recovered: writer process {pid} on {host} is gone"
             else:
                 continue
@@ -231,6 +304,12 @@ class Store:
                 done.append(eid)
             except EpisodeClosed:  # its writer closed it meanwhile
                 pass
+        for run_id, beat, host, pid, start in runs:
+            dead = dead_local_writers and writer_alive(host, pid, start) is False
+            if dead or (beat is not None and beat < now - older_than):
+                with self._tx() as con:  # only if still running: its writer may have just finished it
+                    con.execute("UPDATE runs SET status = 'interrupted', updated_at = ? "
+                                "WHERE id = ? AND status = 'running'", (now, run_id))
         self.blobs.clean_temp(older_than)
         return done
 
@@ -262,6 +341,7 @@ class Store:
                 for k, v in values.items()]
         with self._tx() as con:
             self._check_run(con, run_id)
+            con.execute(_RUN_HEARTBEAT, (time.time(), run_id))
             con.executemany("INSERT OR REPLACE INTO metrics (run_id, name, iteration, value, time) "
                             "VALUES (?, ?, ?, ?, ?)", rows)
 
@@ -284,6 +364,7 @@ class EpisodeWriter:
         self.run_id = run_id
         self._metadata = dict(metadata)
         self._last_index: int | None = None
+        self._beat = time.time()  # begin_episode beat the run just now
         self.closed = False
 
     def _check_open(self) -> None:
@@ -296,9 +377,13 @@ class EpisodeWriter:
         if self._last_index is not None and step.index <= self._last_index:
             raise StoreError(f"step index {step.index} after {self._last_index}: indices must increase")
         row = _codec.step_row(step, self._store.blobs)
+        now = time.time()
         with self._store._tx() as con:
             con.execute(_INSERT_STEP, (self._pk, *row))
-            con.execute("UPDATE episodes SET updated_at = ? WHERE pk = ?", (time.time(), self._pk))
+            con.execute("UPDATE episodes SET updated_at = ? WHERE pk = ?", (now, self._pk))
+            if now - self._beat >= HEARTBEAT_S:
+                con.execute(_RUN_HEARTBEAT, (now, self.run_id))
+                self._beat = now
         self._last_index = step.index
 
     def _close(self, status: str, success: float, reason: str | None, final_observation: Observation | None,
@@ -343,12 +428,3 @@ def _check_indices(indices: Iterable[int]) -> None:
             raise StoreError(f"step index {i} after {last}: indices must increase")
         last = i
 
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -1,6 +1,7 @@
 """The CLI: every command answers --help; configs load from YAML and flags; shipped configs load."""
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -107,3 +108,187 @@ def test_every_shipped_config_loads(path):
     cls = TrainConfig if path.name.startswith("train") else EvalConfig
     cfg = load_yaml(cls, path)
     assert isinstance(cfg, cls)
+
+
+# -- strict YAML values ---------------------------------------------------------------------
+
+@dataclass
+class Typed:
+    """every annotation kind a command config uses"""
+
+    allow_remote: bool = False
+    tasks: tuple[str, ...] = ()
+    episodes: int = 10
+    agent: "Literal['oracle', 'random', 'model']" = "oracle"
+    device: dict[str, str] = field(default_factory=dict)
+    model: str | None = None
+    temperature: float = 0.0
+    max_steps: int | None = None
+    inner: Inner = field(default_factory=Inner)
+
+
+from typing import Literal  # noqa: E402  (the annotation above is resolved lazily)
+
+
+@pytest.mark.parametrize("yaml_text,message", [
+    ('allow_remote: "no"', "allow_remote: 'no' is not valid (expected true or false)"),
+    ("allow_remote: 1", "allow_remote: 1 is not valid (expected true or false)"),
+    ("tasks: contacts_add", "tasks: 'contacts_add' is not valid (expected a list of strings)"),
+    ("tasks: [a, 3]", "tasks[1]: 3 is not valid (expected a list of strings)"),
+    ("episodes: 2.5", "episodes: 2.5 is not valid (expected an integer)"),
+    ('episodes: "4"', "episodes: '4' is not valid (expected an integer)"),
+    ("episodes: true", "episodes: True is not valid (expected an integer)"),
+    ("agent: nobody", "agent: 'nobody' is not valid (expected one of 'oracle', 'random', 'model')"),
+    ("device: {chromium_path: 3}", "device[chromium_path]: 3 is not valid"),
+    ("device: [a]", "device: ['a'] is not valid (expected a mapping of a string to a string)"),
+    ("model: 7", "model: 7 is not valid (expected a string | null)"),
+    ("temperature: hot", "temperature: 'hot' is not valid (expected a number)"),
+    ("temperature: .nan", "temperature: nan is not a valid value"),
+    ("max_steps: 1.5", "max_steps: 1.5 is not valid (expected an integer | null)"),
+    ("inner: 3", "inner: expected a mapping of Inner fields, got 3"),
+    ("inner: {lr: fast}", "inner.lr: 'fast' is not valid (expected a number)"),
+    ("[1, 2]", "expected a mapping of Typed fields at the top, got list"),
+    ("episodes: [unclosed", "is not valid YAML at line 1"),
+    ("a: b: c", "is not valid YAML at line 1"),
+    ("!!python/object/apply:os.system [echo hi]", "is not valid YAML"),
+    (b"episodes: \xff\xfe", "is not UTF-8 text"),
+    ("1: x", "unknown key(s) ['1']"),
+])
+def test_yaml_values_are_checked_strictly(tmp_path, yaml_text, message):
+    f = tmp_path / "c.yaml"
+    f.write_bytes(yaml_text if isinstance(yaml_text, bytes) else yaml_text.encode())
+    with pytest.raises(ConfigError) as e:
+        load_yaml(Typed, f)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_yaml_values_that_fit_are_converted(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("allow_remote: true\ntasks: [a, b]\nepisodes: 3\ntemperature: 1\nmax_steps: null\n"
+                 "device: {x: y}\nmodel: m\ninner: {names: [n]}\n")
+    cfg = load_yaml(Typed, f)
+    assert cfg == Typed(allow_remote=True, tasks=("a", "b"), episodes=3, temperature=1.0, device={"x": "y"},
+                        model="m", inner=Inner(names=("n",)))
+    assert isinstance(cfg.temperature, float)
+    (tmp_path / "empty.yaml").write_text("")
+    assert load_yaml(Typed, tmp_path / "empty.yaml") == Typed()
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        load_yaml(Typed, tmp_path)
+
+
+# -- bad input to the commands: one line, exit code 2, nothing written --------------------------
+
+def _tree(root: Path) -> set[Path]:
+    return set(root.rglob("*"))
+
+
+@pytest.fixture()
+def bad_inputs(tmp_path):
+    (tmp_path / "file.txt").write_text("x")
+    (tmp_path / "bad.yaml").write_text('allow_remote: "no"\n')
+    (tmp_path / "notutf8.yaml").write_bytes(b"runs: \xff\n")
+    (tmp_path / "eval_bad.yaml").write_text("episodes: 2.5\n")
+    (tmp_path / "eval_tasks.yaml").write_text("tasks: contacts_add\n")
+    (tmp_path / "eval_agent.yaml").write_text("agent: nobody\n")
+    (tmp_path / "badrun").mkdir()
+    (tmp_path / "badrun" / "config.yaml").write_text("iterations: 2.5\n")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    yield tmp_path
+    ro.chmod(0o700)
+
+
+CASES = [
+    # (argv with {t} for the temporary folder, text the one error line must contain, exit code)
+    (["ui", "--token", "abc"], "at least 8 printable characters", 2),
+    (["ui", "--config", "{t}/bad.yaml"], "allow_remote: 'no' is not valid (expected true or false)", 2),
+    (["ui", "--config", "{t}/notutf8.yaml"], "is not UTF-8 text", 2),
+    (["ui", "--config", "{t}/missing.yaml"], "does not exist", 2),
+    (["ui", "--runs", "{t}/file.txt"], "no such directory", 2),
+    (["tasks", "list", "--env", "nosuch"], "unknown suite 'nosuch'", 2),
+    (["tasks", "frobnicate"], "unknown subcommand", 2),
+    (["model", "init", "--out", "{t}/file.txt"], "exists and is not a directory", 2),
+    (["model", "init", "--out", "{t}/file.txt/sub"], "is not a directory", 2),
+    (["sft", "--data", "{t}/nodata", "--model", "{t}/m"], "--data {t}/nodata: no such directory", 2),
+    (["sft", "--data", "{t}", "--model", "{t}/m"], "no trajectory store", 2),
+    (["farm", "up", "--state-dir", "{t}/file.txt"], "exists and is not a directory", 2),
+    (["farm", "up", "--console-base-port", "65534", "--emulators", "4", "--dry-run"], "ports fall outside", 2),
+    (["farm", "frob"], "unknown action", 2),
+    (["eval", "--out", "{t}/file.txt"], "--out {t}/file.txt: exists and is not a directory", 2),
+    (["eval", "--agent", "model", "--model", "{t}/nonexistent", "--out", "{t}/e"], "no such model folder", 2),
+    (["eval", "--agent", "model", "--model", "{t}/file.txt", "--out", "{t}/e"], "not a folder", 2),
+    (["eval", "--env", "nosuch", "--out", "{t}/e"], "--env nosuch: unknown suite 'nosuch'", 2),
+    (["eval", "--env", "guiagent/webapps", "--out", "{t}/e"], "not of the form guiagent/<suite>.<task>", 2),
+    (["eval", "--tasks", "nosuchtask", "--out", "{t}/e"], "unknown task(s) ['nosuchtask'] in webapps", 2),
+    (["eval", "--config", "{t}/eval_bad.yaml", "--out", "{t}/e"], "episodes: 2.5 is not valid", 2),
+    (["eval", "--config", "{t}/eval_tasks.yaml", "--out", "{t}/e"], "expected a list of strings", 2),
+    (["eval", "--config", "{t}/eval_agent.yaml", "--out", "{t}/e"], "agent: 'nobody' is not valid", 2),
+    (["train", "--env", "nosuch", "--out", "{t}/tr"], "--env nosuch: unknown suite", 2),
+    (["train", "--tasks", "nosuchtask", "--out", "{t}/tr"], "unknown task(s) ['nosuchtask']", 2),
+    (["train", "--out", "{t}/file.txt"], "--out {t}/file.txt: exists and is not a directory", 2),
+    (["train", "--model", "{t}/nomodel", "--out", "{t}/tr"], "--model {t}/nomodel: no such model folder", 2),
+    (["train", "--resume", "{t}/nodir"], "--resume {t}/nodir: no such run directory", 2),
+    (["train", "--resume", "{t}"], "holds no config.yaml", 2),
+    (["train", "--resume", "{t}/badrun"], "config.yaml: iterations: 2.5 is not valid (expected an integer)", 2),
+    (["nosuchcommand"], "unknown command", 2),
+]
+if os.geteuid() != 0:  # root may write anywhere
+    CASES.append((["model", "init", "--out", "{t}/ro/new"], "is not writable", 2))
+    CASES.append((["eval", "--out", "{t}/ro"], "is not writable", 2))
+try:
+    import android_world  # noqa: F401
+except ImportError:  # the usual case: the package is not installed
+    CASES.append((["eval", "--env", "androidworld", "--out", "{t}/e"], "needs the android_world package", 2))
+    CASES.append((["train", "--env", "androidworld", "--out", "{t}/tr"], "needs the android_world package", 2))
+
+
+@pytest.mark.parametrize("argv,message,code", CASES, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_bad_input_is_one_line_and_writes_nothing(bad_inputs, capsys, argv, message, code):
+    t = bad_inputs
+    before = _tree(t)
+    rc = main([a.replace("{t}", str(t)) for a in argv])
+    err = capsys.readouterr().err.strip()
+    assert rc == code
+    lines = err.splitlines()
+    assert message.replace("{t}", str(t)) in lines[0], err
+    assert len(lines) == 1 or lines[1].strip() == "" or argv == ["nosuchcommand"], err  # usage follows there
+    assert "Traceback" not in err
+    assert _tree(t) == before
+
+
+def test_model_path_checks_are_immediate(tmp_path, monkeypatch):
+    import time
+
+    from guiagent.cli._common import CLIError, check_model_path, validate_out_dir
+
+    t0 = time.perf_counter()
+    for bad, why in (("/nonexistent/model", "no such model folder"), ("./nope", "no such model folder"),
+                     ("a/b/c", "no such model folder"), (str(tmp_path), "no config.json"),
+                     ("bad id with spaces", "valid hub id"), ("", "empty")):
+        with pytest.raises(CLIError, match=why):
+            check_model_path(bad)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(CLIError, match="HF_HUB_OFFLINE"):
+        check_model_path("someone/not-cached-model-xyz")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["eval", "--agent", "model", "--model", "someone/not-cached-model-xyz", "--out",
+                 str(tmp_path / "e")]) == 2
+    assert not (tmp_path / "e").exists()
+    assert time.perf_counter() - t0 < 2.0  # no hub lookups
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    check_model_path(str(tmp_path / "m"))
+    check_model_path("http://127.0.0.1:8000/v1")
+    assert validate_out_dir(tmp_path / "new" / "deeper") == tmp_path / "new" / "deeper"
+    assert not (tmp_path / "new").exists()
+
+
+def test_ui_on_a_busy_port_is_one_line(tmp_path, capsys):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        assert main(["ui", "--runs", str(tmp_path), "--port", str(port)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"guiagent ui: cannot listen on 127.0.0.1:{port}")

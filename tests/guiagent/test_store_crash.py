@@ -81,8 +81,9 @@ def test_sigkill_mid_episode_loses_only_the_open_episode(tmp_path):
     assert ids == ["a-ep-000000", "a-ep-000001", "a-ep-000002"]  # no partial episode visible
     assert _in_progress(run_dir) == [("a-ep-000003", 2)]  # its steps are there, hidden
 
-    with Store.open(run_dir) as store:  # a new writer cleans up after the dead one
-        assert store.recover(older_than=3600) == ["a-ep-000003"]
+    with Store.open(run_dir) as store:  # a new writer cleans up after the dead one when it opens
+        assert store.recovered == ["a-ep-000003"]
+        assert store.recover(older_than=3600) == []
     reader = StoreReader(run_dir)
     s = reader.get_summary("a-ep-000003")
     assert (s.status, s.num_steps) == ("aborted", 2) and "is gone" in s.abort_reason
@@ -108,7 +109,8 @@ def test_sigkill_mid_blob_write_leaves_no_torn_blob(tmp_path):
         if not p.name.startswith(".tmp-"):
             assert blob_hash(p.read_bytes()) == p.stem
     with Store.open(run_dir) as store:
-        assert store.recover(older_than=0) == ["a-ep-000002"]
+        assert store.recovered == ["a-ep-000002"]  # its writer is gone
+        store.recover(older_than=0)
     assert list((run_dir / "blobs").glob("*/.tmp-*")) == []  # temp files cleaned by recover
 
 

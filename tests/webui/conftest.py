@@ -125,7 +125,7 @@ def runs(tmp_path_factory) -> Runs:
                                                     float(k % 3 == 0 or k == 2), 2) for k in range(6)],
                              started_at=2000.0)
         s.set_run_status(eid, "finished")
-    return Runs(root=root, train_key="trainrun0001", eval_key="evalrun0001", rich_id="ep-rich",
+    return Runs(root=root, train_key="train~trainrun0001", eval_key="evals.held-out~evalrun0001", rich_id="ep-rich",
                 sibling_id="ep-sib", disagree_id="ep-01")
 
 

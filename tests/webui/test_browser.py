@@ -110,8 +110,8 @@ def test_compare_view_steps_together_and_apart(page, base_url):
 
 def test_runs_page_draws_charts(page, base_url):
     page.goto(f"{base_url}/")
-    train = page.locator('.run-card[data-run="trainrun0001"]')
-    evals = page.locator('.run-card[data-run="evalrun0001"]')
+    train = page.locator('.run-card[data-run="train~trainrun0001"]')
+    evals = page.locator('.run-card[data-run="evals.held-out~evalrun0001"]')
     train.locator("svg.chart").first.wait_for()
     titles = train.locator(".chart-title").all_text_contents()
     assert titles[:4] == ["Success rate", "Reward components", "Episode length", "Parse errors"]
@@ -137,7 +137,7 @@ def test_runs_page_refreshes_while_a_run_is_live(page, tmp_path):
         t.start()
         try:
             page.goto(f"http://127.0.0.1:{server.server_port}/")
-            card = page.locator('.run-card[data-run="liverun"]')
+            card = page.locator('.run-card[data-run="live~liverun"]')
             card.locator("polyline.series").wait_for(state="attached")
             assert card.locator(".run-episodes").text_content() == "1"
             s.write_trajectory(rid, short_trajectory("l-1", "todo_add", 2, 0.0, 3))

@@ -26,7 +26,9 @@ def test_exposure_rules():
     assert check_exposure(UIConfig(), None) is None
     assert "--allow-remote" in check_exposure(UIConfig(host="0.0.0.0"), "x" * 20)
     assert "token" in check_exposure(UIConfig(host="0.0.0.0", allow_remote=True), None)
-    assert "16 characters" in check_exposure(UIConfig(host="0.0.0.0", allow_remote=True), "short")
+    assert "16 characters" in check_exposure(UIConfig(host="0.0.0.0", allow_remote=True), "short-123")
+    for bad in ("abc", "", " spaced-token ", "tab\there-token"):  # refused even on loopback
+        assert "at least 8 printable" in check_exposure(UIConfig(), bad)
     assert "--debug" in check_exposure(UIConfig(host="0.0.0.0", allow_remote=True, debug=True), "x" * 20)
     assert check_exposure(UIConfig(host="0.0.0.0", allow_remote=True), "x" * 20) is None
 

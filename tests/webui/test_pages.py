@@ -37,8 +37,9 @@ def test_episodes_page_filters_sorts_and_pages(client, runs):
 
 def test_episodes_page_shows_a_bad_filter_instead_of_failing(client, runs):
     r = client.get(f"/runs/{runs.train_key}/episodes?min_length=abc")
-    assert r.status_code == 200
-    assert "min_length=&#39;abc&#39; is not a valid int" in r.get_data(as_text=True)
+    assert r.status_code == 400  # still the whole page, with the error above the form
+    text = r.get_data(as_text=True)
+    assert "min_length=&#39;abc&#39; is not a valid 64-bit integer" in text and "<form" in text
 
 
 def test_replay_page_renders_every_step_with_overlay_and_details(client, runs):
@@ -69,7 +70,8 @@ def test_replay_starts_at_the_requested_step(client, runs):
     last = client.get(f"/episodes/{runs.rich_id}?step=500").get_data(as_text=True)
     assert '<span class="step-counter">Final screen</span>' in last
     assert '<section class="step final" data-index="final" >' in last
-    assert "Step 1 / 9" in client.get(f"/episodes/{runs.rich_id}?step=abc").get_data(as_text=True)
+    assert "Step 1 / 9" in client.get(f"/episodes/{runs.rich_id}?step=-3").get_data(as_text=True)
+    assert client.get(f"/episodes/{runs.rich_id}?step=abc").status_code == 400  # not an integer
 
 
 def test_disagreeing_judge_is_flagged(client, runs):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from guiagent.store import Store
@@ -24,14 +26,17 @@ def test_discovery_depths(tmp_path):
     assert discover_run_dirs(tmp_path / "a" / "blobs") == ()
 
 
-def test_keys_are_run_ids_unless_they_clash(tmp_path):
+def test_keys_name_directory_and_run_and_stay_stable_when_a_copy_appears(tmp_path):
     _make(tmp_path / "one", "first", run_id="same")
-    _make(tmp_path / "two", "second", run_id="same")
     _make(tmp_path / "two", "third", run_id="unique")
-    reg = RunRegistry(tmp_path)
+    reg = RunRegistry(tmp_path, ttl_s=0)
+    assert reg.run("same").key == "one~same"  # a bare run id works while it is unique
+    _make(tmp_path / "two", "second", run_id="same")  # a copy of run "same" appears
+    _make(tmp_path / "g" / "a b", "spaced", run_id="r")
     keys = {r.key: (r.label, r.info.name) for r in reg.runs()}
-    assert keys == {"one~same": ("one", "first"), "two~same": ("two", "second"), "unique": ("two", "third")}
-    assert reg.run("two~same").info.name == "second"
+    assert keys == {"one~same": ("one", "first"), "two~same": ("two", "second"), "two~unique": ("two", "third"),
+                    f"g.a_b_{hashlib.sha1(b'g/a b').hexdigest()[:6]}~r": ("g/a b", "spaced")}
+    assert reg.run("two~same").info.name == "second" and reg.run("unique").key == "two~unique"
     for bad in ("same", "../one", "one/../two~same", ""):
         with pytest.raises(NotFound):
             reg.run(bad)
@@ -40,7 +45,7 @@ def test_keys_are_run_ids_unless_they_clash(tmp_path):
 def test_new_runs_and_directories_appear_without_restart(tmp_path):
     _make(tmp_path / "a", "a", run_id="ra")
     reg = RunRegistry(tmp_path, ttl_s=3600)
-    assert [r.key for r in reg.runs()] == ["ra"]
+    assert [r.key for r in reg.runs()] == ["a~ra"]
     _make(tmp_path / "b", "b", run_id="rb")
     assert reg.run("rb").info.name == "b"  # an unknown key forces a re-scan
 

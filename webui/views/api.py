@@ -13,7 +13,7 @@ from flask import Blueprint, current_app, jsonify, request
 
 from guiagent.store import EpisodeFilter, InvalidCursor, StoreError
 from webui.data import (
-    BadQuery, ListQuery, chart_groups, detail_json, metrics_json, parse_list_query, run_json, step_json,
+    BadQuery, ListQuery, broken_json, chart_groups, int_arg, detail_json, metrics_json, parse_list_query, run_json, step_json,
     summary_json, task_stats_json,
 )
 from webui.registry import NotFound, RunRef
@@ -67,6 +67,7 @@ def filter_options(ref: RunRef, fields: tuple[str, ...] = tuple(_OPTION_QUERIES)
 def runs():
     cfg = current_app.config["GUIAGENT_UI"]
     return jsonify({"runs": [run_json(r.key, r.label, r.info) for r in registry().runs()],
+                    "broken": [broken_json(b.label, b.reason) for b in registry().broken()],
                     "refresh_s": cfg.refresh_s})
 
 
@@ -83,7 +84,7 @@ def run(run: str):
 @bp.get("/runs/<run>/metrics")
 def metrics(run: str):
     ref = registry().run(run)
-    names = [n for n in request.args.get("names", "").split(",") if n] or None
+    names = [n for n in request.args.get("names", "").split(",") if n][:200] or None
     data = ref.reader.metrics(ref.info.run_id, names)
     return jsonify({"run": ref.key, "status": ref.info.status, "metrics": metrics_json(data),
                     "charts": chart_groups(list(data)),
@@ -119,6 +120,8 @@ def episode(episode_id: str):
 @bp.get("/episodes/<episode_id>/steps/<int:index>")
 def step(episode_id: str, index: int):
     reader, _, key = registry().find_episode(episode_id)
+    if not 0 <= index < 2**63:  # the route's int converter takes any length of digits
+        raise NotFound(f"episode {episode_id!r} has no step {str(index)[:40]}")
     try:
         r = reader.get_step(episode_id, index)
     except StoreError:
@@ -130,9 +133,7 @@ def step(episode_id: str, index: int):
 def siblings(episode_id: str):
     """Other episodes of the same task in the same run, newest first (``limit``, default 50)."""
     reader, s, key = registry().find_episode(episode_id)
-    limit = request.args.get("limit", "50")
-    if not limit.isdigit() or not 1 <= int(limit) <= 500:
-        raise BadQuery(f"limit must be an integer in [1, 500], got {limit!r}")
-    items = reader.list_episodes(EpisodeFilter(run_id=s.run_id, task_id=s.task_id), limit=int(limit)).items
+    limit = int_arg(request.args, "limit", 50, 1, 500)
+    items = reader.list_episodes(EpisodeFilter(run_id=s.run_id, task_id=s.task_id), limit=limit).items
     return jsonify({"run": key, "task_id": s.task_id,
                     "items": [summary_json(e) for e in items if e.episode_id != episode_id]})

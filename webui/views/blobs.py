@@ -1,14 +1,21 @@
 """Screenshots by content hash: ``/img/<run>/<sha256>``.
 
 The run key is looked up among the discovered runs and the hash is checked by the
-store (exactly 64 lowercase hex characters) before any path exists, so no request
-reaches a file outside the run directories. A blob never changes under its name:
-responses are immutable, cached for a year, with the hash as ETag.
+store (exactly 64 lowercase hex characters) before any path exists. The file is then
+opened without following a final symlink and served only if it is a regular file
+whose real path lies inside the run directory: a link planted in ``blobs/`` (or a
+``blobs/`` that is itself a link) serves nothing. A blob never changes under its
+name: responses are immutable, cached for a year, with the hash as ETag, and
+werkzeug answers ``If-None-Match`` / ``If-Modified-Since`` (``send_file(conditional=True)``).
 """
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, request, send_file
+import os
+import stat
+from pathlib import Path
+
+from flask import Blueprint, Response, send_file
 
 from guiagent.store import StoreError
 from webui.registry import NotFound
@@ -19,21 +26,41 @@ bp = Blueprint("blobs", __name__)
 YEAR_S = 365 * 24 * 3600
 _MIMETYPES = {"png": "image/png", "jpg": "image/jpeg", "webp": "image/webp", "gif": "image/gif",
               "bmp": "image/bmp"}
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def open_inside(path: Path, root: Path):
+    """Open ``path`` for reading if it is a regular file whose real path lies under ``root``
+    (raises :class:`NotFound` otherwise). The check is made on the opened descriptor, so the
+    file cannot be swapped for a link between check and read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError:  # a symlink (ELOOP), gone, unreadable
+        raise NotFound("no such screenshot") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotFound("no such screenshot")
+        try:  # what was really opened (Linux); elsewhere the resolved path
+            real = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            real = path.resolve()
+        if not real.is_relative_to(root.resolve()):
+            raise NotFound("no such screenshot")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 @bp.get("/img/<run>/<ref>")
 def blob(run: str, ref: str) -> Response:
-    reader = registry().run(run).reader
+    ref_run = registry().run(run)
     try:
-        path = reader.blob_path(ref)  # validates the hash, raises BlobNotFound if absent
-    except StoreError:
+        path = ref_run.reader.blob_path(ref)  # validates the hash, raises BlobNotFound if absent
+    except (StoreError, OSError):
         raise NotFound("no such screenshot") from None
-    etag = f'"{ref}"'
-    if etag in request.headers.get("If-None-Match", "") or request.headers.get("If-None-Match") == ref:
-        resp = Response(status=304)
-    else:
-        resp = send_file(path, mimetype=_MIMETYPES.get(path.suffix[1:], "application/octet-stream"),
-                         conditional=False, etag=False, max_age=YEAR_S)
-    resp.headers["ETag"] = etag
+    f = open_inside(path, ref_run.run_dir)
+    resp = send_file(f, mimetype=_MIMETYPES.get(path.suffix[1:], "application/octet-stream"),
+                     conditional=True, etag=ref, max_age=YEAR_S, last_modified=os.fstat(f.fileno()).st_mtime)
     resp.headers["Cache-Control"] = f"public, max-age={YEAR_S}, immutable"
     return resp

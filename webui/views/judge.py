@@ -40,7 +40,10 @@ def find_reports(root: Path) -> list[Path]:
         found |= set(root.glob(pattern))
     for d in discover_run_dirs(root):
         found |= set(d.glob(_PATTERN))
-    return sorted(p for p in found if p.is_file() and not any(part.startswith(".") for part in p.parts[-3:]))
+    real_root = root.resolve()
+    # regular files inside --runs only: a planted link to a file elsewhere is not read
+    return sorted(p for p in found if p.is_file() and not p.is_symlink() and p.resolve().is_relative_to(real_root)
+                  and not any(part.startswith(".") for part in p.parts[-3:]))
 
 
 def _read(path: Path) -> tuple[dict[str, Any] | None, str | None]:

@@ -14,7 +14,7 @@ from typing import Any
 from flask import Blueprint, current_app, render_template, request
 
 from guiagent.store import EpisodeFilter
-from webui.data import BadQuery, detail_json, run_json, task_stats_json
+from webui.data import BadQuery, broken_json, detail_json, int_arg, run_json, task_stats_json
 from webui.registry import NotFound
 from webui.views import blob_url, registry
 from webui.views.api import filter_options, list_page
@@ -60,7 +60,8 @@ def _ctx() -> dict[str, Any]:
 @bp.get("/")
 def runs():
     refs = registry().runs()
-    return render_template("runs.html", runs=[run_json(r.key, r.label, r.info) for r in refs],
+    broken = [broken_json(b.label, b.reason) for b in registry().broken()]
+    return render_template("runs.html", runs=[run_json(r.key, r.label, r.info) for r in refs], broken=broken,
                            root=str(registry().root), **_ctx())
 
 
@@ -81,9 +82,10 @@ def episodes(run: str):
         args = q.args
     except BadQuery as e:  # keep the page usable: show the error above the form
         error, page, args = str(e), {"items": [], "next_cursor": None, "total": 0}, {}
-    return render_template("episodes.html", run=run_json(ref.key, ref.label, ref.info), page=page,
+    html = render_template("episodes.html", run=run_json(ref.key, ref.label, ref.info), page=page,
                            args=args, options=filter_options(ref, ("tasks", "agents", "judges")), error=error,
-                           cursor=request.args.get("cursor"), **_ctx())
+                           cursor=None if error else request.args.get("cursor"), **_ctx())
+    return html, 400 if error else 200
 
 
 def _player(episode_id: str) -> dict[str, Any]:
@@ -108,8 +110,8 @@ def _positions(p: dict[str, Any]) -> int:
 
 
 def _start_step(n: int) -> int:
-    raw = request.args.get("step", "0")
-    return min(max(int(raw), 0), max(n - 1, 0)) if raw.lstrip("-").isdigit() else 0
+    """``?step=`` clamped to the episode (a value that is not an integer is a 400)."""
+    return min(max(int_arg(request.args, "step", 0, -2**63, 2**63 - 1), 0), max(n - 1, 0))
 
 
 @bp.get("/episodes/<episode_id>")

@@ -1,0 +1,340 @@
+"""Hostile and broken input to the web UI: corrupt stores, planted symlinks, query values
+that ``int()`` or SQLite refuse, CR/LF in paths, and a server that must stay bounded.
+
+Each case asserts a 4xx (JSON on ``/api``) or a working page, and that nothing under
+``--runs`` was written.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from guiagent.store import Store
+from guiagent.store.schema import db_path
+from tests.webui.conftest import short_trajectory
+from webui import AppConfig, create_app
+from webui.security import TOKEN_HEADER, RedactingRequestHandler
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "hostile-token-1234"
+
+
+def _snapshot(root: Path) -> dict[Path, tuple[int, int]]:
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
+            if p.is_file() and not p.is_symlink() and not p.name.endswith(("-wal", "-shm"))}
+
+
+@pytest.fixture(scope="module")
+def hostile_root(tmp_path_factory) -> Path:
+    """``good`` (a finished run), ``dead`` (its writer exited), and three broken stores."""
+    root = tmp_path_factory.mktemp("hostile")
+    with Store.open(root / "good") as s:
+        rid = s.create_run("good", run_id="good")
+        s.write_trajectory(rid, short_trajectory("g-0", "todo_add", 1, 1.0, 3))
+        s.write_trajectory(rid, short_trajectory("g-1", "todo_add", 2, 0.0, 2))
+        s.set_run_status(rid, "finished")
+    subprocess.run([sys.executable, "-c", "from guiagent.store import Store\n"
+                    f"Store.open({str(root / 'dead')!r}).create_run('dead', run_id='dead')"],
+                   cwd=ROOT, check=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    for name, content in (("garbage", b"this is not a database" * 50), ("empty", b""), ("creating", b"")):
+        (root / name).mkdir()
+        db_path(root / name).write_bytes(content)
+    old = time.time() - 3600  # an empty store left for an hour is broken; a fresh one is being created
+    os.utime(db_path(root / "empty"), (old, old))
+    shutil.copytree(root / "good", root / "truncated")
+    data = db_path(root / "truncated").read_bytes()
+    db_path(root / "truncated").write_bytes(data[:len(data) // 3])
+    return root
+
+
+@pytest.fixture(scope="module")
+def hostile_app(hostile_root):
+    return create_app(AppConfig(runs=hostile_root, rescan_s=0))
+
+
+def test_broken_stores_are_listed_and_the_rest_stays_browsable(hostile_app, hostile_root):
+    before = _snapshot(hostile_root)
+    c = hostile_app.test_client()
+    r = c.get("/api/runs")
+    assert r.status_code == 200
+    body = r.get_json()
+    assert {x["key"]: x["status"] for x in body["runs"]} == {"good~good": "finished", "dead~dead": "interrupted"}
+    broken = {b["dir"]: b["error"] for b in body["broken"]}
+    assert set(broken) == {"empty", "garbage", "truncated"}
+    assert "still being created" in broken["empty"] and "not a readable" in broken["garbage"]
+    assert all(str(hostile_root) not in why for why in broken.values())  # no absolute server paths
+    page = c.get("/").get_data(as_text=True)
+    assert "Unreadable run directories" in page and "garbage" in page and "status-interrupted" in page
+    for url in ("/runs/good~good", "/runs/good/episodes", "/episodes/g-0", "/api/episodes/g-0",
+                "/api/runs/good/episodes", "/compare?a=g-0&b=g-1"):
+        assert c.get(url).status_code == 200, url
+    for url in ("/runs/garbage", "/api/runs/truncated~good", "/api/episodes/nope"):
+        r = c.get(url)
+        assert r.status_code == 404, url
+    assert _snapshot(hostile_root) == before
+
+
+def test_a_store_that_breaks_under_a_request_is_a_503_for_that_run_only(hostile_root, tmp_path):
+    root = tmp_path / "runs"
+    shutil.copytree(hostile_root / "good", root / "a")
+    shutil.copytree(hostile_root / "good", root / "b")
+    with Store.open(root / "b") as s:  # give b its own run id
+        s.create_run("b", run_id="bee")
+    db = db_path(root / "a")
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    app = create_app(AppConfig(runs=root, rescan_s=3600))
+    c = app.test_client()
+    assert c.get("/api/runs/a~good").status_code == 200
+    for reader in app.extensions["guiagent_registry"]._readers.values():
+        reader.close()  # no cached pages: the next request reads the file
+    data = bytearray(db.read_bytes())
+    data[4096:] = b"\xff" * (len(data) - 4096)  # every page but the header and schema
+    db.write_bytes(bytes(data))
+    assert c.get("/api/episodes/g-0").get_json()["run"] == "b~good"  # the copy in b still answers
+    for url in ("/api/runs/a~good", "/runs/a~good", "/runs/a~good/episodes", "/api/runs/a~good/metrics"):
+        r = c.get(url)
+        text = r.get_data(as_text=True)
+        assert r.status_code in (404, 503) and "Traceback" not in text and "malformed" not in text, url
+        assert r.is_json == url.startswith("/api/")
+    assert c.get("/api/runs/b~bee").status_code == 200 and c.get("/").status_code == 200
+
+
+def test_odd_directory_names_and_mangled_rows(tmp_path):
+    root = tmp_path / "runs"
+    odd = os.fsdecode(os.path.join(os.fsencode(root), b"bytes\xff"))
+    for i, d in enumerate((odd, str(root / "new\nline"), str(root / "<b>x"), str(root / "mangled"))):
+        with Store.open(d) as s:
+            s.write_trajectory(s.create_run("r", run_id=f"r{i}"), short_trajectory(f"e{i}", "t", 1, 1.0, 2))
+    con = sqlite3.connect(db_path(root / "mangled"))
+    con.execute("UPDATE runs SET config = '{bad'")
+    con.execute("UPDATE steps SET action = '{'")
+    con.commit()
+    con.close()
+    c = create_app(AppConfig(runs=root)).test_client()
+    runs = c.get("/api/runs").get_json()["runs"]
+    assert {r["dir"] for r in runs} == {"bytes\\xff", "new\nline", "<b>x", "mangled"}
+    page = c.get("/")
+    assert page.status_code == 200 and b"<b>x" not in page.data  # escaped
+    for r in runs:
+        assert c.get(f"/runs/{r['key']}").status_code == 200
+        assert c.get(f"/runs/{r['key']}/episodes").status_code == 200
+    for eid in ("e0", "e1", "e2"):
+        assert c.get(f"/episodes/{eid}").status_code == 200
+    r = c.get("/api/episodes/e3")  # its step rows were mangled by another tool
+    assert r.status_code == 503 and "malformed" in r.get_json()["error"]
+    assert c.get("/episodes/e3").status_code == 503
+
+
+def test_planted_symlinks_in_blobs_serve_nothing(tmp_path):
+    run = tmp_path / "runs" / "r"
+    with Store.open(run) as s:
+        rid = s.create_run("r", run_id="r")
+        s.write_trajectory(rid, short_trajectory("s-0", "todo_add", 1, 1.0, 2))
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0 secret")
+    app = create_app(AppConfig(runs=tmp_path / "runs"))
+    c = app.test_client()
+    refs = [st["screenshot_ref"] for st in c.get("/api/episodes/s-0").get_json()["steps"]]
+    assert c.get(f"/img/r/{refs[0]}").status_code == 200
+    # 1. a blob file replaced by a link to a file outside the run
+    blob = next((run / "blobs" / refs[0][:2]).glob(refs[0] + ".*"))
+    blob.unlink()
+    blob.symlink_to(secret)
+    # 2. a link under a well-formed name that never was a blob
+    fake = "ab" * 32
+    (run / "blobs" / "ab").mkdir(exist_ok=True)
+    (run / "blobs" / "ab" / f"{fake}.png").symlink_to(secret)
+    # 3. a whole shard directory that is a link to a folder outside the run
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    other = refs[1]
+    shard = run / "blobs" / other[:2]
+    for f in shard.iterdir():
+        shutil.copy(f, outside / f.name)
+    shutil.rmtree(shard)
+    shard.symlink_to(outside, target_is_directory=True)
+    # 4. a named pipe under a blob name (would block a reader)
+    fifo_ref = "cd" * 32
+    (run / "blobs" / "cd").mkdir(exist_ok=True)
+    os.mkfifo(run / "blobs" / "cd" / f"{fifo_ref}.png")
+    for ref in (refs[0], fake, other, fifo_ref):
+        r = c.get(f"/img/r/{ref}")
+        assert r.status_code == 404 and b"secret" not in r.data, ref
+
+
+def test_judge_reports_behind_links_are_not_read(tmp_path):
+    root = tmp_path / "runs"
+    with Store.open(root / "r") as s:
+        s.create_run("r", run_id="r")
+    outside = tmp_path / "judge_eval_secret.json"
+    outside.write_text('{"calibration": {"secret-marker": 1}, "disagreements": []}')
+    (root / "r" / "judge_eval_link.json").symlink_to(outside)
+    (root / "judge_eval_real.json").write_text('{"calibration": {"n": 3}, "disagreements": []}')
+    c = create_app(AppConfig(runs=root)).test_client()
+    page = c.get("/judge")
+    assert page.status_code == 200 and b"judge_eval_real.json" in page.data and b"judge_eval_link" not in page.data
+    assert b"secret-marker" not in c.get("/judge/report/0").data
+    assert c.get("/judge/report/1").status_code == 404
+    assert c.get("/judge/report/" + "9" * 40).status_code == 404
+
+
+def test_screenshots_answer_conditional_requests(tmp_path):
+    with Store.open(tmp_path / "r") as s:
+        s.write_trajectory(s.create_run("r", run_id="r"), short_trajectory("c-0", "t", 1, 1.0, 1))
+    c = create_app(AppConfig(runs=tmp_path / "r")).test_client()
+    ref = c.get("/api/episodes/c-0").get_json()["steps"][0]["screenshot_ref"]
+    full = c.get(f"/img/r/{ref}")
+    assert full.status_code == 200 and full.headers["ETag"] == f'"{ref}"'
+    assert c.get(f"/img/r/{ref}", headers={"If-None-Match": f'"{ref}"'}).status_code == 304
+    assert c.get(f"/img/r/{ref}", headers={"If-None-Match": '"other"'}).status_code == 200
+    assert full.headers["Last-Modified"] and "immutable" in full.headers["Cache-Control"]
+
+
+BIG = str(2**63)
+
+
+@pytest.mark.parametrize("url,code", [
+    ("/episodes/g-0?step=--1", 400),
+    ("/episodes/g-0?step=%C2%B2", 400),
+    ("/episodes/g-0?step=1_0", 400),
+    ("/episodes/g-0?step=" + "9" * 40, 400),
+    ("/episodes/g-0?step=-5", 200),
+    ("/compare?a=g-0&b=g-1&step=--3", 400),
+    ("/compare?a=g-0&b=g-1&step=%C2%B2", 400),
+    ("/compare?a=g-0&b=nope", 404),
+    ("/api/episodes/g-0/siblings?limit=%C2%B2", 400),
+    ("/api/episodes/g-0/siblings?limit=0", 400),
+    ("/api/episodes/g-0/siblings?limit=--1", 400),
+    ("/api/episodes/g-0/steps/" + BIG, 404),
+    ("/api/episodes/g-0/steps/" + "9" * 100, 404),
+    ("/api/episodes/g-0/steps/99", 404),
+    ("/api/episodes/g-0/steps/-1", 404),
+    ("/api/runs/good/episodes?cursor=WyJzdGFydGVkIix0cnVlLE5hTiwxXQ", 400),  # ["started",true,NaN,1]
+    ("/api/runs/good/episodes?cursor=WyJzdGFydGVkIix0cnVlLDFlNDAwLDFd", 400),  # ["started",true,1e400,1]
+    ("/api/runs/good/episodes?cursor=WyJzdGFydGVkIix0cnVlLDEsMWU0MDBd", 400),  # pk 1e400
+    ("/api/runs/good/episodes?cursor=WyJzdGFydGVkIix0cnVlLDEsOTk5OTk5OTk5OTk5OTk5OTk5OTk5OV0", 400),
+    ("/api/runs/good/episodes?min_reward=nan", 400),
+    ("/api/runs/good/episodes?min_reward=1e400", 400),
+    ("/api/runs/good/episodes?min_length=%C2%B2", 400),
+    ("/api/runs/good/episodes?seed=" + BIG, 400),
+    ("/api/runs/good/episodes?limit=" + "1" * 5000, 400),
+    ("/runs/good/episodes?min_length=--2", 400),
+    ("/runs/good/episodes?cursor=%00", 400),
+    ("/api/runs/good%0d", 404),
+    ("/api/runs/good%0d%0aX-Evil:%201", 404),
+    ("/api/nope", 404),
+    ("/api/runs/good/metrics?names=" + ",".join(["x"] * 5000), 200),
+    ("/runs/nope", 404),
+])
+def test_hostile_query_values_are_4xx_never_500(hostile_app, hostile_root, url, code):
+    before = _snapshot(hostile_root)
+    r = hostile_app.test_client().get(url)
+    assert r.status_code == code, (url, r.status_code, r.data[:300])
+    text = r.get_data(as_text=True)
+    if r.status_code >= 400 and url.startswith("/api/"):
+        assert r.is_json and r.get_json()["status"] == code and r.get_json()["error"]
+    for leak in ("Traceback", "_finite", "integer(", "int()", "_opt", "isdigit", "OverflowError", "sqlite3"):
+        assert leak not in text, (url, leak)
+    assert _snapshot(hostile_root) == before
+
+
+@pytest.fixture(scope="module")
+def token_app(hostile_root):
+    return create_app(AppConfig(runs=hostile_root, token=TOKEN))
+
+
+@pytest.mark.parametrize("url,headers,code", [
+    ("/api/runs", {}, 401),
+    ("/api/runs", {TOKEN_HEADER: "wrong-wrong-wrong"}, 401),
+    ("/api/runs", {"Host": "evil.example"}, 401),
+    ("/api/runs", {TOKEN_HEADER: TOKEN, "Host": "evil.example"}, 400),
+    ("/api/runs", {TOKEN_HEADER: TOKEN, "Host": "[2001:db8::1]"}, 400),
+    ("/api/runs", {TOKEN_HEADER: TOKEN}, 200),
+])
+def test_api_auth_and_host_errors_are_json(token_app, url, headers, code):
+    r = token_app.test_client().get(url, headers=headers)
+    assert r.status_code == code
+    if code != 200:
+        assert r.is_json and r.get_json()["status"] == code
+
+
+def test_token_redirect_with_cr_lf_in_the_path_is_safe(token_app):
+    c = token_app.test_client()
+    r = c.get(f"/runs/good%0d?token={TOKEN}")
+    assert r.status_code == 303 and "\r" not in r.headers["Location"] and "\n" not in r.headers["Location"]
+    assert r.headers["Location"] == "/runs/good%0D"
+    r = token_app.test_client().get(f"/runs/good%0d%0aSet-Cookie:%20x=1?token={TOKEN}&task=a")
+    assert r.status_code == 303 and "Set-Cookie: x=1" not in str(r.headers)
+    assert r.headers["Location"].endswith("?task=a")
+
+
+class _Server:
+    """A real werkzeug server on 127.0.0.1 in a thread (as ``guiagent ui`` runs it)."""
+
+    def __init__(self, app):
+        from werkzeug.serving import make_server
+
+        self.srv = make_server("127.0.0.1", 0, app, threaded=True, request_handler=RedactingRequestHandler)
+        self.url = f"http://127.0.0.1:{self.srv.server_port}"
+        self.thread = threading.Thread(target=self.srv.serve_forever, daemon=True)
+        self.thread.start()
+
+    def get(self, path: str, headers: dict | None = None) -> tuple[int, bytes]:
+        req = urllib.request.Request(self.url + path, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=20) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def test_real_server_with_broken_stores_fds_stay_flat_and_token_never_logged(hostile_root):
+    app = create_app(AppConfig(runs=hostile_root, token=TOKEN, rescan_s=0.2))
+    log = io.StringIO()
+    handler = logging.StreamHandler(log)
+    wlog = logging.getLogger("werkzeug")
+    wlog.addHandler(handler)
+    old_level = wlog.level
+    wlog.setLevel(logging.INFO)
+    srv = _Server(app)
+    try:
+        h = {TOKEN_HEADER: TOKEN}
+        status, body = srv.get("/", h)
+        assert status == 200 and b"Unreadable run directories" in body
+        # the token in a URL is swapped for a cookie, and never reaches the access log
+        status, _ = srv.get(f"/api/runs?token={TOKEN}")
+        assert status == 401  # urllib follows the 303 without the cookie; the logged 303 is what counts
+        paths = ["/", "/api/runs", "/runs/good", "/runs/good/episodes", "/episodes/g-0", "/api/episodes/g-0",
+                 "/api/runs/good/episodes?step=--1"]
+        for p in paths * 5:  # warm up: every thread-pool path and store connection exists
+            srv.get(p, h)
+        fds = len(os.listdir("/proc/self/fd"))
+        for p in paths * 20:
+            status, _ = srv.get(p, h)
+            assert status in (200, 400)
+        assert len(os.listdir("/proc/self/fd")) <= fds + 4  # 140 requests later, no growth
+    finally:
+        srv.close()
+        wlog.removeHandler(handler)
+        wlog.setLevel(old_level)
+    text = log.getvalue()
+    assert "GET /api/runs?token=[redacted]" in text and TOKEN not in text
