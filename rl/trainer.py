@@ -234,7 +234,7 @@ class Trainer:
             self.state.run_id = self.store.create_run(f"{cfg.algo}-{cfg.env}", env=cfg.env, algo=cfg.algo,
                                                       model=model_dir, config=to_mapping(cfg))
         else:  # resuming: episodes a killed run left half-written are marked aborted, never lost silently
-            recovered = self.store.recover(older_than=3600.0, dead_local_writers=True)
+            recovered = self.store.recovered + self.store.recover(older_than=3600.0, dead_local_writers=True)
             if recovered:
                 log.info("marked %d unfinished episodes of the killed run as aborted", len(recovered))
             self.store.set_run_status(self.state.run_id, "running")

@@ -35,11 +35,16 @@ def preflight(cfg) -> None:
         if not (run_dir / "config.yaml").is_file():
             raise CLIError(f"--resume {cfg.resume}: holds no config.yaml (not a training run directory)")
         cfg = load_config(TrainConfig, run_dir, iterations=cfg.iterations, resume=str(run_dir), out=str(run_dir))
-    check_suite_tasks(cfg.env, cfg.tasks)
+    # in --mode semi-online, --tasks may name tasks of imported data that the suite lacks
+    check_suite_tasks(cfg.env, cfg.tasks if cfg.mode != "semi-online" else ())
     if cfg.model and not cfg.resume:  # a resumed run continues from its own checkpoint
         check_model_path(cfg.model)
-    if cfg.judge_model:
-        check_model_path(cfg.judge_model, flag="--judge-model")
+    if cfg.judge.model:
+        check_model_path(cfg.judge.model, flag="--judge.model")
+    for d in cfg.data:
+        if not (Path(d) / "store.sqlite").is_file():
+            raise CLIError(f"--data {d}: no trajectory store there (record one with guiagent eval --agent oracle "
+                           "--out DIR, or import one with guiagent data import)")
     validate_out_dir(cfg.out)
 
 
