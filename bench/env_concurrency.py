@@ -83,14 +83,14 @@ def worker(cdp_url: str, url: str, ready: threading.Barrier, go: threading.Event
     try:
         handle = connect_over_cdp(cdp_url)
         env = GuiEnv(BrowserDevice(BrowserConfig.desktop(home_url=url), browser=handle), CounterTask)
-        env.reset(seed=0)
+        env.reset_typed(seed=0)
         point = env.device.center("#btn")  # type: ignore[attr-defined]
-        env.step(Click(*point))  # warm-up
+        env.step_typed(Click(*point))  # warm-up
         ready.wait()
         go.wait()
         n = 0
         while not stop.is_set():
-            env.step(Click(*point))
+            env.step_typed(Click(*point))
             n += 1
         counts[slot] = n
         ready.wait()  # hold the context open while memory is read
