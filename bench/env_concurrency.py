@@ -6,7 +6,7 @@ Run::
     python bench/env_concurrency.py --envs 1 2 4 --seconds 10
 
 Model: one thread per env, each driving its own ``GuiEnv`` (a :class:`BrowserDevice`
-with its own browser context and page) in a loop of ``env.step(Click)`` on the
+with its own browser context and page) in a loop of ``env.step_typed(Click)`` on the
 local bench page (see ``bench/env_step.py``). The sync Playwright API is bound to
 the thread that started it, so each thread runs its own Playwright driver; all of
 them attach over CDP to **one** shared Chromium (contexts in one browser beat one

@@ -3,7 +3,7 @@
 Launcher icons lie in a fixed grid, settings toggles and sections in fixed rows,
 tabs and the floating action button at fixed spots, the up arrow top left: only
 the goal text changes with the seed, so even a tiny model trained from scratch
-can learn them (see FACTS.md, "Learning from scratch on CPU").
+can learn them (docs/training.md, "Learning from scratch on CPU").
 """
 
 from __future__ import annotations
