@@ -127,3 +127,17 @@ def test_wandb_missing_is_one_clear_error(tmp_path):
     with pytest.raises(ImportError, match=r"pip install 'guiagent\[wandb\]'"):
         make_loggers(("tensorboard", "wandb"), tmp_path, "x")
     assert not (tmp_path / "tensorboard").exists()  # checked before any logger started
+
+
+def test_wandb_offline_run(tmp_path, monkeypatch):
+    """With wandb installed (the ``wandb`` extra): an offline run on disk holding the metrics."""
+    pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_MODE", raising=False)  # offline is the default
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    with make_loggers(("wandb",), tmp_path, "wb", {"lr": 3e-4}) as logger:
+        for it, m in enumerate(METRICS):
+            logger.log(it, {**m, "judge_agreement": float("nan")})
+    runs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1
+    data = runs[0].read_bytes()  # protobuf records: metric names are stored as plain bytes
+    assert all(name.encode() in data for name in METRICS[0]) and b"judge_agreement" not in data
