@@ -372,13 +372,16 @@ class GuiEnv(gymnasium.Env):
             self._space_fixed = True
         return obs, {"task": self.task_spec, "milestones": tuple(self.task.milestones(self.device))}
 
-    def step_typed(self, action: Action | ParseError | str
+    def step_typed(self, action: Action | ParseError | str | Mapping[str, Any]
                    ) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
-        """One step with a typed (or JSON) action; returns the typed observation."""
+        """One step with a typed action (or its JSON text or dict); returns the typed observation."""
         if self.done or self.task is None:
             raise RuntimeError("step() called on a finished episode; call reset() first")
         if isinstance(action, str):
             action = parse_action(action)
+        elif isinstance(action, Mapping):
+            import json
+            action = parse_action(json.dumps(dict(action), default=str))
         t0 = time.perf_counter()
         self.steps += 1
         action_error: str | None = None
@@ -428,8 +431,9 @@ class GuiEnv(gymnasium.Env):
         obs, info = self.reset_typed(seed=seed, options=options)
         return self.encode(obs), {**info, "observation": obs}
 
-    def step(self, action: str | Action | ParseError) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        """Gymnasium ``step``: ``action`` is a JSON action string (or a typed action)."""
+    def step(self, action: str | Action | ParseError | Mapping[str, Any]
+             ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        """Gymnasium ``step``: ``action`` is a JSON action string (or a typed action, or its dict)."""
         obs, reward, terminated, truncated, info = self.step_typed(action)
         return self.encode(obs), float(reward), bool(terminated), bool(truncated), {**info, "observation": obs}
 

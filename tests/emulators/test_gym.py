@@ -139,8 +139,18 @@ def test_typed_observation_rides_in_info():
         obs, reward, term, trunc, info = env.step("not an action")
         assert "could not parse" in obs["last_action_error"] and info["step"].parse_error.code == "malformed"
         assert info["observation"].last_action_error == obs["last_action_error"] and (reward, term) == (0.0, False)
+        # a dict works as well as its JSON text: tap the Wi-Fi switch, the page changes
+        before = obs["screenshot"]
+        obs, *_, info = env.step({"kind": "click", **_center(env, 'button.switch[data-key="wifi"]')})
+        assert info["step"].action_error is None and obs["last_action_error"] == ""
+        assert not np.array_equal(obs["screenshot"], before)
     finally:
         env.close()
+
+
+def _center(env, selector: str) -> dict[str, float]:
+    x, y = env.unwrapped.device.center(selector)
+    return {"x": round(x, 4), "y": round(y, 4)}
 
 
 # --- Gymnasium's check_env and an oracle episode through the Gymnasium face -------------------------

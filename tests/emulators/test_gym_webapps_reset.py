@@ -25,7 +25,7 @@ def device(shared_browser):
 
 
 @pytest.mark.parametrize("task_id, start", [("open_app", ""), ("settings_turn_on", "settings"),
-                                            ("files_open_folder", "files"), ("go_home", None)])
+                                            ("go_home", None)])
 def test_each_reset_loads_one_page(device, task_id, start):
     env = GuiEnv(device, TASKS[task_id])
     env.reset_typed(seed=0)  # the context exists from here on (reused across resets)
