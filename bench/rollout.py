@@ -92,7 +92,7 @@ def main() -> None:
     import torch
 
     from guiagent.policy.tiny import TinyModelSpec, build_tiny_model
-    from rl.trainer import TINY_MAX_PIXELS
+    from rl.config import TINY_MAX_PIXELS
 
     torch.manual_seed(0)
     tmp = Path(tempfile.mkdtemp(prefix="guiagent-bench-rollout-"))

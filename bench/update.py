@@ -1,4 +1,4 @@
-"""One policy update on the tiny model: ``rl.trainer.update`` against TRL's ``GRPOTrainer``, in one run.
+"""One policy update on the tiny model: ``rl.update.update`` against TRL's ``GRPOTrainer``, in one run.
 
     python bench/update.py                    # B=16 (4 groups x G=4), 16-token completions, 448x448 images
     python bench/update.py --repeats 5 --completion-tokens 32 --no-trl
@@ -8,7 +8,7 @@ saved to a temp folder), on CPU in float32 with ``--threads`` torch threads, on 
 same chats: a short system prompt and one user turn (goal text + one 448x448
 screenshot-like PNG, 256 visual tokens), one image per group, G turns per group.
 
-**Ours** (``update_s``): one call of :func:`rl.trainer.update` over B turns with
+**Ours** (``update_s``): one call of :func:`rl.update.update` over B turns with
 fixed-length completions (``--completion-tokens`` ordinary tokens), behaviour
 log-probs scored beforehand, nonzero group advantages from random rewards
 (:func:`rl.advantages.grpo_advantages`). The call covers chat encoding (the
@@ -113,8 +113,8 @@ def build_turns(policy, images: list[bytes], group_size: int, length: int, seed:
 
 
 def timed_update(policy, opt, cfg, turns, adv) -> tuple[float, float]:
-    """One :func:`rl.trainer.update`: (wall seconds, process CPU seconds)."""
-    from rl.trainer import update
+    """One :func:`rl.update.update`: (wall seconds, process CPU seconds)."""
+    from rl.update import update
 
     t0, c0 = time.perf_counter(), time.process_time()
     update(cfg, policy, None, opt, turns, adv)
@@ -237,7 +237,7 @@ def main() -> None:
 
     from guiagent.policy.hf import load_transformers
     from guiagent.policy.tiny import TinyModelSpec, build_tiny_model
-    from rl.trainer import TrainConfig
+    from rl.config import TrainConfig
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

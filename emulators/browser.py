@@ -55,8 +55,8 @@ from emulators.browser_support import (
     normalise_key, origin_of, url_allowed,
 )
 from guiagent.types import (
-    Action, Click, Drag, Key, LongPress, NavigateBack, NavigateHome, Observation, OpenApp, Scroll,
-    Swipe, Type, Wait,
+    Action, Click, DoubleClick, Drag, Hover, Key, LongPress, NavigateBack, NavigateHome, Observation, OpenApp,
+    RightClick, Scroll, Swipe, Type, Wait,
 )
 
 __all__ = ["BrowserConfig", "BrowserDevice", "BrowserHandle", "ChromiumNotFound", "launch_browser"]
@@ -161,6 +161,9 @@ class BrowserDevice(Device):
     :class:`ActionError`):
 
     * ``Click``: mouse click on desktop, touchscreen tap on a phone.
+    * ``DoubleClick``: mouse double click on desktop, two taps on a phone.
+    * ``RightClick`` / ``Hover``: right mouse click / pointer move on desktop; on a phone
+      (no mouse) an :class:`ActionError` that says what to do instead.
     * ``LongPress``: press, hold ``duration_ms``, release (touch via CDP on a phone, where a
       hold of 500 ms or more also fires ``contextmenu`` at the element, as Android does).
     * ``Type``: tap/click ``(x, y)`` first if given; typing with no editable element focused
@@ -566,6 +569,23 @@ class BrowserDevice(Device):
                 page.touchscreen.tap(x, y)
             else:
                 page.mouse.click(x, y)
+        elif isinstance(action, DoubleClick):
+            x, y = self._point(action.x, action.y)
+            if mobile:  # a double tap: two taps, as a finger does it
+                page.touchscreen.tap(x, y)
+                page.touchscreen.tap(x, y)
+            else:
+                page.mouse.dblclick(x, y)
+        elif isinstance(action, (RightClick, Hover)):
+            if mobile:
+                what = "right button" if isinstance(action, RightClick) else "pointer to hover with"
+                hint = "use LongPress for a context menu" if isinstance(action, RightClick) else "tap instead"
+                raise ActionError(f"a touch screen has no {what}; {hint}")
+            x, y = self._point(action.x, action.y)
+            if isinstance(action, RightClick):
+                page.mouse.click(x, y, button="right")
+            else:
+                page.mouse.move(x, y)
         elif isinstance(action, LongPress):
             x, y = self._point(action.x, action.y)
             if mobile:

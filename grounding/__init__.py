@@ -3,6 +3,7 @@
 Example::
 
     >>> from grounding import get_format, parse
+    >>> from guiagent.types import Click
     >>> parse("Action: click(start_box='(500,250)')", "uitars", (1080, 2400))
     Click(x=0.5, y=0.25)
     >>> get_format("qwen_mobile").format(Click(0.5, 0.5), (1080, 2400))
@@ -20,16 +21,21 @@ from guiagent.types import Action, ParseError
 from grounding.base import ActionFormat
 from grounding.coords import ModelFrame, smart_resize
 from grounding.jsonfmt import JsonFormat
+from grounding.mobile_agents import GuiOwlFormat, MaiUiFormat
 from grounding.qwen import QwenToolCallFormat
+from grounding.seed import SeedXmlFormat
 from grounding.uitars import UITarsFormat
 
 __all__ = [
-    "ActionFormat", "UITarsFormat", "QwenToolCallFormat", "JsonFormat", "ModelFrame", "smart_resize",
+    "ActionFormat", "UITarsFormat", "QwenToolCallFormat", "JsonFormat", "SeedXmlFormat", "GuiOwlFormat",
+    "MaiUiFormat", "ModelFrame", "smart_resize",
     "FORMAT_NAMES", "get_format", "parse",
 ]
 
 #: names accepted by :func:`get_format`
-FORMAT_NAMES: tuple[str, ...] = ("uitars", "uitars15", "qwen_mobile", "qwen_computer", "json")
+FORMAT_NAMES: tuple[str, ...] = (
+    "uitars", "uitars15", "uitars2", "qwen_mobile", "qwen_computer", "guiowl", "maiui", "json",
+)
 
 
 def get_format(name: str, **kwargs: Any) -> ActionFormat:
@@ -37,7 +43,10 @@ def get_format(name: str, **kwargs: Any) -> ActionFormat:
 
     ``uitars``: UI-TARS-1, relative 0-1000 coordinates. ``uitars15``: UI-TARS-1.5,
     pixels of the smart-resized image. ``qwen_mobile`` / ``qwen_computer``: Qwen2.5-VL
-    ``mobile_use`` / ``computer_use`` tool calls. ``json``: plain JSON, normalised coordinates.
+    ``mobile_use`` / ``computer_use`` tool calls. ``uitars2``: UI-TARS-2's Seed XML function
+    calls, relative 0-1000. ``guiowl``: GUI-Owl / Mobile-Agent-v3 ``mobile_use`` calls, smart-resized
+    pixels. ``maiui``: MAI-UI ``mobile_use`` calls, relative 0-999. ``json``: plain JSON, normalised
+    coordinates.
     """
     if name == "uitars":
         return UITarsFormat("relative1000", **kwargs)
@@ -47,6 +56,12 @@ def get_format(name: str, **kwargs: Any) -> ActionFormat:
         return QwenToolCallFormat("mobile_use", **kwargs)
     if name == "qwen_computer":
         return QwenToolCallFormat("computer_use", **kwargs)
+    if name == "uitars2":
+        return SeedXmlFormat(**kwargs)
+    if name == "guiowl":
+        return GuiOwlFormat(**kwargs)
+    if name == "maiui":
+        return MaiUiFormat(**kwargs)
     if name == "json":
         return JsonFormat(**kwargs)
     raise ValueError(f"unknown action format {name!r}; choose one of {FORMAT_NAMES}")

@@ -8,9 +8,12 @@ format itself applies); actions come back in normalised [0, 1] coordinates.
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 
 from guiagent.types import Action, ParseError
+
+from grounding.coords import ModelFrame
 
 
 class ActionFormat(ABC):
@@ -35,3 +38,19 @@ class ActionFormat(ABC):
     @abstractmethod
     def thought(self, text: str) -> str:
         """The reasoning part of the model text ('' if none)."""
+
+    def with_image_geometry(self, factor: int, min_pixels: int, max_pixels: int) -> "ActionFormat":
+        """This format in the frame of an image processor that resizes to multiples of ``factor``
+        within ``[min_pixels, max_pixels]``.
+
+        Only formats that speak pixels of the resized image (``smart_resize_pixels``) change:
+        a copy with the new frame is returned, so prompt, printer and parser all use it.
+        Relative and normalised frames do not depend on the processor; they return ``self``.
+        """
+        frame = getattr(self, "frame", None)
+        if frame is None or frame.kind != "smart_resize_pixels":
+            return self
+        out = copy.copy(self)
+        frame = ModelFrame("smart_resize_pixels", factor, min_pixels, max_pixels)
+        out.frame = frame  # type: ignore[attr-defined]
+        return out

@@ -4,7 +4,9 @@ Actions (:mod:`guiagent.types`) hold coordinates normalised to [0, 1] of the
 screenshot. Models speak other frames:
 
 ``relative1000``
-    integers 0..1000 of the screenshot, independent of its size (UI-TARS-1).
+    integers 0..1000 of the screenshot, independent of its size (UI-TARS-1, UI-TARS-2).
+``relative999``
+    integers 0..999 of the screenshot (MAI-UI divides by 999).
 ``smart_resize_pixels``
     absolute pixels of the image *after* Qwen2.5-VL's :func:`smart_resize`
     (Qwen2.5-VL agents, UI-TARS-1.5); values above 1000 are legitimate.
@@ -55,8 +57,10 @@ MAX_TOKENS = 16384
 #: the largest aspect ratio smart_resize accepts
 MAX_RATIO = 200
 
-FrameKind = Literal["relative1000", "smart_resize_pixels", "pixels"]
-FRAME_KINDS: tuple[str, ...] = ("relative1000", "smart_resize_pixels", "pixels")
+FrameKind = Literal["relative1000", "relative999", "smart_resize_pixels", "pixels"]
+FRAME_KINDS: tuple[str, ...] = ("relative1000", "relative999", "smart_resize_pixels", "pixels")
+#: extent of the relative frames (the same on both axes)
+_RELATIVE = {"relative1000": 1000, "relative999": 999}
 
 
 class CoordinateError(ValueError):
@@ -159,8 +163,8 @@ class ModelFrame:
     def extent(self, image_size: tuple[int, int]) -> tuple[int, int]:
         """``(width, height)`` of the frame for a screenshot of ``image_size`` (width, height)."""
         w, h = _check_size(image_size)
-        if self.kind == "relative1000":
-            return 1000, 1000
+        if self.kind in _RELATIVE:
+            return _RELATIVE[self.kind], _RELATIVE[self.kind]
         if self.kind == "pixels":
             return w, h
         rh, rw = smart_resize(h, w, self.factor, self.min_pixels, self.max_pixels)
@@ -185,8 +189,8 @@ class ModelFrame:
 
     def describe(self, image_size: tuple[int, int] | None = None) -> str:
         """Human-readable frame name, with its extent when the image size is known."""
-        if self.kind == "relative1000":
-            return "relative 0-1000 frame"
+        if self.kind in _RELATIVE:
+            return f"relative 0-{_RELATIVE[self.kind]} frame"
         if image_size is None:
             return f"{self.kind} frame"
         ew, eh = self.extent(image_size)

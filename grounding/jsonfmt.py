@@ -98,6 +98,7 @@ class JsonFormat(ActionFormat):
 
     Example::
 
+        >>> from guiagent.types import Click
         >>> fmt = JsonFormat()
         >>> fmt.parse('{"thought": "go", "action": {"kind": "click", "x": 0.5, "y": 0.2}}', (400, 800))
         Click(x=0.5, y=0.2)

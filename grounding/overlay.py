@@ -17,8 +17,8 @@ import io
 from typing import Any
 
 from guiagent.types import (
-    Action, Answer, Click, Drag, Finish, Key, LongPress, NavigateBack, NavigateHome, OpenApp,
-    ParseError, Scroll, Swipe, Type, Wait,
+    Action, Answer, Click, DoubleClick, Drag, Finish, Hover, Key, LongPress, NavigateBack, NavigateHome,
+    OpenApp, ParseError, RightClick, Scroll, Swipe, Type, Wait,
 )
 
 from grounding.spec import check_image_size
@@ -43,7 +43,8 @@ def overlay(action: Action | ParseError | None, image_size: tuple[int, int]) -> 
     Returns ``{"kind", "width", "height", "points": [{"x", "y", "style"}],
     "arrows": [{"x1", "y1", "x2", "y2", "style"}], "label": str | None}`` where
     ``style`` is the action kind (``click``, ``long_press``, ``type``, ``swipe``,
-    ``drag``, ``scroll``). A :class:`ParseError` or ``None`` gives no shapes and a label.
+    ``drag``, ``scroll``; double clicks, right clicks and hovers use ``click`` plus a label).
+    A :class:`ParseError` or ``None`` gives no shapes and a label.
 
     >>> overlay(Click(0.5, 0.25), (200, 400))["points"]
     [{'x': 100.0, 'y': 100.0, 'style': 'click'}]
@@ -68,6 +69,11 @@ def overlay(action: Action | ParseError | None, image_size: tuple[int, int]) -> 
     out["kind"] = action.kind
     if isinstance(action, Click):
         point(action.x, action.y, "click")
+    elif isinstance(action, (DoubleClick, RightClick, Hover)):
+        # drawn as a click point (every viewer already styles it); the label tells them apart
+        point(action.x, action.y, "click")
+        out["label"] = {"double_click": "double click", "right_click": "right click",
+                        "hover": "hover"}[action.kind]
     elif isinstance(action, LongPress):
         point(action.x, action.y, "long_press")
         out["label"] = f"long press {action.duration_ms} ms"

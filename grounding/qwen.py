@@ -14,9 +14,10 @@ Differences from the cookbook, each deliberate:
   ``left_click_drag`` takes the start in ``coordinate`` and the end in
   ``coordinate2`` because actions here carry no cursor state; ``scroll`` takes
   signed ``pixels`` (positive = up) of the resized image and an optional ``coordinate``.
-* ``mouse_move``, ``right_click``, ``middle_click`` and ``double_click`` have no
-  guiagent action: the prompt leaves them out and the parser names them in an
-  ``unknown_action`` error.
+* computer_use ``double_click``, ``right_click`` and ``mouse_move`` carry their
+  ``coordinate`` like ``left_click`` (:class:`DoubleClick`, :class:`RightClick`,
+  :class:`Hover`); ``middle_click`` has no guiagent action and the parser names it
+  in an ``unknown_action`` error.
 * Typed text ending in a newline means submit (``Type.submit``).
 
 Tolerated: a missing ``</tool_call>``, a bare JSON object without tags (also the
@@ -33,8 +34,8 @@ import re
 from typing import Any, Literal, Mapping
 
 from guiagent.types import (
-    Action, Answer, Click, Drag, Finish, Key, LongPress, NavigateBack, NavigateHome, OpenApp,
-    ParseError, Scroll, Swipe, Type, Wait,
+    Action, Answer, Click, DoubleClick, Drag, Finish, Hover, Key, LongPress, NavigateBack, NavigateHome,
+    OpenApp, ParseError, RightClick, Scroll, Swipe, Type, Wait,
 )
 
 from grounding import jsontext
@@ -52,10 +53,7 @@ _SYSTEM_BUTTONS = {"back": "Back", "home": "Home", "menu": "Menu", "enter": "Ent
 _STATUS = {"success": "success", "succeeded": "success", "failure": "failure", "fail": "failure",
            "failed": "failure"}
 _NO_GUIAGENT_ACTION = {
-    "mouse_move": "hovering is not supported; use left_click",
-    "right_click": "only left clicks are supported",
-    "middle_click": "only left clicks are supported",
-    "double_click": "double clicks are not supported; use left_click",
+    "middle_click": "there is no middle-button action; use left_click",
 }
 
 # argument schema entries shared by the rows (their "Required only by" text is generated)
@@ -224,6 +222,18 @@ def _computer_rows() -> list[ActionSpec]:
         ActionSpec("left_click", (Click,), ("coordinate",),
                    "Click the left mouse button at a specified (x, y) pixel coordinate on the screen.",
                    lambda a, c: Click(*c.point(_need(a, "coordinate", "left_click"), "coordinate")),
+                   lambda a, c: {"coordinate": list(c.model(a.x, a.y))}),
+        ActionSpec("double_click", (DoubleClick,), ("coordinate",),
+                   "Double-click the left mouse button at a specified (x, y) pixel coordinate on the screen.",
+                   lambda a, c: DoubleClick(*c.point(_need(a, "coordinate", "double_click"), "coordinate")),
+                   lambda a, c: {"coordinate": list(c.model(a.x, a.y))}),
+        ActionSpec("right_click", (RightClick,), ("coordinate",),
+                   "Click the right mouse button at a specified (x, y) pixel coordinate on the screen.",
+                   lambda a, c: RightClick(*c.point(_need(a, "coordinate", "right_click"), "coordinate")),
+                   lambda a, c: {"coordinate": list(c.model(a.x, a.y))}),
+        ActionSpec("mouse_move", (Hover,), ("coordinate",),
+                   "Move the cursor to a specified (x, y) pixel coordinate on the screen.",
+                   lambda a, c: Hover(*c.point(_need(a, "coordinate", "mouse_move"), "coordinate")),
                    lambda a, c: {"coordinate": list(c.model(a.x, a.y))}),
         ActionSpec("left_click_drag", (Drag,), ("coordinate", "coordinate2"),
                    "Click at coordinate and drag the cursor to coordinate2.",

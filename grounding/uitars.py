@@ -27,8 +27,8 @@ import re
 from typing import Any, Literal, Mapping
 
 from guiagent.types import (
-    SCROLL_DIRECTIONS, Action, Answer, Click, Drag, Finish, Key, LongPress, NavigateBack,
-    NavigateHome, OpenApp, ParseError, Scroll, Swipe, Type, Wait,
+    SCROLL_DIRECTIONS, Action, Answer, Click, DoubleClick, Drag, Finish, Hover, Key, LongPress, NavigateBack,
+    NavigateHome, OpenApp, ParseError, RightClick, Scroll, Swipe, Type, Wait,
 )
 
 from grounding.base import ActionFormat
@@ -197,8 +197,11 @@ class UITarsFormat(ActionFormat):
                 raise ArgError("bad_arguments", f"{action} needs a non-empty {name}")
             return value
 
-        def dec_click(a, c):
-            return Click(*c.point(need(a, "start_box", "click"), "start_box"))
+        def dec_point(cls, name):
+            return lambda a, c: cls(*c.point(need(a, "start_box", name), "start_box"))
+
+        def enc_point(a, c):
+            return {"start_box": pt(a.x, a.y, c)}
 
         def dec_long(a, c):
             x, y = c.point(need(a, "start_box", "long_press"), "start_box")
@@ -284,7 +287,13 @@ class UITarsFormat(ActionFormat):
         empty = lambda a, c: {}  # noqa: E731
         rows = [
             ActionSpec("click", (Click,), ("start_box",), "Tap or click the centre of an element.",
-                       dec_click, lambda a, c: {"start_box": pt(a.x, a.y, c)}, aliases=("left_single",)),
+                       dec_point(Click, "click"), enc_point, aliases=("left_single",)),
+            ActionSpec("left_double", (DoubleClick,), ("start_box",), "Double click (double tap) an element.",
+                       dec_point(DoubleClick, "left_double"), enc_point, aliases=("double_click",)),
+            ActionSpec("right_single", (RightClick,), ("start_box",), "Right click an element (mouse only).",
+                       dec_point(RightClick, "right_single"), enc_point, aliases=("right_click",)),
+            ActionSpec("hover", (Hover,), ("start_box",), "Move the mouse over an element without clicking.",
+                       dec_point(Hover, "hover"), enc_point, aliases=("mouse_move", "move_to")),
             ActionSpec("long_press", (LongPress,), ("start_box", "time?"), "Press and hold an element.",
                        dec_long, enc_long),
             ActionSpec("type", (Type,), ("content",),

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Mapping, Union
 
 __all__ = [
-    "Click", "LongPress", "Type", "Scroll", "Swipe", "Drag", "Key", "NavigateBack",
+    "Click", "DoubleClick", "RightClick", "Hover", "LongPress", "Type", "Scroll", "Swipe", "Drag", "Key",
+    "NavigateBack",
     "NavigateHome", "OpenApp", "Wait", "Answer", "Finish", "Action", "ACTION_TYPES",
     "action_to_dict", "action_from_dict", "ParseError", "Observation", "Step",
     "Trajectory", "TaskSpec", "SCROLL_DIRECTIONS", "EpisodeStatus",
@@ -67,6 +68,36 @@ class Click(_ActionBase):
     """Tap (touch) or left-click at a point."""
 
     kind: ClassVar[str] = "click"
+    coord_fields: ClassVar[tuple[str, ...]] = ("x", "y")
+    x: float
+    y: float
+
+
+@dataclass(frozen=True)
+class DoubleClick(_ActionBase):
+    """Double click (mouse) or double tap (touch) at a point: open files and desktop icons, select a word."""
+
+    kind: ClassVar[str] = "double_click"
+    coord_fields: ClassVar[tuple[str, ...]] = ("x", "y")
+    x: float
+    y: float
+
+
+@dataclass(frozen=True)
+class RightClick(_ActionBase):
+    """Right mouse click at a point (context menus); touch devices have no right button."""
+
+    kind: ClassVar[str] = "right_click"
+    coord_fields: ClassVar[tuple[str, ...]] = ("x", "y")
+    x: float
+    y: float
+
+
+@dataclass(frozen=True)
+class Hover(_ActionBase):
+    """Move the mouse pointer to a point without clicking (menus and tooltips that open on hover)."""
+
+    kind: ClassVar[str] = "hover"
     coord_fields: ClassVar[tuple[str, ...]] = ("x", "y")
     x: float
     y: float
@@ -224,14 +255,14 @@ class Finish(_ActionBase):
 
 
 Action = Union[
-    Click, LongPress, Type, Scroll, Swipe, Drag, Key, NavigateBack, NavigateHome, OpenApp,
-    Wait, Answer, Finish,
+    Click, DoubleClick, RightClick, Hover, LongPress, Type, Scroll, Swipe, Drag, Key, NavigateBack, NavigateHome,
+    OpenApp, Wait, Answer, Finish,
 ]
 
 #: every action class, in prompt order
 ACTION_TYPES: tuple[type, ...] = (
-    Click, LongPress, Type, Scroll, Swipe, Drag, Key, NavigateBack, NavigateHome, OpenApp,
-    Wait, Answer, Finish,
+    Click, DoubleClick, RightClick, Hover, LongPress, Type, Scroll, Swipe, Drag, Key, NavigateBack, NavigateHome,
+    OpenApp, Wait, Answer, Finish,
 )
 _BY_KIND: dict[str, type] = {cls.kind: cls for cls in ACTION_TYPES}
 
@@ -374,7 +405,8 @@ class Step:
     with ``parse_error`` set. ``action_error`` is the device's complaint when the
     action could not be carried out (it also reaches the next observation's
     ``last_action_error``). ``reward_parts`` names every reward component; ``reward``
-    is their configured combination.
+    is their configured combination. ``metadata`` holds JSON-serialisable extras (a
+    recorded step's ``target_box``, a semi-online step's ``patched`` / ``matched`` flags).
     """
 
     index: int
@@ -391,6 +423,7 @@ class Step:
     truncated: bool = False
     policy_version: int = 0
     latency_ms: float = 0.0
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self, *, include_pixels: bool = True) -> dict[str, Any]:
         return {
@@ -408,6 +441,7 @@ class Step:
             "truncated": self.truncated,
             "policy_version": self.policy_version,
             "latency_ms": self.latency_ms,
+            "metadata": dict(self.metadata),
         }
 
     @classmethod
@@ -418,6 +452,7 @@ class Step:
         d["parse_error"] = None if d.get("parse_error") is None else ParseError.from_dict(d["parse_error"])
         d["milestones"] = tuple(d.get("milestones", ()))
         d["reward_parts"] = dict(d.get("reward_parts", {}))
+        d["metadata"] = dict(d.get("metadata", {}))
         return cls(**d)
 
 

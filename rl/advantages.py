@@ -12,11 +12,15 @@ step + episode advantages (Lu et al., 2025).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 __all__ = [
     "group_stats", "grpo_advantages", "nonzero_variance_mask", "discounted_returns", "gae",
-    "step_group_advantages", "semi_online_advantages", "scale_negative_advantages", "awr_weights",
+    "step_group_advantages", "semi_online_advantages",
+    "SemiOnlineRewardConfig", "semi_online_step_rewards", "semi_online_returns", "scale_negative_advantages",
+    "awr_weights",
 ]
 
 
@@ -148,13 +152,85 @@ def step_group_advantages(returns: torch.Tensor, group_ids: torch.Tensor, step_i
     return grpo_advantages(returns, key, normalize_std=normalize_std, eps=eps)
 
 
-def semi_online_advantages(step_returns: torch.Tensor, episode_rewards: torch.Tensor, group_ids: torch.Tensor,
-                           step_index: torch.Tensor, *, step_weight: float = 1.0,
-                           normalize_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
-    """Semi-online RL's dual-level advantage: ``A = A_episode + w · A_step``.
+@dataclass(frozen=True)
+class SemiOnlineRewardConfig:
+    """Per-step reward of semi-online RL (UI-S1's ``gui_traj`` score).
+
+    ``r = format_weight · format_ok + action_weight · s`` with ``s = match_score`` when
+    the action matched the recorded one, ``kind_score`` when only its kind did,
+    ``parsed_score`` when it parsed but was of another kind, 0 when it did not parse.
+    UI-S1: 0.1 / 0.9 with scores 1.0 / 0.5 / 0.1. ``format_requires_thought``: the
+    format counts as valid only when the reply also has a thought (UI-S1's check; the
+    driver applies it, this function takes ``format_ok`` as given).
+    """
+
+    format_weight: float = 0.1
+    action_weight: float = 0.9
+    match_score: float = 1.0
+    kind_score: float = 0.5
+    parsed_score: float = 0.1
+    format_requires_thought: bool = False
+
+
+def semi_online_step_rewards(format_ok: torch.Tensor, kind_match: torch.Tensor, matched: torch.Tensor,
+                             config: SemiOnlineRewardConfig = SemiOnlineRewardConfig()) -> torch.Tensor:
+    """Per-step rewards from format validity, kind match and match (any equal shapes, bool).
+
+    >>> semi_online_step_rewards(torch.tensor([1, 1, 1, 0]).bool(), torch.tensor([1, 1, 0, 0]).bool(),
+    ...                          torch.tensor([1, 0, 0, 0]).bool())
+    tensor([1.0000, 0.5500, 0.1900, 0.0000])
+    """
+    c = config
+    f, k, m = format_ok.bool(), kind_match.bool(), matched.bool()
+    score = torch.where(m & k, torch.tensor(c.match_score),
+                        torch.where(k, torch.tensor(c.kind_score),
+                                    torch.where(f, torch.tensor(c.parsed_score), torch.tensor(0.0))))
+    return c.format_weight * f.to(score.dtype) + c.action_weight * score
+
+
+def semi_online_returns(rewards: torch.Tensor, matched: torch.Tensor, mask: torch.Tensor | None = None, *,
+                        gamma: float = 0.5) -> torch.Tensor:
+    """Discounted returns that stop accumulating at mismatches (UI-S1).
+
+    Backwards over each episode: at a matched step ``G_t = r_t + γ C_{t+1}``; at a
+    mismatched step ``G_t = r_t`` and ``C_t = 0``, else ``C_t = G_t``: no reward at or
+    after a mismatch flows back past it (the reference code's
+    ``compute_step_discounted_returns``).
 
     Args:
-        step_returns: ``[N]`` discounted future return of each turn.
+        rewards: ``[B, T]`` per-step rewards, right-padded.
+        matched: ``[B, T]`` bool, the step's action matched the recorded one.
+        mask: ``[B, T]`` 1 for real steps (padding gets 0).
+    Returns:
+        ``[B, T]``.
+    """
+    if rewards.dim() != 2 or matched.shape != rewards.shape:
+        raise ValueError(f"rewards and matched must both be [B, T]; got {tuple(rewards.shape)}, "
+                         f"{tuple(matched.shape)}")
+    m = torch.ones_like(rewards) if mask is None else mask.to(rewards.dtype)
+    keep = matched.to(rewards.dtype) * m
+    out = torch.zeros_like(rewards)
+    running = torch.zeros(rewards.shape[0], dtype=rewards.dtype, device=rewards.device)
+    for t in range(rewards.shape[1] - 1, -1, -1):
+        r = rewards[:, t] * m[:, t]
+        out[:, t] = r + gamma * running * keep[:, t]
+        running = out[:, t] * keep[:, t]  # a mismatch (or padding) cuts the chain for earlier steps
+    return out * m
+
+
+def semi_online_advantages(step_returns: torch.Tensor, episode_rewards: torch.Tensor, group_ids: torch.Tensor,
+                           step_index: torch.Tensor, *, step_weight: float = 1.0, episode_weight: float = 1.0,
+                           normalize_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
+    """UI-S1's dual-level advantage ``A = w_E · A^E + w_S · A^S``.
+
+    ``A^E``: the episode's total reward normalised within its group (the G samples of
+    one recorded episode); ``A^S``: the turn's return (:func:`semi_online_returns`)
+    normalised within its (group, recorded step) cohort: the samples that acted at
+    the same recorded screen. ``normalize_std=False`` subtracts the mean only (the
+    reference code's ``mean_norm`` mode).
+
+    Args:
+        step_returns: ``[N]`` the turn's discounted return.
         episode_rewards: ``[N]`` the total reward of the turn's episode.
         group_ids, step_index: ``[N]`` as in :func:`step_group_advantages`.
     Returns:
@@ -162,7 +238,7 @@ def semi_online_advantages(step_returns: torch.Tensor, episode_rewards: torch.Te
     """
     a_ep = grpo_advantages(episode_rewards, group_ids, normalize_std=normalize_std, eps=eps)
     a_step = step_group_advantages(step_returns, group_ids, step_index, normalize_std=normalize_std, eps=eps)
-    return a_ep + step_weight * a_step
+    return episode_weight * a_ep + step_weight * a_step
 
 
 def scale_negative_advantages(adv: torch.Tensor, success_rate: torch.Tensor | float, *,

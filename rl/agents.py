@@ -20,7 +20,7 @@ from guiagent.types import (
 )
 
 __all__ = ["TurnContext", "PolicyTurn", "TurnPolicy", "OraclePolicy", "RandomPolicy", "ModelPolicy",
-           "AgentSettings", "load_model_policy", "AGENT_SETTINGS_FILE"]
+           "AgentSettings", "load_model_policy", "AGENT_SETTINGS_FILE", "format_for_policy"]
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,13 @@ class AgentSettings:
     system_prompt: str | None = None
     """replaces the format's system prompt (None: the format's own, generated from the action table)"""
 
+    def __post_init__(self) -> None:
+        from grounding import FORMAT_NAMES
+
+        if self.action_format not in FORMAT_NAMES:  # checked before any model loads or file is written
+            raise ValueError(f"unknown action format {self.action_format!r}; "
+                             f"choose one of {', '.join(FORMAT_NAMES)}")
+
     def save(self, model_dir: str) -> None:
         from pathlib import Path
 
@@ -154,18 +161,39 @@ class AgentSettings:
         p = Path(model_dir, AGENT_SETTINGS_FILE)
         return cls(**json.loads(p.read_text())) if p.is_file() else None
 
-    def format(self) -> Any:
+    def format(self, policy: Any = None) -> Any:
+        """The action format; with ``policy``, in the coordinate frame of its image processor."""
         from grounding import get_format
 
         if self.action_format == "json":
-            return get_format("json", decimals=self.coord_decimals)
-        return get_format(self.action_format)
+            fmt = get_format("json", decimals=self.coord_decimals)
+        else:
+            fmt = get_format(self.action_format)
+        return fmt if policy is None else format_for_policy(fmt, policy)
 
     def prompt_config(self) -> Any:
         from guiagent.policy.prompting import PromptConfig
 
         return PromptConfig(history_images=self.history_images, max_history=self.max_history,
                             system_prompt=self.system_prompt)
+
+
+def format_for_policy(fmt: Any, policy: Any) -> Any:
+    """``fmt`` in the coordinate frame of ``policy``'s image processor: one frame for prompt, SFT
+    targets and parser.
+
+    A format speaking pixels of the resized image must resize exactly as the processor does (its
+    patch size x merge size, its min/max pixels); the format's own defaults are the processor
+    defaults of the original Qwen release, and a model saved with other limits would get every
+    point in the wrong place. Policies without an image processor (a server behind an
+    OpenAI-compatible API) and formats in relative or normalised frames are left as they are.
+    """
+    geometry = getattr(policy, "image_geometry", None)
+    rebind = getattr(fmt, "with_image_geometry", None)
+    if geometry is None or rebind is None:
+        return fmt
+    g = geometry()
+    return rebind(g.factor, g.min_pixels, g.max_pixels)
 
 
 def load_model_policy(spec: str, *, backend: str = "auto", settings: AgentSettings | None = None,
@@ -185,5 +213,5 @@ def load_model_policy(spec: str, *, backend: str = "auto", settings: AgentSettin
         policy = load_policy(spec, backend=None if backend == "auto" else backend, **policy_opts)
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                               min_p=min_p)
-    return ModelPolicy(ModelAgent(policy, settings.format(), settings.prompt_config(), sampling,
+    return ModelPolicy(ModelAgent(policy, settings.format(policy), settings.prompt_config(), sampling,
                                   keep_chats=keep_chats))

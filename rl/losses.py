@@ -168,3 +168,67 @@ class AdaptiveKL:
         err = max(-0.2, min(0.2, current_kl / self.target - 1.0))
         self.value *= 1.0 + err * n_steps / self.horizon
         return self.value
+
+
+# ---- train-inference mismatch (a separate rollout engine such as vLLM) ---------------------------
+
+__all__ += ["mismatch_kl", "TISStats", "tis_weights", "tis_advantages"]
+
+
+def mismatch_kl(learner_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Masked token mean of KL(π_rollout ‖ π_learner), k3 estimator over tokens sampled by the rollout engine.
+
+    ``d = log π_rollout − log π_learner``; per token ``exp(−d) + d − 1`` (≥ 0, 0 when they agree).
+    All ``[B, L]``; returns a scalar. Logged as ``mismatch_kl``: how far the engine's numerics
+    (bf16 kernels, another attention implementation) are from the learner's.
+    """
+    per_tok = kl_estimate(rollout_logp, learner_logp, "k3")
+    return aggregate(per_tok, mask, "token_mean")
+
+
+@dataclass(frozen=True)
+class TISStats:
+    """``mismatch_kl``: see :func:`mismatch_kl`; ``tis_clip_frac``: share of tokens whose weight hit
+    the cap; ``tis_weight_mean``: mean weight after the cap."""
+
+    mismatch_kl: float
+    tis_clip_frac: float
+    tis_weight_mean: float
+
+
+def tis_weights(learner_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, *,
+                cap: float = 2.0) -> tuple[torch.Tensor, TISStats]:
+    """Truncated importance sampling weights ``w = min(π_learner_old / π_rollout, C)`` per token.
+
+    The rollout engine samples from π_rollout, slightly different from the learner's π_learner_old
+    (same weights, other numerics); ``w`` corrects the policy gradient for it and the cap ``C``
+    bounds its variance (Yao et al., 2025, "Your efficient RL framework secretly brings you
+    off-policy RL training"). Both inputs ``[B, L]`` are detached log-probs: ``learner_logp`` from
+    the learner re-scoring the rollout before the update, ``rollout_logp`` as the engine reported
+    them. Returns ``w`` ``[B, L]`` (1 on padding) and :class:`TISStats`.
+    """
+    if cap <= 0:
+        raise ValueError(f"the TIS cap must be positive, got {cap}")
+    with torch.no_grad():
+        raw = torch.exp(learner_logp.detach() - rollout_logp.detach())
+        w = torch.clamp(raw, max=cap)
+        m = mask.bool()
+        w = torch.where(m, w, torch.ones_like(w))
+        n = m.sum().clamp(min=1)
+        stats = TISStats(mismatch_kl=float(mismatch_kl(learner_logp.detach(), rollout_logp.detach(), mask)),
+                         tis_clip_frac=float(((raw > cap) & m).sum() / n),
+                         tis_weight_mean=float((w * m).sum() / n))
+    return w, stats
+
+
+def tis_advantages(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Advantages ``[B]`` or ``[B, L]`` times TIS weights ``[B, L]`` → ``[B, L]``.
+
+    Passing these to :func:`ppo_clip_loss` (with ``old_logp`` the learner's own re-scored
+    log-probs) applies TIS to the policy-gradient term: since ``w ≥ 0``,
+    ``−min(ρ·wA, clip(ρ)·wA) = −w·min(ρA, clip(ρ)A)`` token by token, and the clip fraction is
+    unchanged. The KL term is not weighted.
+    """
+    if advantages.dim() == 1:
+        advantages = advantages[:, None].expand_as(weights)
+    return advantages * weights.detach()

@@ -88,11 +88,14 @@ class RolloutResult:
 
 
 def make_groups(task_ids: Sequence[str], seeds: Sequence[int], group_size: int, *,
-                max_steps: int | None = None) -> list[EpisodeRequest]:
-    """G episodes for every (task, seed) pair, sharing one group id."""
+                max_steps: int | None = None, tag: str | None = None) -> list[EpisodeRequest]:
+    """G episodes for every (task, seed) pair, sharing one group id.
+
+    ``tag`` makes the group ids reproducible (``task:seed:tag-k``); without it they are random.
+    """
     out = []
-    for task_id, seed in zip(task_ids, seeds):
-        gid = f"{task_id}:{seed}:{uuid.uuid4().hex[:8]}"
+    for k, (task_id, seed) in enumerate(zip(task_ids, seeds)):
+        gid = f"{task_id}:{seed}:{tag}-{k}" if tag is not None else f"{task_id}:{seed}:{uuid.uuid4().hex[:8]}"
         out += [EpisodeRequest(task_id, seed, gid, max_steps) for _ in range(group_size)]
     return out
 

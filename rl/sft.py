@@ -114,8 +114,13 @@ def token_weights(policy: Any, ids: Sequence[int], target: str, action_kind: str
 
 def load_examples(trajs: Sequence[Trajectory], policy: Any, fmt: Any, prompt_config: Any, cfg: SFTConfig
                   ) -> list[SFTExample]:
+    """One example per step with an action: the chat the agent saw and the target ``fmt`` prints,
+    with coordinates in the frame of ``policy``'s image processor (see
+    :func:`rl.agents.format_for_policy`)."""
     from guiagent.policy.prompting import sft_example
+    from rl.agents import format_for_policy
 
+    fmt = format_for_policy(fmt, policy)  # targets in the frame of the model's own image processor
     out = []
     for t in trajs:
         for i, step in enumerate(t.steps):

@@ -1,11 +1,17 @@
 """Online RL trainer (GRPO family), read top to bottom.
 
     setup      config, run directory, model (tiny + SFT warm start when none is given),
-               optimiser, env pool, store; restore the checkpoint when resuming
-    loop       rollout (G episodes per task and seed) → rewards (composed per step in the
-               rollout) → advantages → update (micro-batches, gradient accumulation) →
-               weight sync → checkpoint → metrics
-    cleanup    held-out evaluation, run status, pool and store closed
+               KL reference (the starting policy, for the whole run), optimiser, store, env
+               pool; restore the checkpoint when resuming
+    loop       rollout (G episodes per task and seed; rewards composed per step in the
+               rollout) → advantages → update → stability guards → weight sync →
+               checkpoint → held-out evaluation every N iterations (the best model kept) →
+               metrics
+    cleanup    final model, held-out evaluation, run status, pool and store closed
+
+The pieces live beside it: :mod:`rl.config` (the config), :mod:`rl.checkpoint` (state and
+checkpoints), :mod:`rl.batching` (turns and advantages of a rollout), :mod:`rl.update` (the
+PPO step), :mod:`rl.evaluate` (held-out evaluation and the warm start), :mod:`rl.rollout`.
 
 Seeds: training samples task seeds below 1,000,000; ``guiagent eval`` evaluates from
 1,000,000 up, so evaluation is on held-out task instances.
@@ -16,433 +22,105 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import math
-import os
 import random
 import shutil
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from judge.compose import RewardConfig
+from rl.checkpoint import (
+    TrainerState, find_checkpoint, load_checkpoint, load_config, save_checkpoint, save_config,
+)
+from rl.config import TINY_MAX_PIXELS, TRAIN_SEED_RANGE, WARM_START_TASKS, TrainConfig
 
-__all__ = ["TrainConfig", "train", "WARM_START_TASKS"]
+__all__ = ["TrainConfig", "TrainResult", "Trainer", "train", "write_summary"]
 
-#: tasks whose targets sit at fixed places for every seed: what a tiny model trained from
-#: scratch on CPU can learn (FACTS.md), so the embedded default trains on them
-WARM_START_TASKS = ("open_app", "settings_turn_on", "settings_turn_off", "settings_open_section",
-                    "files_open_folder", "go_home")
-TRAIN_SEED_RANGE = 1_000_000
-TINY_MAX_PIXELS = 28 * 28 * 128
+log = logging.getLogger(__name__)
 
-
-@dataclass
-class TrainConfig:
-    """Online RL on a suite: GRPO / Dr. GRPO with PPO-clip updates."""
-
-    env: str = "webapps"
-    """suite: webapps, miniwob or androidworld"""
-    algo: Literal["grpo", "dr_grpo"] = "grpo"
-    """grpo: std-normalised group advantages, token-mean loss; dr_grpo: no std, constant-length normaliser"""
-    tasks: tuple[str, ...] = ()
-    """task ids to train on (default: the fixed-layout family for webapps, else every task)"""
-    model: str = ""
-    """policy to train: a local folder or hub id (empty: a tiny model with an SFT warm start)"""
-    out: str = "runs/train"
-    """run directory (store, checkpoints, final model)"""
-    resume: str | None = None
-    """continue the run in this directory from its last checkpoint (its saved config is used)"""
-    iterations: int = 8
-    """total training iterations (with --resume: the total to reach)"""
-    groups_per_iteration: int = 6
-    """(task, seed) groups sampled per iteration"""
-    group_size: int = 4
-    """G: episodes per group"""
-    slots: int = 4
-    """envs stepping side by side"""
-    pool: Literal["inprocess", "ray"] = "ray"
-    """ray: a Ray actor fleet (a local Ray, or --ray-address), which keeps browsers and app servers
-    out of the learner's process (measured ~3x faster rollouts on 2 cores, docs/benchmarks.md);
-    inprocess: envs in this process (no Ray; for debugging)"""
-    ray_address: str | None = None
-    """join this Ray cluster (e.g. auto or host:6379); default: start a local Ray"""
-    workers: int = 2
-    """--pool ray: number of worker actors (slots are spread over them)"""
-    worker_resources: dict[str, float] = field(default_factory=dict)
-    """--pool ray: custom Ray resources per worker (e.g. --worker-resources androidworld 1 pins
-    AndroidWorld workers to farm hosts started with ray start --resources '{"androidworld": N}')"""
-    device: dict[str, str] = field(default_factory=dict)
-    """device options passed to the suite's make_device (e.g. --device farm runs/farm/endpoints.json
-    for androidworld, --device chromium_path /usr/bin/chromium for the browser suites)"""
-    mode: Literal["sync", "async"] = "sync"
-    """async: rollouts of the next iteration run while the learner updates (bounded by --max-lag)"""
-    max_lag: int = 1
-    """async: drop rollouts produced more than this many policy versions ago"""
-    lr: float = 2e-4
-    """AdamW learning rate"""
-    epochs: int = 1
-    """passes over each iteration's turns"""
-    mini_batch_size: int = 0
-    """turns per optimiser step (0: all of an iteration's turns, one step per epoch); e.g. 16 with
-    --epochs 2 takes 2 x ceil(turns / 16) PPO steps an iteration"""
-    micro_batch_size: int = 8
-    """turns per forward/backward pass (gradient accumulation covers the mini-batch)"""
-    clip_eps_low: float = 0.2
-    """PPO ε below 1"""
-    clip_eps_high: float = 0.28
-    """PPO ε above 1 (> clip_eps_low: clip-higher)"""
-    kl_coef: float = 0.0
-    """β of the KL(π‖π_ref) loss term (0: no reference model is kept)"""
-    kl_kind: Literal["k1", "k2", "k3"] = "k3"
-    """KL estimator"""
-    kl_target: float = 0.0
-    """adaptive KL (a soft trust region around the reference): β starts at --kl-coef and is
-    adapted so the KL stays near this value (0: β fixed)"""
-    kl_horizon: int = 1000
-    """adaptive KL: turns over which β may change by ±20%"""
-    max_kl_old: float = 0.0
-    """trust region on each update: stop its remaining mini-batches once the approximate KL to
-    the policy that sampled them exceeds this (0: never stop early)"""
-    loss_agg: str = ""
-    """token_mean, seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm, group_token_mean
-    (default: token_mean for grpo, seq_mean_token_sum_norm for dr_grpo)"""
-    advantage: Literal["episode", "step"] = "episode"
-    """episode: one group advantage per episode; step: group-normalised discounted returns per turn"""
-    gamma: float = 1.0
-    """discount of step-level returns"""
-    filter_zero_variance: bool = True
-    """skip groups whose episodes all got the same reward (no GRPO signal)"""
-    min_informative_groups: int = 0
-    """dynamic sampling (DAPO): while fewer groups than this have unequal rewards, sample another
-    --groups-per-iteration groups, at most --max-sampling-rounds rounds an iteration (0: off)"""
-    max_sampling_rounds: int = 3
-    """dynamic sampling: most rollout rounds in one iteration"""
-    neg_adv_min_scale: float = 1.0
-    """success-adaptive scaling of negative advantages: scale = m + (1-m)·group success (1: off)"""
-    max_grad_norm: float = 1.0
-    temperature: float = 1.0
-    """rollout sampling temperature"""
-    top_p: float = 1.0
-    """rollout nucleus sampling (< 1 cuts the low-probability tail, e.g. malformed replies of a
-    weak warm start; log-probs for the loss stay those of the unmodified model)"""
-    min_p: float = 0.0
-    """rollout min-p sampling: drop tokens below min_p x the most likely one (0: off); keeps
-    exploring coordinates while cutting malformed replies"""
-    max_new_tokens: int = 64
-    """longest reply per turn"""
-    rewards: RewardConfig = field(default_factory=RewardConfig)
-    """reward components (--rewards.progress 0.5, --rewards.parse-penalty -0.1, ...)"""
-    judge_model: str | None = None
-    """a VLM judge scoring each finished episode (a model folder, hub id or OpenAI-compatible URL);
-    its score, weighted by --rewards.judge, joins the episode reward and its verdict is stored"""
-    judge_k: int = 3
-    """screenshots the judge sees (the last k and the final screen)"""
-    judge_budget: int | None = None
-    """most judge calls in the whole run (None: unlimited)"""
-    eval_episodes: int = 24
-    """held-out episodes evaluated greedily before and after training (0: skip)"""
-    eval_every: int = 0
-    """also evaluate every N iterations (stored as the metric eval_success; 0: only before and after)"""
-    warm_start_demos: int = 120
-    """no --model: oracle episodes recorded for the SFT warm start"""
-    warm_start_steps: int = 400
-    """no --model: SFT optimiser steps of the warm start"""
-    seed: int = 0
-    threads: int = 0
-    """torch CPU threads (0: torch's default)"""
-    json: bool = False
-    """print one JSON object with the figures as the last stdout line"""
-
-    def __post_init__(self) -> None:
-        if self.group_size < 2:
-            raise ValueError("--group-size must be >= 2: group advantages compare episodes of one task")
-        if (self.iterations < 0 or self.groups_per_iteration <= 0 or self.slots <= 0 or self.eval_every < 0
-                or self.mini_batch_size < 0 or self.micro_batch_size <= 0 or self.epochs <= 0
-                or self.min_informative_groups < 0 or self.max_sampling_rounds <= 0):
-            raise ValueError("--iterations, --eval-every, --mini-batch-size and --min-informative-groups must be "
-                             ">= 0; --groups-per-iteration, --slots, --epochs, --micro-batch-size and "
-                             "--max-sampling-rounds positive")
-        if self.clip_eps_low <= 0 or self.clip_eps_high <= 0:
-            raise ValueError("clip epsilons must be positive")
-        if self.kl_target < 0 or self.max_kl_old < 0 or self.kl_horizon <= 0:
-            raise ValueError("--kl-target and --max-kl-old must be >= 0, --kl-horizon positive")
-        if self.kl_target > 0 and self.kl_coef <= 0:
-            raise ValueError("--kl-target adapts β from --kl-coef: give a positive --kl-coef too")
-        if self.loss_agg == "":
-            self.loss_agg = "seq_mean_token_sum_norm" if self.algo == "dr_grpo" else "token_mean"
+#: a guard that trips this many iterations in a row stops the run instead of rolling back again
+MAX_CONSECUTIVE_ROLLBACKS = 3
 
 
-# ---------------------------------------------------------------------------------------------
-# setup
+@dataclass(frozen=True)
+class TrainResult:
+    """What a training run produced (``to_dict`` is the ``--json`` line and ``summary.json``)."""
+
+    run_dir: str
+    run_id: str
+    iterations: int
+    success_before: float
+    success_after: float
+    model: str
+    best_model: str | None = None
+    """model-best/: the checkpoint with the best held-out success (with --eval-every)"""
+    best_success: float | None = None
+    best_iteration: int | None = None
+    stopped_by: str | None = None
+    """the stability guard that ended the run early, if one did"""
+    eval_curve: dict[str, float] = field(default_factory=dict)
+    last: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+def train(cfg: TrainConfig) -> TrainResult:
+    """Run (or resume) a training run; see the module docstring."""
+    return Trainer(cfg).run()
 
 
-def _task_ids(cfg: TrainConfig) -> list[str]:
+def write_summary(result: TrainResult) -> None:
+    Path(result.run_dir, "summary.json").write_text(json.dumps(result.to_dict(), indent=2, default=float))
+
+
+def load_recorded(cfg: TrainConfig) -> list[Any]:
+    """The recorded episodes of ``--data`` (of ``--tasks`` when given); ``KeyError`` says what is missing."""
+    from guiagent.store import EpisodeFilter
+    from guiagent.store.schema import db_path
+    from rl.semi_online import load_recorded_episodes
+
+    episodes: list[Any] = []
+    for d in cfg.data:
+        if not db_path(Path(d)).is_file():
+            raise KeyError(f"--data {d}: no trajectory store there (record one with guiagent eval --agent oracle "
+                           "--out DIR, or import one with guiagent data import)")
+        got = load_recorded_episodes(d, EpisodeFilter(outcome="success"))
+        episodes += [t for t in got if not cfg.tasks or t.task.task_id in cfg.tasks]
+    if not episodes:
+        raise KeyError(f"--data {' '.join(cfg.data)}: no successful recorded episode"
+                       + (f" of {list(cfg.tasks)}" if cfg.tasks else "") + " to replay")
+    return episodes
+
+
+def resolve_tasks(cfg: TrainConfig) -> list[str]:
+    """The task ids to train (and evaluate) on; ``KeyError`` names an unknown suite or task.
+
+    In ``--mode semi-online`` the tasks only filter the recorded episodes, which may come from
+    elsewhere (an imported dataset): the held-out evaluation runs the ones the suite has.
+    """
     from emulators.suites import get_suite
 
+    suite = get_suite(cfg.env)
+    ids = suite.task_ids()
+    if cfg.mode == "semi-online" and cfg.tasks:
+        return [t for t in cfg.tasks if t in ids]
     if cfg.tasks:
+        unknown = [t for t in cfg.tasks if t not in ids]
+        if unknown:
+            raise KeyError(f"unknown task(s) {unknown} in {cfg.env}; see `guiagent tasks list --env {cfg.env}`")
         return list(cfg.tasks)
-    ids = get_suite(cfg.env).task_ids()
     if cfg.env == "webapps":
         return [t for t in WARM_START_TASKS if t in ids]
     return ids
 
 
-def warm_start(cfg: TrainConfig, tasks: list[str], out: Path) -> str:
-    """A tiny model, SFT on oracle demonstrations of ``tasks`` (training seeds): the RL warm start."""
-    from guiagent.cli.eval import EvalConfig, run as run_eval
-    from guiagent.policy.hf import load_transformers
-    from guiagent.policy.tiny import TinyModelSpec, build_tiny_model
-    from rl.agents import COMPACT_JSON_PROMPT, AgentSettings
-    from rl.sft import SFTConfig, load_examples, load_trajectories, train_sft
-
-    sft_dir = out / "sft"
-    if (sft_dir / "config.json").is_file():
-        return str(sft_dir)
-    base = out / "base"
-    _log(f"warm start: building a tiny model in {base}")
-    # ~128 visual tokens a screenshot: enough for fixed layouts, and 5x cheaper than the default
-    build_tiny_model(TinyModelSpec(size="tiny", seed=cfg.seed, max_pixels=TINY_MAX_PIXELS), base)
-    demos = out / "demos"
-    _log(f"warm start: recording {cfg.warm_start_demos} oracle episodes of {len(tasks)} tasks")
-    run_eval(EvalConfig(env=cfg.env, agent="oracle", episodes=cfg.warm_start_demos, out=str(demos),
-                        tasks=tuple(tasks), seed=cfg.seed, name="warm-start demos"))
-    settings = AgentSettings(system_prompt=COMPACT_JSON_PROMPT)
-    policy = load_transformers(str(base), threads=cfg.threads or None)
-    sft_cfg = SFTConfig(steps=cfg.warm_start_steps, seed=cfg.seed)
-    examples = load_examples(load_trajectories([str(demos)]), policy, settings.format(),
-                             settings.prompt_config(), sft_cfg)
-    _log(f"warm start: SFT on {len(examples)} examples for {sft_cfg.steps} steps")
-    figs = train_sft(policy, examples, sft_cfg, out_dir=str(sft_dir), progress=sys.stderr.isatty(),
-                     settings=settings)
-    _log(f"warm start: SFT loss {figs['loss_first']:.3f} -> {figs['loss_last']:.3f} in {figs['seconds']} s")
-    return str(sft_dir)
-
-
-def _make_pool(cfg: TrainConfig):
-    if cfg.pool == "ray":
-        from emulators.pool import RayEnvPool
-
-        per = max(1, math.ceil(cfg.slots / cfg.workers))
-        return RayEnvPool(cfg.env, num_workers=cfg.workers, envs_per_worker=per, address=cfg.ray_address,
-                          device_options=dict(cfg.device), worker_resources=dict(cfg.worker_resources))
-    from emulators.pool import InProcessPool
-
-    return InProcessPool(cfg.env, num_slots=cfg.slots, device_options=dict(cfg.device))
-
-
-@dataclass
-class TrainerState:
-    """What a checkpoint holds beside the weights: enough to resume exactly."""
-
-    iteration: int = 0
-    """next iteration to run (the data cursor: iteration i samples its groups from seed + i)"""
-    run_id: str = ""
-    model_dir: str = ""
-    eval_before: float | None = None
-    kl_coef: float | None = None
-    """β of the adaptive KL controller (None: --kl-coef)"""
-
-
-def _checkpoint_dir(out: Path) -> Path:
-    return out / "checkpoint"
-
-
-def save_checkpoint(out: Path, policy: Any, opt: torch.optim.Optimizer, state: TrainerState) -> None:
-    """Write the checkpoint to a fresh folder, then swap it in: a kill never leaves a torn one."""
-    tmp = out / "checkpoint.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    policy.save(tmp)
-    torch.save({"optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(),
-                "python_rng": random.getstate(), "state": dataclasses.asdict(state)}, tmp / "trainer_state.pt")
-    final = _checkpoint_dir(out)
-    old = out / "checkpoint.old"
-    shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _save_config(out: Path, cfg: TrainConfig) -> None:
-    import yaml
-
-    from guiagent.config import to_mapping
-
-    (out / "config.yaml").write_text(yaml.safe_dump(to_mapping(cfg), sort_keys=False))
-
-
-def _load_config(run_dir: Path, iterations: int) -> TrainConfig:
-    from guiagent.config import load_yaml
-
-    cfg = load_yaml(TrainConfig, run_dir / "config.yaml")
-    return dataclasses.replace(cfg, iterations=iterations, resume=str(run_dir), out=str(run_dir))
-
-
-# ---------------------------------------------------------------------------------------------
-# the update
-
-
-def compute_advantages(cfg: TrainConfig, result: Any, extra: dict[str, float] | None = None
-                       ) -> tuple[list[Any], torch.Tensor, dict[str, float]]:
-    """Turns to learn from and their advantages (one per turn).
-
-    ``extra`` adds episode-level reward (e.g. the weighted judge score) by episode id.
-    """
-    extra = extra or {}
-    from rl.advantages import (
-        discounted_returns, grpo_advantages, group_stats, nonzero_variance_mask, scale_negative_advantages,
-        step_group_advantages,
-    )
-
-    trajs = [t for t in result.trajectories if t.status == "completed" and t.group_id]
-    if not trajs:
-        return [], torch.zeros(0), {"groups_kept": 0.0}
-    gids = {g: i for i, g in enumerate(sorted({t.group_id for t in trajs}))}
-    ep_reward = torch.tensor([t.total_reward + extra.get(t.episode_id, 0.0) for t in trajs], dtype=torch.float64)
-    ep_group = torch.tensor([gids[t.group_id] for t in trajs])
-    ep_success = torch.tensor([t.success for t in trajs], dtype=torch.float64)
-    keep = nonzero_variance_mask(ep_reward, ep_group) if cfg.filter_zero_variance else torch.ones(len(trajs), dtype=torch.bool)
-    normalize = cfg.algo == "grpo"
-    ep_adv = grpo_advantages(ep_reward, ep_group, normalize_std=normalize)
-    if cfg.neg_adv_min_scale < 1.0:
-        group_success, _, _ = group_stats(ep_success, ep_group)
-        ep_adv = scale_negative_advantages(ep_adv, group_success, min_scale=cfg.neg_adv_min_scale)
-    by_episode = {t.episode_id: i for i, t in enumerate(trajs)}
-    turns = [u for u in result.turns if u.episode_id in by_episode and keep[by_episode[u.episode_id]]]
-    if cfg.advantage == "episode":
-        adv = torch.tensor([float(ep_adv[by_episode[u.episode_id]]) for u in turns])
-    else:
-        step_ret: dict[tuple[str, int], float] = {}
-        for t in trajs:
-            r = torch.tensor([[s.reward for s in t.steps]], dtype=torch.float64)
-            if t.steps:  # the judge's reward lands on the last step, as the task's does
-                r[0, -1] += extra.get(t.episode_id, 0.0)
-            g = discounted_returns(r, gamma=cfg.gamma)[0] if t.steps else r[0]
-            for s, v in zip(t.steps, g.tolist()):
-                step_ret[(t.episode_id, s.index)] = v
-        rets = torch.tensor([step_ret[(u.episode_id, u.step_index)] for u in turns], dtype=torch.float64)
-        grp = torch.tensor([gids[u.group_id] for u in turns])
-        idx = torch.tensor([u.step_index for u in turns])
-        adv = step_group_advantages(rets, grp, idx, normalize_std=normalize).float()
-    stats = {"groups_kept": float(len({trajs[i].group_id for i in range(len(trajs)) if keep[i]})),
-             "groups": float(len(gids))}
-    return turns, adv, stats
-
-
-def update(cfg: TrainConfig, policy: Any, ref: Any, opt: torch.optim.Optimizer, turns: list[Any],
-           adv: torch.Tensor) -> dict[str, float]:
-    """PPO steps over ``turns``: ``epochs`` shuffled passes, one optimiser step per mini-batch,
-    each mini-batch in micro-batches with gradient accumulation."""
-    from rl.losses import ppo_clip_loss
-
-    params = [p for p in policy.parameters() if p.requires_grad]
-    out = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "grad_norm": 0.0, "approx_kl_old": 0.0, "optimizer_steps": 0.0,
-           "early_stopped": 0.0}
-    n_mb = 0
-    order = list(range(len(turns)))
-    mini = cfg.mini_batch_size or len(turns)
-    for _ in range(cfg.epochs):
-        if out["early_stopped"]:
-            break
-        random.shuffle(order)
-        for m in range(0, len(order), mini):
-            part = order[m:m + mini]
-            part_tokens = sum(len(turns[j].completion_ids) for j in part)
-            opt.zero_grad(set_to_none=True)
-            loss_sum = kl_old = 0.0
-            for i in range(0, len(part), cfg.micro_batch_size):
-                idx = part[i:i + cfg.micro_batch_size]
-                mb = [turns[j] for j in idx]
-                chats = [u.prompt for u in mb]
-                comps = [list(u.completion_ids) for u in mb]
-                sb = policy.score_batch(chats, comps, grad=True)
-                old = _place(sb.mask, [u.old_logprobs for u in mb], sb.logprobs.dtype)
-                ref_lp = None
-                if ref is not None and cfg.kl_coef > 0:
-                    ref_lp = ref.score_batch(chats, comps, grad=False).logprobs.detach()
-                loss, st = ppo_clip_loss(sb.logprobs, old, adv[idx].to(sb.logprobs.dtype), sb.mask,
-                                         clip_eps_low=cfg.clip_eps_low, clip_eps_high=cfg.clip_eps_high,
-                                         agg=cfg.loss_agg, ref_logp=ref_lp, kl_coef=cfg.kl_coef, kl_kind=cfg.kl_kind,
-                                         max_len=cfg.max_new_tokens,
-                                         group_ids=torch.tensor([hash(u.group_id) % (2**31) for u in mb]))
-                # Each micro-batch's share of the mini-batch, so accumulation equals one big batch.
-                share = (int(sb.mask.sum()) / max(part_tokens, 1)) if cfg.loss_agg == "token_mean" else len(mb) / len(part)
-                (loss * share).backward()
-                loss_sum += float(loss.detach()) * share
-                out["clip_frac"] += st.clip_frac
-                out["kl"] += st.kl
-                out["approx_kl_old"] += st.approx_kl_old
-                kl_old += st.approx_kl_old * len(mb) / len(part)
-                n_mb += 1
-            if cfg.max_kl_old and kl_old > cfg.max_kl_old:  # this mini-batch left the trust region
-                opt.zero_grad(set_to_none=True)
-                out["early_stopped"] = 1.0
-                break
-            gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            opt.step()
-            out["loss"] += loss_sum
-            out["grad_norm"] += float(gn)
-            out["optimizer_steps"] += 1
-    for k in ("clip_frac", "kl", "approx_kl_old"):
-        out[k] /= max(n_mb, 1)
-    for k in ("loss", "grad_norm"):  # means over the optimiser steps
-        out[k] /= max(out["optimizer_steps"], 1)
-    if out["optimizer_steps"]:
-        policy.mark_updated()  # one new policy version per update: what rollouts are tagged and lag-checked with
-    return out
-
-
-def _place(mask: torch.Tensor, rows: list[tuple[float, ...]], dtype: torch.dtype) -> torch.Tensor:
-    out = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
-    for b, r in enumerate(rows):
-        idx = mask[b].nonzero().flatten()
-        if len(idx) != len(r):
-            raise RuntimeError(f"{len(r)} behaviour log-probs for {len(idx)} completion tokens")
-        out[b, idx] = torch.tensor(r, dtype=dtype, device=mask.device)
-    return out
-
-
-def _make_judge(cfg: TrainConfig, out: Path) -> Any:
-    if not cfg.judge_model:
-        return None
-    from guiagent.policy import load_policy
-    from judge.vlm import JudgeConfig, VLMJudge
-
-    return VLMJudge(load_policy(cfg.judge_model), JudgeConfig(k=cfg.judge_k, budget=cfg.judge_budget,
-                                                              cache_dir=str(out / "judge_cache"),
-                                                              model_id=cfg.judge_model))
-
-
-def judge_episodes(judge: Any, result: Any, store: Any, cfg: TrainConfig, metrics: dict[str, float]
-                   ) -> dict[str, float]:
-    """Judge the finished episodes; store the verdicts; return ``{episode id: weighted judge reward}``."""
-    from judge.vlm import store_verdict
-
-    trajs = [t for t in result.trajectories if t.status == "completed"]
-    verdicts = judge.judge_batch(trajs)
-    extra: dict[str, float] = {}
-    agree = judged = 0
-    for t, v in zip(trajs, verdicts):
-        store_verdict(store, t.episode_id, v)
-        if v.reward is not None:
-            extra[t.episode_id] = cfg.rewards.judge * v.reward
-            judged += 1
-            agree += int((v.reward >= 0.5) == (t.success >= 0.5))
-    metrics["judge_agreement"] = agree / judged if judged else float("nan")
-    metrics["judge_errors"] = float(len(trajs) - judged)
-    return extra
-
-
-class _LockedModelPolicy:
+class _LockedTurnPolicy:
     """A turn policy whose generation holds a lock, so weights are never swapped mid-batch."""
 
     def __init__(self, inner: Any, lock: threading.Lock):
@@ -453,188 +131,393 @@ class _LockedModelPolicy:
             return self.inner.act_batch(contexts, pool)
 
 
-def rollout_metrics(result: Any) -> dict[str, float]:
-    trajs = [t for t in result.trajectories if t.status == "completed"]
-    steps = [s for t in trajs for s in t.steps]
-    m: dict[str, float] = {
-        "success_rate": sum(t.success for t in trajs) / max(len(trajs), 1),
-        "reward_mean": sum(t.total_reward for t in trajs) / max(len(trajs), 1),
-        "episode_length": len(steps) / max(len(trajs), 1),
-        "parse_error_rate": sum(s.parse_error is not None for s in steps) / max(len(steps), 1),
-        "aborted": float(result.aborted), "env_steps_per_s": result.steps_per_second,
-        "rollout_seconds": result.wall_seconds,
-    }
-    for name in sorted({k for s in steps for k in s.reward_parts}):
-        m[f"reward/{name}"] = sum(s.reward_parts.get(name, 0.0) for s in steps) / max(len(trajs), 1)
-    lps = [lp for u in result.turns for lp in u.old_logprobs]
-    if lps:  # −E[log π(a)] over sampled tokens: a Monte-Carlo estimate of the policy's entropy
-        m["entropy"] = -sum(lps) / len(lps)
-    return m
+class Trainer:
+    """One training run: :meth:`run` is setup → loop → cleanup."""
 
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
 
-# ---------------------------------------------------------------------------------------------
-# the loop
+    def run(self) -> TrainResult:
+        self.store = self.pool = self.async_rollout = None
+        try:
+            self.setup()
+            while self.state.iteration < self.cfg.iterations and self.stopped_by is None:
+                self.iterate()
+            result = self.finish()
+            self.store.set_run_status(self.state.run_id, "finished")
+            return result
+        except BaseException:
+            if self.store is not None and self.state.run_id:
+                self.store.set_run_status(self.state.run_id, "failed")
+            raise
+        finally:
+            self.cleanup()
 
+    # ---- setup ----------------------------------------------------------------------------------
 
-def train(cfg: TrainConfig) -> dict[str, Any]:
-    # ---- setup --------------------------------------------------------------------------------
-    from guiagent.cli.eval import EvalConfig, run as run_eval
-    from guiagent.policy.hf import load_transformers
-    from guiagent.store import Store
-    from rl.agents import AgentSettings, load_model_policy
-    from rl.losses import AdaptiveKL
-    from rl.rollout import AsyncRollout, make_groups, run_rollout
-
-    if cfg.resume:
-        cfg = _load_config(Path(cfg.resume), cfg.iterations)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    tasks = _task_ids(cfg)
-    ckpt = _checkpoint_dir(out)
-    state = TrainerState()
-    resuming = cfg.resume is not None and (ckpt / "trainer_state.pt").is_file()
-    if resuming:
-        saved = torch.load(ckpt / "trainer_state.pt", weights_only=False)
-        state = TrainerState(**saved["state"])
-        model_dir = str(ckpt)
-        _log(f"resuming {out} at iteration {state.iteration}")
-    else:
-        _save_config(out, cfg)
-        model_dir = cfg.model or warm_start(cfg, tasks, out)
-        state.model_dir = model_dir
-    settings = AgentSettings.load(state.model_dir or model_dir) or AgentSettings()
-    policy = load_transformers(model_dir, threads=cfg.threads or None)
-    ref = load_transformers(model_dir) if cfg.kl_coef > 0 else None
-    opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.98))
-    if resuming:
-        opt.load_state_dict(saved["optimizer"])
-        torch.set_rng_state(saved["torch_rng"])
-        random.setstate(saved["python_rng"])
-    else:
-        torch.manual_seed(cfg.seed)
-        random.seed(cfg.seed)
-    store = Store.open(out)
-    if not state.run_id:
+    def setup(self) -> None:
         from guiagent.config import to_mapping
+        from guiagent.policy.hf import load_transformers
+        from guiagent.store import Store
+        from rl.agents import AgentSettings, load_model_policy
+        from rl.evaluate import warm_start
 
-        state.run_id = store.create_run(f"{cfg.algo}-{cfg.env}", env=cfg.env, algo=cfg.algo, model=model_dir,
-                                        config=to_mapping(cfg))
-    else:  # resuming: episodes a killed run left half-written are marked aborted, never lost silently
-        recovered = store.recover(older_than=3600.0, dead_local_writers=True)
-        if recovered:
-            _log(f"marked {len(recovered)} unfinished episodes of the killed run as aborted")
-        store.set_run_status(state.run_id, "running")
+        cfg = self.cfg
+        restored = None
+        if cfg.resume:
+            run_dir = Path(cfg.resume)
+            cfg = load_config(TrainConfig, run_dir, iterations=cfg.iterations, resume=str(run_dir), out=str(run_dir))
+            ckpt = find_checkpoint(run_dir)
+            restored = load_checkpoint(ckpt) if ckpt is not None else None
+        self.cfg = cfg
+        # before anything is created: a typo leaves nothing behind
+        self.tasks = resolve_tasks(cfg)
+        self.recorded = load_recorded(cfg) if cfg.mode != "online" and cfg.data else []
+        if cfg.eval_episodes > 0 and not self.tasks:
+            raise KeyError(f"none of the recorded tasks is a {cfg.env} task to evaluate on: "
+                           "give --eval-episodes 0, or --tasks of the suite")
+        self.out = out = Path(cfg.out)
+        out.mkdir(parents=True, exist_ok=True)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.stopped_by: str | None = None
+        self.history: list[dict[str, float]] = []
+        self.after = float("nan")
+        if restored is not None:
+            self.state = restored.state
+            model_dir = str(ckpt)
+            log.info("resuming %s at iteration %d", out, self.state.iteration)
+        else:
+            self.state = TrainerState()
+            save_config(out, cfg)
+            torch.manual_seed(cfg.seed)  # the tiny model's initialisation, when the warm start builds one
+            model_dir = cfg.model or warm_start(out, env=cfg.env, tasks=self.tasks, demos=cfg.warm_start_demos,
+                                                steps=cfg.warm_start_steps, seed=cfg.seed,
+                                                max_pixels=TINY_MAX_PIXELS, threads=cfg.threads or None)
+            self.state.model_dir = model_dir
+        if cfg.mode != "online" and not cfg.data:  # staged embedded default: replay the warm start's demos
+            self.cfg = cfg = dataclasses.replace(cfg, data=(str(out / "demos"),))
+            self.recorded = load_recorded(cfg)
+        self.first_iteration = self.state.iteration
+        self.settings = AgentSettings.load(self.state.model_dir) or AgentSettings.load(model_dir) or AgentSettings()
+        self.policy = load_transformers(model_dir, threads=cfg.threads or None)
+        # The KL reference is the starting policy for the whole run, also after any number of resumes.
+        self.ref = load_transformers(self.state.model_dir) if cfg.kl_coef > 0 else None
+        self.opt = torch.optim.AdamW([p for p in self.policy.parameters() if p.requires_grad], lr=cfg.lr,
+                                     betas=(0.9, 0.98))
+        if restored is not None:
+            self.opt.load_state_dict(restored.optimizer)
+            torch.set_rng_state(restored.torch_rng)
+            random.setstate(restored.python_rng)
+        else:
+            torch.manual_seed(cfg.seed)
+            random.seed(cfg.seed)
 
-    async_rollout = None
-    pool = _make_pool(cfg)
-    try:
-        def evaluate(tag: str) -> float:
-            if cfg.eval_episodes <= 0:
-                return float("nan")
-            greedy = load_model_policy(model_dir, settings=settings, policy=policy, temperature=0.0,
-                                       max_new_tokens=cfg.max_new_tokens)
-            ecfg = EvalConfig(env=cfg.env, agent="model", model=model_dir, episodes=cfg.eval_episodes,
-                              out=str(out / f"eval-{tag}"), tasks=tuple(tasks), slots=cfg.slots, name=f"eval {tag}")
-            # async: the rollout thread shares the pool, so it waits between two rollouts
-            with async_rollout.paused() if async_rollout is not None else contextlib.nullcontext():
-                r = run_eval(ecfg, policy=greedy, pool=pool)
-            _log(f"held-out success {tag}: {r['success_rate']:.1%} over {r['episodes']} episodes")
-            return float(r["success_rate"])
+        self.store = Store.open(out)
+        if not self.state.run_id:
+            self.state.run_id = self.store.create_run(f"{cfg.algo}-{cfg.env}", env=cfg.env, algo=cfg.algo,
+                                                      model=model_dir, config=to_mapping(cfg))
+        else:  # resuming: episodes a killed run left half-written are marked aborted, never lost silently
+            recovered = self.store.recover(older_than=3600.0, dead_local_writers=True)
+            if recovered:
+                log.info("marked %d unfinished episodes of the killed run as aborted", len(recovered))
+            self.store.set_run_status(self.state.run_id, "running")
 
-        if state.eval_before is None:
-            state.eval_before = evaluate("before")
+        if self.state.eval_before is None:
+            self.state.eval_before = self.evaluate("before")
         # The rollout side acts with its own copy of the weights in async mode (synced after each
         # update under a lock); in sync mode it shares the learner's model, so syncing is free.
-        rollout_policy = load_transformers(model_dir, threads=cfg.threads or None) if cfg.mode == "async" else policy
-        lock = threading.Lock()
-        sampler = _LockedModelPolicy(load_model_policy(model_dir, settings=settings, policy=rollout_policy,
-                                                       temperature=cfg.temperature, top_p=cfg.top_p, min_p=cfg.min_p,
-                                                       max_new_tokens=cfg.max_new_tokens, keep_chats=True), lock)
+        self.rollout_policy = (load_transformers(model_dir, threads=cfg.threads or None)
+                               if cfg.rollout == "async" else self.policy)
+        self.lock = threading.Lock()
+        self.sampler = _LockedTurnPolicy(load_model_policy(
+            model_dir, settings=self.settings, policy=self.rollout_policy, temperature=cfg.temperature,
+            top_p=cfg.top_p, min_p=cfg.min_p, max_new_tokens=cfg.max_new_tokens, keep_chats=True), self.lock)
+        self.judge = self._make_judge()
+        if cfg.rollout == "async":
+            from rl.rollout import AsyncRollout
 
-        def sync_weights() -> None:
-            if rollout_policy is not policy:
-                with lock:
-                    rollout_policy.load_state_dict(policy.state_dict())
-                    rollout_policy.version = policy.version
+            self.async_rollout = AsyncRollout(self.produce, max_lag=cfg.max_lag, start_iteration=self.state.iteration)
 
-        judge = _make_judge(cfg, out)
+    def env_pool(self) -> Any:
+        """The env pool, started on first use (a semi-online run without evaluations needs none)."""
+        if self.pool is None:
+            self.pool = self._make_pool()
+        return self.pool
 
-        def produce(iteration: int):
-            rng = random.Random(cfg.seed * 7919 + iteration)  # the data cursor: iteration i -> its groups
-            result = None
-            for _ in range(max(1, cfg.max_sampling_rounds) if cfg.min_informative_groups else 1):
-                picks = [rng.choice(tasks) for _ in range(cfg.groups_per_iteration)]
-                seeds = [rng.randrange(TRAIN_SEED_RANGE) for _ in picks]
-                more = run_rollout(pool, sampler, make_groups(picks, seeds, cfg.group_size), rewards=cfg.rewards,
-                                   store=store, run_id=state.run_id, suite=cfg.env)
-                result = more if result is None else result.extend(more)
-                if result.informative_groups() >= cfg.min_informative_groups:
-                    break
-            return result
+    def _make_pool(self) -> Any:
+        cfg = self.cfg
+        if cfg.pool == "ray":
+            from emulators.pool import RayEnvPool
 
-        if cfg.mode == "async":
-            async_rollout = AsyncRollout(produce, max_lag=cfg.max_lag, start_iteration=state.iteration)
-        history: list[dict[str, float]] = []
-        first = state.iteration
-        # ---- loop ------------------------------------------------------------------------------
-        while state.iteration < cfg.iterations:
-            it = state.iteration
-            t0 = time.perf_counter()
-            if async_rollout is not None:
-                async_rollout.set_version(policy.version)
-                result = async_rollout.get()
-            else:
-                result = produce(it)
-            metrics = rollout_metrics(result)
-            extra = judge_episodes(judge, result, store, cfg, metrics) if judge is not None else {}
+            per = max(1, math.ceil(cfg.slots / cfg.workers))
+            return RayEnvPool(cfg.env, num_workers=cfg.workers, envs_per_worker=per, address=cfg.ray_address,
+                              device_options=dict(cfg.device), worker_resources=dict(cfg.worker_resources))
+        from emulators.pool import InProcessPool
+
+        return InProcessPool(cfg.env, num_slots=cfg.slots, device_options=dict(cfg.device))
+
+    def _make_judge(self) -> Any:
+        cfg = self.cfg
+        if not cfg.judge_model:
+            return None
+        from guiagent.policy import load_policy
+        from judge.vlm import JudgeConfig, VLMJudge
+
+        return VLMJudge(load_policy(cfg.judge_model), JudgeConfig(k=cfg.judge_k, budget=cfg.judge_budget,
+                                                                  cache_dir=str(self.out / "judge_cache"),
+                                                                  model_id=cfg.judge_model))
+
+    # ---- the loop -------------------------------------------------------------------------------
+
+    def is_semi_online(self, iteration: int) -> bool:
+        """Whether iteration ``iteration`` replays recorded episodes (--mode semi-online / mixed)."""
+        mode, semi = self.cfg.mode, self.cfg.semi
+        return (mode == "semi-online" or (mode == "mixed" and iteration % (semi.per_online + 1) != semi.per_online)
+                or (mode == "staged" and iteration < semi.iterations))
+
+    def produce(self, iteration: int) -> Any:
+        """The rollouts of one iteration: ``groups_per_iteration`` (task, seed) groups of G episodes,
+        in more rounds while too few groups are informative (dynamic sampling); or, in a
+        semi-online iteration, ``groups_per_iteration`` recorded episodes replayed G times each."""
+        from rl.rollout import make_groups, run_rollout
+
+        cfg = self.cfg
+        rng = random.Random(cfg.seed * 7919 + iteration)  # the data cursor: iteration i -> its groups
+        torch.manual_seed(cfg.seed * 7919 + iteration)  # the sampling of this iteration's replies
+        if self.is_semi_online(iteration):
+            return self._replay(rng)
+        result = None
+        for rnd in range(max(1, cfg.max_sampling_rounds) if cfg.min_informative_groups else 1):
+            picks = [rng.choice(self.tasks) for _ in range(cfg.groups_per_iteration)]
+            seeds = [rng.randrange(TRAIN_SEED_RANGE) for _ in picks]
+            more = run_rollout(self.env_pool(), self.sampler, make_groups(picks, seeds, cfg.group_size,
+                                                                    tag=f"i{iteration}r{rnd}"),
+                               rewards=cfg.rewards, store=self.store, run_id=self.state.run_id, suite=cfg.env)
+            result = more if result is None else result.extend(more)
+            if result.informative_groups() >= cfg.min_informative_groups:
+                break
+        return result
+
+    def _replay(self, rng: random.Random) -> Any:
+        """A semi-online rollout: recorded episodes, each replayed ``group_size`` times."""
+        from rl.semi_online import ModelExplainer, run_semi_online
+
+        cfg = self.cfg
+        n = cfg.groups_per_iteration
+        picks = (rng.sample(self.recorded, n) if n <= len(self.recorded)
+                 else [rng.choice(self.recorded) for _ in range(n)])
+        explainer = ModelExplainer(self.sampler.inner) if cfg.semi.patch.mode == "policy" else None
+        return run_semi_online(self.sampler, picks, group_size=cfg.group_size, patch=cfg.semi.patch,
+                               rewards=cfg.semi.rewards, match=cfg.semi.match, explainer=explainer,
+                               store=self.store, run_id=self.state.run_id)
+
+    def iterate(self) -> None:
+        """One iteration: rollout → advantages → update → guards → sync → checkpoint → eval → metrics."""
+        from rl.batching import compute_advantages, rollout_metrics
+        from rl.losses import AdaptiveKL
+        from rl.update import update
+
+        cfg, state = self.cfg, self.state
+        it = state.iteration
+        t0 = time.perf_counter()
+        if self.async_rollout is not None:
+            self.async_rollout.set_version(self.policy.version)
+            result = self.async_rollout.get()
+        else:
+            result = self.produce(it)
+        metrics = rollout_metrics(result)
+        if self.is_semi_online(it):
+            turns, adv, adv_stats = self._semi_online_batch(result, metrics)
+        else:
+            extra = self._judge_episodes(result, metrics) if self.judge is not None else {}
             turns, adv, adv_stats = compute_advantages(cfg, result, extra)
-            metrics.update(adv_stats)
-            t1 = time.perf_counter()
-            if turns:
-                beta = cfg.kl_coef if state.kl_coef is None else state.kl_coef
-                metrics.update(update(dataclasses.replace(cfg, kl_coef=beta), policy, ref, opt, turns, adv))
-                if cfg.kl_target > 0:  # adaptive β: a soft trust region around the reference
-                    state.kl_coef = AdaptiveKL(beta, cfg.kl_target, cfg.kl_horizon).update(metrics["kl"], len(turns))
-                metrics["kl_coef"] = beta
-            sync_weights()
-            metrics["update_seconds"] = time.perf_counter() - t1
-            metrics["iteration_seconds"] = time.perf_counter() - t0
-            metrics["policy_version"] = float(policy.version)
-            state.iteration = it + 1
-            save_checkpoint(out, policy, opt, state)
-            if cfg.eval_every and (it + 1) % cfg.eval_every == 0 and it + 1 < cfg.iterations:
-                metrics["eval_success"] = evaluate(f"iter-{it + 1}")
-            store.log_metrics(state.run_id, it, metrics)
-            history.append(metrics)
-            upd = (f"loss {metrics['loss']:.4f} grad {metrics['grad_norm']:.3f}" if "loss" in metrics
-                   else "no update: every group's episodes got equal rewards")
-            _log(f"[{it + 1}/{cfg.iterations}] success {metrics['success_rate']:.2f} reward "
-                 f"{metrics['reward_mean']:.3f} len {metrics['episode_length']:.1f} parse-err "
-                 f"{metrics['parse_error_rate']:.2f} {upd} ({metrics['iteration_seconds']:.1f} s)")
-        # ---- cleanup ---------------------------------------------------------------------------
-        if async_rollout is not None:  # the rollout in flight ends before the pool is used again
-            async_rollout.close()
-        final = out / "model"
-        policy.save(final)
-        settings.save(str(final))
-        after = evaluate("after")
-        store.set_run_status(state.run_id, "finished")
-    except BaseException:
-        store.set_run_status(state.run_id, "failed")
-        raise
-    finally:
-        if async_rollout is not None:
-            async_rollout.close()
-        pool.close()
-        store.close()
-    return {"run_dir": str(out), "run_id": state.run_id, "iterations": state.iteration,
-            "success_before": state.eval_before, "success_after": after, "model": str(final),
-            "eval_curve": {str(i + 1): h["eval_success"] for i, h in enumerate(history, start=first)
-                           if "eval_success" in h},
-            "last": history[-1] if history else {}}
+        metrics.update(adv_stats)
+        t1 = time.perf_counter()
+        if turns:
+            beta = cfg.kl_coef if state.kl_coef is None else state.kl_coef
+            metrics.update(update(dataclasses.replace(cfg, kl_coef=beta), self.policy, self.ref, self.opt, turns, adv,
+                                  rng=random.Random(cfg.seed * 7919 + it)))
+            if cfg.kl_target > 0:  # adaptive β: a soft trust region around the reference
+                state.kl_coef = AdaptiveKL(beta, cfg.kl_target, cfg.kl_horizon).update(metrics["kl"], len(turns))
+            metrics["kl_coef"] = beta
+        tripped = self._guards(metrics)
+        if tripped and cfg.guard_action == "rollback" and state.rollbacks < MAX_CONSECUTIVE_ROLLBACKS:
+            self._rollback(tripped)
+            metrics["guard/rollback"] = 1.0
+        elif tripped:
+            self.stopped_by = tripped
+            metrics["guard/stop"] = 1.0
+            log.warning("stability guard: %s; stopping the run", tripped)
+            if cfg.guard_action == "rollback":  # rolled back too often in a row: keep the last good weights
+                self._rollback(tripped)
+        else:
+            state.rollbacks = 0
+        self._sync_weights()
+        metrics["update_seconds"] = time.perf_counter() - t1
+        metrics["iteration_seconds"] = time.perf_counter() - t0
+        metrics["policy_version"] = float(self.policy.version)
+        state.iteration = it + 1
+        stage_end = cfg.mode == "staged" and it + 1 == cfg.semi.iterations
+        due = (cfg.eval_every and (it + 1) % cfg.eval_every == 0) or stage_end
+        if due and it + 1 < cfg.iterations and self.stopped_by is None:
+            metrics["eval_success"] = self.evaluate("after-semi-online" if stage_end else f"iter-{it + 1}")
+            self._keep_best(metrics["eval_success"], it + 1)
+        # Metrics before the checkpoint: a kill in between repeats the iteration, whose metrics
+        # then replace these; the other order would lose them.
+        self.store.log_metrics(state.run_id, it, metrics)
+        save_checkpoint(self.out, self.policy, self.opt, state)
+        self.history.append(metrics)
+        log.info(self._line(it, metrics))
 
+    def _semi_online_batch(self, result: Any, metrics: dict[str, float]) -> tuple[list[Any], torch.Tensor,
+                                                                                    dict[str, float]]:
+        """Turns and UI-S1 advantages of a semi-online rollout (patched steps are never trained on:
+        the turns are the policy's own replies), and its metrics."""
+        from rl.semi_online import semi_online_turn_advantages
 
-def write_summary(result: dict[str, Any]) -> None:
-    Path(result["run_dir"], "summary.json").write_text(json.dumps(result, indent=2, default=float))
+        semi = self.cfg.semi
+        adv = semi_online_turn_advantages(result, gamma=semi.gamma, step_weight=semi.step_weight,
+                                          episode_weight=semi.episode_weight, normalize_std=self.cfg.algo == "grpo")
+        trajs = result.trajectories
+        steps = [st for t in trajs for st in t.steps]
+        n = max(len(trajs), 1)
+        metrics.update({
+            "semi_online": 1.0,
+            "semi/match_rate": sum(bool(st.metadata.get("matched")) for st in steps) / max(len(steps), 1),
+            "semi/progress": sum(t.metadata.get("progress", 0.0) for t in trajs) / n,
+            "semi/patches": sum(t.metadata.get("patches", 0) for t in trajs) / n,
+        })
+        return list(result.turns), adv, {"groups": float(len({t.group_id for t in trajs})),
+                                          "groups_kept": float(len({u.group_id for u in result.turns}))}
+
+    def _guards(self, m: dict[str, float]) -> str | None:
+        """The first stability guard this iteration trips (None: all within bounds); alarms are
+        stored as metrics either way."""
+        cfg = self.cfg
+        if cfg.min_entropy and m.get("entropy", math.inf) < cfg.min_entropy:
+            m["alarm/entropy"] = 1.0
+        if cfg.max_parse_error_rate and m["parse_error_rate"] > cfg.max_parse_error_rate:
+            m["alarm/parse_error_rate"] = 1.0
+            return f"parse-error rate {m['parse_error_rate']:.2f} > --max-parse-error-rate {cfg.max_parse_error_rate}"
+        if cfg.max_kl_ref and m.get("kl", 0.0) > cfg.max_kl_ref:
+            m["alarm/kl_ref"] = 1.0
+            return f"KL to the reference {m['kl']:.4f} > --max-kl-ref {cfg.max_kl_ref}"
+        return None
+
+    def _rollback(self, why: str) -> None:
+        """Restore the weights and optimiser of the last checkpoint (the start when there is none yet)."""
+        from guiagent.policy.hf import load_transformers
+
+        ckpt = find_checkpoint(self.out)
+        src = str(ckpt) if ckpt is not None else self.state.model_dir
+        self.policy.load_state_dict(load_transformers(src).state_dict())
+        if ckpt is not None:
+            self.opt.load_state_dict(load_checkpoint(ckpt).optimizer)
+        else:  # no checkpoint yet: back to a fresh optimiser too
+            self.opt.state.clear()
+        self.policy.mark_updated()
+        self.state.rollbacks += 1
+        log.warning("stability guard: %s; rolled back to %s", why, src)
+
+    def _sync_weights(self) -> None:
+        if self.rollout_policy is not self.policy:
+            with self.lock:
+                self.rollout_policy.load_state_dict(self.policy.state_dict())
+                self.rollout_policy.version = self.policy.version
+
+    def _keep_best(self, success: float, iteration: int) -> None:
+        """model-best/: the policy with the best held-out success so far (ties keep the earlier)."""
+        if math.isnan(success) or (self.state.best_success is not None and success <= self.state.best_success):
+            return
+        tmp, best = self.out / "model-best.tmp", self.out / "model-best"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.policy.save(tmp)
+        self.settings.save(str(tmp))
+        shutil.rmtree(best, ignore_errors=True)
+        tmp.rename(best)
+        self.state.best_success, self.state.best_iteration = success, iteration
+        log.info("best held-out success so far (%.1f%% at iteration %d): kept in %s", 100 * success, iteration, best)
+
+    def _line(self, it: int, m: dict[str, float]) -> str:
+        upd = (f"loss {m['loss']:.4f} grad {m['grad_norm']:.3f}" if "loss" in m
+               else "no update: " + ("no completed episode" if not m.get("groups")
+                                     else "every group's episodes got equal rewards"))
+        alarms = " ".join(k.split("/", 1)[1].upper() for k in m if k.startswith("alarm/"))
+        ent = f" entropy {m['entropy']:.2f}" if "entropy" in m else ""
+        aborted = f" aborted {int(m['aborted'])}" if m.get("aborted") else ""
+        mode = "[semi] " if m.get("semi_online") else ""
+        return (f"[{it + 1}/{self.cfg.iterations}] {mode}success {m['success_rate']:.2f} reward {m['reward_mean']:.3f} "
+                f"len {m['episode_length']:.1f} parse-err {m['parse_error_rate']:.2f}{ent}{aborted} {upd} "
+                f"({m['iteration_seconds']:.1f} s)" + (f" ALARM {alarms}" if alarms else ""))
+
+    def evaluate(self, tag: str) -> float:
+        """Greedy held-out success of the current policy (nan when --eval-episodes is 0)."""
+        from rl.agents import load_model_policy
+        from rl.evaluate import EvalConfig, run_eval
+
+        cfg = self.cfg
+        if cfg.eval_episodes <= 0:
+            return float("nan")
+        greedy = load_model_policy(self.state.model_dir, settings=self.settings, policy=self.policy,
+                                   temperature=0.0, max_new_tokens=cfg.max_new_tokens)
+        ecfg = EvalConfig(env=cfg.env, agent="model", model=self.state.model_dir, episodes=cfg.eval_episodes,
+                          out=str(self.out / f"eval-{tag}"), tasks=tuple(self.tasks), slots=cfg.slots,
+                          name=f"eval {tag}")
+        # async: the rollout thread shares the pool, so it waits between two rollouts
+        with self.async_rollout.paused() if self.async_rollout is not None else contextlib.nullcontext():
+            r = run_eval(ecfg, policy=greedy, pool=self.env_pool())
+        log.info("held-out success %s: %.1f%% over %d episodes", tag, 100 * r.success_rate, r.episodes)
+        return float(r.success_rate)
+
+    def _judge_episodes(self, result: Any, metrics: dict[str, float]) -> dict[str, float]:
+        """Judge the finished episodes; store the verdicts; return ``{episode id: weighted judge reward}``."""
+        from judge.vlm import store_verdict
+
+        trajs = [t for t in result.trajectories if t.status == "completed"]
+        verdicts = self.judge.judge_batch(trajs)
+        extra: dict[str, float] = {}
+        agree = judged = 0
+        for t, v in zip(trajs, verdicts):
+            store_verdict(self.store, t.episode_id, v)
+            if v.reward is not None:
+                extra[t.episode_id] = self.cfg.rewards.judge * v.reward
+                judged += 1
+                agree += int((v.reward >= 0.5) == (t.success >= 0.5))
+        metrics["judge_agreement"] = agree / judged if judged else float("nan")
+        metrics["judge_errors"] = float(len(trajs) - judged)
+        return extra
+
+    # ---- cleanup --------------------------------------------------------------------------------
+
+    def finish(self) -> TrainResult:
+        """The final model and its held-out evaluation."""
+        if self.async_rollout is not None:  # the rollout in flight ends before the pool is used again
+            self.async_rollout.close()
+        final = self.out / "model"
+        self.policy.save(final)
+        self.settings.save(str(final))
+        self.after = self.evaluate("after")
+        if self.cfg.eval_every or self.state.best_success is not None:
+            self._keep_best(self.after, self.state.iteration)
+            save_checkpoint(self.out, self.policy, self.opt, self.state)  # best_* recorded for a later resume
+        best = self.out / "model-best"
+        s = self.state
+        return TrainResult(
+            run_dir=str(self.out), run_id=s.run_id, iterations=s.iteration,
+            success_before=s.eval_before if s.eval_before is not None else float("nan"),
+            success_after=self.after, model=str(final),
+            best_model=str(best) if best.is_dir() else None, best_success=s.best_success,
+            best_iteration=s.best_iteration, stopped_by=self.stopped_by,
+            eval_curve={str(i + 1): h["eval_success"] for i, h in enumerate(self.history, start=self.first_iteration)
+                        if "eval_success" in h},
+            last=self.history[-1] if self.history else {})
+
+    def cleanup(self) -> None:
+        if self.async_rollout is not None:
+            self.async_rollout.close()
+        if self.pool is not None:
+            self.pool.close()
+        if self.store is not None:
+            self.store.close()
+

@@ -15,7 +15,7 @@ from guiagent.store import SORT_KEYS, EpisodeFilter
 from guiagent.store.records import (
     EpisodeDetail, EpisodeSummary, JudgementRecord, MetricPoint, RunInfo, StepRecord, TaskStats,
 )
-from guiagent.types import action_to_dict
+from guiagent.types import action_from_dict, action_to_dict
 
 from webui.overlay import overlay_shapes
 
@@ -75,7 +75,25 @@ def step_json(r: StepRecord, screenshot_url: str | None) -> dict[str, Any]:
         "milestones": list(r.milestones), "terminated": r.terminated, "truncated": r.truncated,
         "policy_version": r.policy_version, "latency_ms": num(r.latency_ms),
         "overlay": overlay_shapes(r.action if r.parse_error is None else r.parse_error, r.width, r.height),
+        "metadata": dict(r.metadata),
+        "semi": semi_online_json(r),
     }
+
+
+def semi_online_json(r: StepRecord) -> dict[str, Any] | None:
+    """A semi-online step's recorded action beside the policy's: match, patch, the recorded overlay."""
+    meta = r.metadata
+    if "recorded_action" not in meta:
+        return None
+    try:
+        recorded = action_from_dict(meta["recorded_action"])
+    except (ValueError, TypeError, KeyError):  # a store written by another tool: show the step without it
+        return None
+    return {"recorded_action": action_to_dict(recorded), "matched": bool(meta.get("matched")),
+            "kind_match": bool(meta.get("kind_match")), "patched": bool(meta.get("patched")),
+            "reason": str(meta.get("match_reason", "")), "patch_thought": str(meta.get("patch_thought", "")),
+            "recorded_index": meta.get("recorded_index"),
+            "overlay": overlay_shapes(recorded, r.width, r.height)}
 
 
 def judgement_json(j: JudgementRecord) -> dict[str, Any]:

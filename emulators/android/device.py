@@ -9,6 +9,8 @@ Action mapping:
 
 =================  ==============================================================
 Click              tap
+DoubleClick        two taps back to back (Android's double-tap window is 300 ms)
+RightClick, Hover  refused with an ActionError: a touch screen has no mouse buttons or pointer
 LongPress          long_press(duration_ms)
 Type               tap (x, y) first when given, then type_text; ``submit`` presses Enter
 Scroll             a swipe with the finger moving **against** ``direction``: scrolling
@@ -34,8 +36,8 @@ from emulators.android.keys import KeyChord, parse_key, resolve_app
 from emulators.android.transport import Transport, png_size
 from emulators.base import ActionError, Device
 from guiagent.types import (
-    Action, Answer, Click, Drag, Finish, Key, LongPress, NavigateBack, NavigateHome, Observation, OpenApp,
-    Scroll, Swipe, Type, Wait,
+    Action, Answer, Click, DoubleClick, Drag, Finish, Hover, Key, LongPress, NavigateBack, NavigateHome,
+    Observation, OpenApp, RightClick, Scroll, Swipe, Type, Wait,
 )
 
 __all__ = ["AndroidDevice", "to_pixels", "scroll_path"]
@@ -149,6 +151,14 @@ class AndroidDevice(Device):
         t = self.transport
         if isinstance(action, Click):
             t.tap(*self._px(action.x, action.y))
+        elif isinstance(action, DoubleClick):
+            p = self._px(action.x, action.y)
+            t.tap(*p)
+            t.tap(*p)  # no settle in between: the two taps must land inside the double-tap window
+        elif isinstance(action, RightClick):
+            raise ActionError("a touch screen has no right button; use LongPress for a context menu")
+        elif isinstance(action, Hover):
+            raise ActionError("a touch screen has no pointer to hover with; tap instead")
         elif isinstance(action, LongPress):
             t.long_press(*self._px(action.x, action.y), action.duration_ms)
         elif isinstance(action, Type):

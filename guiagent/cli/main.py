@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("guiagent.cli.export", "export a run's steps as a Hugging Face dataset or Parquet"),
     "ui": ("guiagent.cli.ui", "web UI: trajectory replay and training dashboards"),
     "farm": ("guiagent.cli.farm", "Android emulator farm: up, down, status"),
+    "data": ("guiagent.cli.data", "import recorded trajectories (AndroidControl, UI-S1, GUI-Odyssey)"),
 }
 
 

@@ -11,19 +11,30 @@ held-out success printed before and after::
 
 from __future__ import annotations
 
+import sys
+
 from guiagent.cli._common import emit_json
 from guiagent.config import parse_config
+from guiagent.logs import show_progress
 
 
 def main(argv: list[str]) -> int:
+    from rl.checkpoint import CheckpointError
     from rl.trainer import TrainConfig, train, write_summary
 
     cfg = parse_config(TrainConfig, argv, prog="guiagent train")
-    result = train(cfg)
+    show_progress()
+    try:
+        result = train(cfg)
+    except (KeyError, CheckpointError) as e:
+        print(f"guiagent train: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 1
     write_summary(result)
-    before, after = result["success_before"], result["success_after"]
-    print(f"trained {result['iterations']} iterations -> {result['model']}; held-out success "
-          f"{before:.1%} before, {after:.1%} after ({result['run_dir']})")
+    best = (f"; best {result.best_success:.1%} at iteration {result.best_iteration} -> {result.best_model}"
+            if result.best_model else "")
+    stopped = f"; stopped early: {result.stopped_by}" if result.stopped_by else ""
+    print(f"trained {result.iterations} iterations -> {result.model}; held-out success "
+          f"{result.success_before:.1%} before, {result.success_after:.1%} after{best}{stopped} ({result.run_dir})")
     if cfg.json:
-        emit_json(result)
+        emit_json(result.to_dict())
     return 0

@@ -27,9 +27,10 @@ from collections import OrderedDict
 
 import contextlib
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 import torch
 
@@ -37,7 +38,8 @@ from guiagent.policy.base import (
     Chat, ChatError, Generation, SamplingParams, ScoreBatch, chat_images, check_chat, to_pil,
 )
 
-__all__ = ["TransformersPolicy", "load_transformers", "image_processor_for", "ChatEncoder", "Encoded"]
+__all__ = ["TransformersPolicy", "load_transformers", "image_processor_for", "ChatEncoder", "Encoded",
+           "PRECISIONS", "PrecisionPlan", "resolve_precision", "LoraSettings", "apply_lora"]
 
 IMAGE_TOKEN = "<|image_pad|>"
 VISION_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
@@ -183,20 +185,36 @@ def _chat_template_file(path: str) -> str | None:
 
 def load_transformers(path: str, *, device: str | None = None, dtype: str | None = None,
                       min_pixels: int | None = None, max_pixels: int | None = None,
-                      threads: int | None = None, attn_implementation: str | None = None) -> "TransformersPolicy":
+                      threads: int | None = None, attn_implementation: str | None = None,
+                      precision: str | None = None, lora: "LoraSettings | None" = None,
+                      adapter: str | None = None, gradient_checkpointing: bool = False) -> "TransformersPolicy":
     """Load a Qwen-VL checkpoint (local folder or hub id) as a :class:`TransformersPolicy`.
 
-    ``dtype`` defaults to bfloat16 on CUDA and float32 on CPU. ``min_pixels`` /
-    ``max_pixels`` override the image processor's limits (its ``size``).
+    ``dtype`` (without ``precision``) stores every weight in that dtype; it defaults
+    to bfloat16 on CUDA and float32 on CPU (inference). For training pass
+    ``precision`` instead (see :func:`resolve_precision`): ``bf16-mixed`` keeps the
+    trainable weights in fp32 and runs the forward under bf16 autocast.
+    ``lora`` adds LoRA adapters (only they train); ``adapter`` loads a saved adapter
+    folder (``<checkpoint>/lora_adapter``) onto ``path``, the base it was trained on.
+    ``gradient_checkpointing`` recomputes each decoder layer in the backward pass.
+    ``min_pixels`` / ``max_pixels`` override the image processor's limits (its ``size``).
     ``threads`` sets torch's intra-op threads.
     """
     from transformers import AutoConfig, AutoTokenizer
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
+    if precision is not None and dtype is not None:
+        raise ValueError("give either dtype (inference) or precision (training), not both")
+    if adapter is not None and lora is None:
+        raise ValueError("adapter needs lora=LoraSettings(...) (the adapter is trained further)")
     if threads:
         torch.set_num_threads(int(threads))
     dev = _pick_device(device)
-    torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if dev.type == "cuda" else torch.float32)
+    plan = resolve_precision(precision, dev) if precision is not None else None
+    if plan is not None:
+        torch_dtype = plan.frozen_dtype if lora is not None else plan.param_dtype
+    else:
+        torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if dev.type == "cuda" else torch.float32)
     config = AutoConfig.from_pretrained(path)
     kwargs: dict[str, Any] = {"dtype": torch_dtype}
     if attn_implementation:
@@ -207,7 +225,158 @@ def load_transformers(path: str, *, device: str | None = None, dtype: str | None
     limits = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v}
     image_processor = Qwen2VLImageProcessorPil.from_pretrained(path, **limits)
     template = tokenizer.chat_template or _chat_template_file(path)
-    return TransformersPolicy(model, tokenizer, image_processor, chat_template=template, name=str(path))
+    policy = TransformersPolicy(model, tokenizer, image_processor, chat_template=template, name=str(path))
+    if plan is not None or lora is not None or gradient_checkpointing:
+        configure_training(policy, plan=plan, lora=lora, adapter=adapter,
+                           gradient_checkpointing=gradient_checkpointing)
+    return policy
+
+
+# ---- training set-up: precision, LoRA, gradient checkpointing ---------------------------------
+
+PRECISIONS = ("auto", "fp32", "bf16-mixed", "bf16")
+Precision = Literal["auto", "fp32", "bf16-mixed", "bf16"]
+
+
+@dataclass(frozen=True)
+class PrecisionPlan:
+    """How a training policy stores and computes.
+
+    ``param_dtype``: trainable weights (the optimiser updates these, so its state has
+    this dtype too); ``frozen_dtype``: weights that never change (a LoRA run's base);
+    ``autocast_dtype``: the forward's compute dtype under ``torch.autocast`` (None: none).
+    """
+
+    name: str
+    param_dtype: torch.dtype
+    frozen_dtype: torch.dtype
+    autocast_dtype: torch.dtype | None
+
+
+def resolve_precision(precision: str, device: "torch.device | str") -> PrecisionPlan:
+    """Turn a precision setting into dtypes.
+
+    * ``auto``: ``fp32`` on CPU, ``bf16-mixed`` on CUDA.
+    * ``fp32``: everything fp32.
+    * ``bf16-mixed``: fp32 trainable weights and optimiser state, bf16 compute (autocast);
+      frozen LoRA bases are stored in bf16. An AdamW step of 1e-6 on a weight of 0.02
+      survives in fp32 (resolution ~2e-9) where bf16 (resolution ~1e-4) rounds it away.
+    * ``bf16``: everything bf16, no master copy: small updates round away (warned).
+    """
+    dev = torch.device(device)
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if precision == "auto":
+        precision = "bf16-mixed" if dev.type == "cuda" else "fp32"
+    if precision == "fp32":
+        return PrecisionPlan("fp32", torch.float32, torch.float32, None)
+    if precision == "bf16-mixed":
+        return PrecisionPlan("bf16-mixed", torch.float32, torch.bfloat16, torch.bfloat16)
+    warnings.warn("precision 'bf16' keeps weights and AdamW state in bf16 with no fp32 master copy: "
+                  "updates below ~0.4% of a weight round away (use 'bf16-mixed' to train)", stacklevel=2)
+    return PrecisionPlan("bf16", torch.bfloat16, torch.bfloat16, None)
+
+
+#: LoRA targets: the language model's attention and MLP projections (Qwen2-VL / 2.5-VL / 3-VL
+#: names); the vision tower, which has projections of the same names, stays frozen.
+LANGUAGE_LINEAR_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """LoRA adapters (``peft``): ``W + (alpha / rank) · B A`` on ``target_modules`` (a regex)."""
+
+    rank: int = 16
+    alpha: float = 32.0
+    dropout: float = 0.0
+    target_modules: str = LANGUAGE_LINEAR_TARGETS
+
+    def __post_init__(self) -> None:
+        if self.rank <= 0:
+            raise ValueError(f"lora rank must be positive, got {self.rank}")
+        if self.alpha <= 0:
+            raise ValueError(f"lora alpha must be positive, got {self.alpha}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"lora dropout must lie in [0, 1), got {self.dropout}")
+
+
+def apply_lora(model: Any, settings: LoraSettings, *, adapter: str | None = None,
+               adapter_dtype_fp32: bool = True) -> Any:
+    """Wrap ``model`` with trainable LoRA adapters (``peft``, the maintained implementation; merging
+    and adapter files come with it). ``adapter``: a saved adapter folder to continue from.
+    ``adapter_dtype_fp32`` keeps the adapters in fp32 over a bf16 base (their optimiser state too)."""
+    try:
+        from peft import LoraConfig, PeftModel, get_peft_model
+    except ImportError as e:  # pragma: no cover - peft is a dependency of the training extras
+        raise ImportError("LoRA needs peft: pip install peft") from e
+    if adapter is not None:
+        if not Path(adapter, "adapter_config.json").is_file():
+            raise FileNotFoundError(f"no LoRA adapter in {adapter} (adapter_config.json missing)")
+        return PeftModel.from_pretrained(model, adapter, is_trainable=True,
+                                         autocast_adapter_dtype=adapter_dtype_fp32)
+    config = LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
+                        target_modules=settings.target_modules, bias="none")
+    try:
+        peft_model = get_peft_model(model, config, autocast_adapter_dtype=adapter_dtype_fp32)
+    except ValueError as e:  # peft's NoMatchingPeftModuleError; one line naming the setting
+        raise ValueError(f"LoRA target_modules {settings.target_modules!r} matched no layer") from e
+    if not any(p.requires_grad for p in peft_model.parameters()):
+        raise ValueError(f"LoRA target_modules {settings.target_modules!r} matched no layer")
+    return peft_model
+
+
+def configure_training(policy: "TransformersPolicy", *, plan: PrecisionPlan | None,
+                       lora: LoraSettings | None = None, adapter: str | None = None,
+                       gradient_checkpointing: bool = False) -> None:
+    """Set a loaded policy up for training: precision (autocast), LoRA, gradient checkpointing."""
+    if lora is not None:
+        policy.model = apply_lora(policy.model, lora, adapter=adapter,
+                                  adapter_dtype_fp32=plan is None or plan.param_dtype == torch.float32)
+        policy.model.eval()
+        policy.lora = lora
+    if plan is not None:
+        policy.precision = plan
+        policy.autocast_dtype = plan.autocast_dtype
+    if gradient_checkpointing:
+        # Non-reentrant checkpointing needs no input that requires grad (LoRA's frozen embeddings).
+        policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        policy.gradient_checkpointing = True
+
+
+def _is_peft(model: Any) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+
+
+def merged_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) pairs of a model's inference weights, under the names of the plain model.
+
+    For a peft LoRA model each adapted layer's weight is ``W + ΔW`` (computed one layer at a time,
+    so a weight sync streams without a second copy of the model); adapter tensors are left out.
+    A plain model yields its ``state_dict()``.
+    """
+    if not _is_peft(model):
+        yield from model.state_dict().items()
+        return
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    lora_layers = {n: m for n, m in base.named_modules() if isinstance(m, LoraLayer)}
+    for key, t in base.state_dict().items():
+        if ".lora_" in key:
+            continue
+        if ".base_layer." in key:
+            owner, leaf = key.split(".base_layer.", 1)
+            layer = lora_layers.get(owner)
+            name = f"{owner}.{leaf}"
+            if layer is not None and leaf == "weight":
+                with torch.no_grad():
+                    delta = sum((layer.get_delta_weight(a) for a in layer.active_adapters
+                                 if a in layer.lora_A), torch.zeros((), dtype=t.dtype, device=t.device))
+                    yield name, (t + delta.to(t.dtype)).detach()
+                continue
+            yield name, t
+            continue
+        yield key, t
 
 
 class TransformersPolicy:
@@ -234,6 +403,35 @@ class TransformersPolicy:
         self.suppressed_ids = sorted({i for i in (tokenizer.convert_tokens_to_ids(t) for t in VISION_TOKENS)
                                       if isinstance(i, int) and i != unk})
         self.end_turn_id = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+        # Training set-up (configure_training): autocast compute dtype, LoRA, checkpointing.
+        self.precision: PrecisionPlan | None = None
+        self.autocast_dtype: torch.dtype | None = None
+        self.lora: LoraSettings | None = None
+        self.gradient_checkpointing = False
+
+    @contextlib.contextmanager
+    def _compute(self, *, train: bool = False) -> Iterator[None]:
+        """The forward's context: bf16 autocast under ``bf16-mixed``; train mode while a
+        checkpointed backward is built (transformers only checkpoints in train mode; Qwen-VL has
+        no dropout, so the numbers do not change)."""
+        ac = (torch.autocast(self.device.type, dtype=self.autocast_dtype) if self.autocast_dtype is not None
+              else contextlib.nullcontext())
+        flip = train and self.gradient_checkpointing and not self.model.training
+        if flip:
+            self.model.train()
+        try:
+            with ac:
+                yield
+        finally:
+            if flip:
+                self.model.eval()
+
+    def image_geometry(self):
+        """How this model's image processor resizes screenshots (patch/merge size, pixel limits):
+        the coordinate frame action formats must share (see ``guiagent.policy.prompting.image_geometry``)."""
+        from guiagent.policy.prompting import image_geometry
+
+        return image_geometry(self.image_processor)
 
     @property
     def device(self) -> torch.device:
@@ -262,7 +460,7 @@ class TransformersPolicy:
         batch = {"input_ids": ids, "attention_mask": mask, "mm_token_type_ids": types}
         pv = [e.pixel_values for e in encs if e.pixel_values is not None]
         if pv:
-            batch["pixel_values"] = torch.cat(pv).to(self.model.dtype)
+            batch["pixel_values"] = torch.cat(pv).to(_weight_dtype(self.model))
             batch["image_grid_thw"] = torch.cat([e.image_grid_thw for e in encs if e.image_grid_thw is not None])
         return {k: v.to(self.device) for k, v in batch.items()}
 
@@ -287,7 +485,7 @@ class TransformersPolicy:
         rng = contextlib.nullcontext()
         if sampling.seed is not None:
             rng = torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])
-        with rng, torch.inference_mode():
+        with rng, torch.inference_mode(), self._compute():
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
             out = self.model.generate(**batch, generation_config=gen_config,
@@ -339,7 +537,7 @@ class TransformersPolicy:
         if t == 0:
             z = torch.zeros((len(chats), 0), device=self.device)
             return ScoreBatch(z, z.bool())
-        with torch.set_grad_enabled(grad):
+        with torch.set_grad_enabled(grad), self._compute(train=grad):
             logits = self.model(**batch, logits_to_keep=t + 1, use_cache=False).logits[:, :t]
             target = batch["input_ids"][:, -t:]
             lp = logits.float().log_softmax(-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
@@ -361,9 +559,29 @@ class TransformersPolicy:
         return self.model.parameters()
 
     def state_dict(self) -> dict[str, Any]:
-        return self.model.state_dict()
+        """The inference weights under the plain model's names (a LoRA policy's adapters merged):
+        what a rollout copy, vLLM or :meth:`save` takes."""
+        if self.lora is None:
+            return self.model.state_dict()
+        return dict(merged_weights(self.model))
+
+    @contextlib.contextmanager
+    def adapters_disabled(self) -> Iterator[None]:
+        """A LoRA policy computes as its frozen base inside this block: the KL reference without a
+        second copy of the model (``with policy.adapters_disabled(): ref = policy.score_batch(...)``)."""
+        if self.lora is None:
+            raise ValueError("adapters_disabled needs a LoRA policy")
+        with self.model.disable_adapter():
+            yield
+
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """As :meth:`state_dict`, one tensor at a time (LoRA layers merged as they are reached)."""
+        return merged_weights(self.model)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.lora is not None and not any(".lora_" in k for k in state):
+            raise ValueError("a LoRA policy loads its own state_dict (adapter keys); merged weights go "
+                             "into a plain policy")
         self.model.load_state_dict(state)
         self.mark_updated()
 
@@ -372,13 +590,93 @@ class TransformersPolicy:
         return self.version
 
     def save(self, path: str | os.PathLike) -> None:
-        """Save model, tokenizer, image processor and chat template: loadable by :func:`load_transformers`."""
+        """Save model, tokenizer, image processor and chat template: loadable by :func:`load_transformers`.
+
+        A LoRA policy saves the merged weights (a standalone model, what inference and vLLM load)
+        and its adapter in ``path/lora_adapter`` (to continue training: ``load_transformers(base,
+        lora=..., adapter=path/"lora_adapter")``). fp32 training weights are saved as they are.
+        """
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(path)
+        if self.lora is not None:
+            base = self.model.get_base_model()
+            merged = {k: v.contiguous() for k, v in merged_weights(self.model)}
+            _plain_save(base, path, merged)
+            self.model.save_pretrained(path / "lora_adapter")
+        else:
+            self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
         self.image_processor.save_pretrained(path)
         (path / "chat_template.jinja").write_text(self.encoder.chat_template)
 
     def close(self) -> None:
         pass
+
+
+def _plain_save(model: Any, path: Path, state: dict[str, torch.Tensor]) -> None:
+    """``save_pretrained`` of a model whose modules carry LoRA wrappers, with the merged
+    ``state`` under the plain names (the config is the base model's)."""
+    model.save_pretrained(path, state_dict=state)
+
+
+def qwen2_5_vl_3b_config() -> Any:
+    """The architecture of Qwen2.5-VL-3B-Instruct, written out from its published ``config.json``
+    (no download): for memory estimates and GPU checks on a randomly initialised model of the
+    real size (build it with ``Qwen2_5_VLForConditionalGeneration._from_config(config)``, or on the
+    ``meta`` device to count parameters without memory)."""
+    from transformers import Qwen2_5_VLConfig
+
+    return Qwen2_5_VLConfig(
+        bos_token_id=151643, eos_token_id=151645, vision_start_token_id=151652, vision_end_token_id=151653,
+        vision_token_id=151654, image_token_id=151655, video_token_id=151656, hidden_act="silu",
+        hidden_size=2048, initializer_range=0.02, intermediate_size=11008, max_position_embeddings=128000,
+        max_window_layers=70, num_attention_heads=16, num_hidden_layers=36, num_key_value_heads=2,
+        rms_norm_eps=1e-06, rope_theta=1000000.0, sliding_window=32768, tie_word_embeddings=True,
+        use_cache=True, use_sliding_window=False, vocab_size=151936,
+        rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]},
+        vision_config={"depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420,
+                       "num_heads": 16, "in_chans": 3, "out_hidden_size": 2048, "patch_size": 14,
+                       "spatial_merge_size": 2, "spatial_patch_size": 14, "window_size": 112,
+                       "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2,
+                       "temporal_patch_size": 2})
+
+
+def _weight_dtype(model: Any) -> torch.dtype:
+    """The model's dtype, also through wrappers without a ``dtype`` attribute (DDP)."""
+    dt = getattr(model, "dtype", None)
+    return dt if isinstance(dt, torch.dtype) else next(model.parameters()).dtype
+
+
+_TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "image_token_id", "video_token_id",
+                    "vision_start_token_id", "vision_end_token_id", "vision_token_id")
+
+
+def build_random_model(config: Any, out: str | os.PathLike, *, tokenizer_from: str, device: str = "cpu",
+                       dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
+    """Save a randomly initialised model of ``config``'s architecture, with the tokenizer, image
+    processor and chat template of the model folder ``tokenizer_from`` (its special-token ids are
+    copied into the config, so images and end-of-turn work; the vocabulary must fit). For
+    real-size checks without a download: ``build_random_model(qwen2_5_vl_3b_config(), dir,
+    tokenizer_from=tiny_dir, device="cuda")``. Returns ``out``."""
+    import shutil
+
+    from transformers import AutoConfig
+
+    out = Path(out)
+    src = AutoConfig.from_pretrained(tokenizer_from)
+    for field in _TOKEN_ID_FIELDS:  # the small tokenizer's ids, at whichever level each config keeps them
+        for s_obj, d_obj in ((src, config), (getattr(src, "text_config", None), getattr(config, "text_config", None))):
+            v = getattr(s_obj, field, None) if s_obj is not None else None
+            if v is not None and d_obj is not None:
+                setattr(d_obj, field, v)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = _model_class(config.model_type)._from_config(config, dtype=dtype)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    del model
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "preprocessor_config.json",
+              "special_tokens_map.json", "generation_config.json"):
+        if Path(tokenizer_from, f).is_file():
+            shutil.copy(Path(tokenizer_from, f), out / f)
+    return out

@@ -12,7 +12,7 @@ from guiagent.types import Observation, ParseError, Step, action_from_dict, acti
 STEP_COLUMNS = (
     "idx", "screenshot", "width", "height", "tree", "url", "last_action_error", "response", "thought",
     "action", "parse_error", "action_error", "reward", "reward_parts", "milestones", "terminated",
-    "truncated", "policy_version", "latency_ms",
+    "truncated", "policy_version", "latency_ms", "metadata",
 )
 
 
@@ -67,6 +67,7 @@ def step_row(step: Step, blobs: BlobStore) -> tuple[Any, ...]:
         step.action_error, number(step.reward, "reward"), dumps(parts, "reward_parts"),
         dumps([bool(m) for m in step.milestones], "milestones"), int(bool(step.terminated)),
         int(bool(step.truncated)), int(step.policy_version), number(step.latency_ms, "latency_ms"),
+        json_mapping(step.metadata, "step metadata"),
     )
 
 

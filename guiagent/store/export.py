@@ -3,7 +3,7 @@
 Both produce one row per step: the episode's fields, the step's fields, and the
 screenshot bytes exactly as stored (no re-encoding). Episodes with no steps
 produce no rows. JSON-valued fields (action, parse_error, reward_parts, params,
-metadata) are JSON strings, so the schema does not depend on the data.
+metadata, step_metadata) are JSON strings, so the schema does not depend on the data.
 """
 
 from __future__ import annotations
@@ -23,14 +23,15 @@ __all__ = ["export_parquet", "export_hf_dataset", "STEP_ROW_FIELDS"]
 #: (name, kind) of each exported column; kinds map to Arrow and ``datasets`` types below
 STEP_ROW_FIELDS: tuple[tuple[str, str], ...] = (
     ("run_id", "str"), ("episode_id", "str"), ("group_id", "str"), ("suite", "str"), ("task_id", "str"),
-    ("seed", "int"), ("goal", "str"), ("task_params", "str"), ("agent", "str"), ("episode_status", "str"),
+    ("seed", "int"), ("goal", "str"), ("max_steps", "int"), ("task_params", "str"), ("agent", "str"),
+    ("episode_status", "str"),
     ("abort_reason", "str"), ("success", "float"), ("total_reward", "float"), ("num_steps", "int"),
     ("episode_metadata", "str"), ("step_index", "int"), ("screenshot", "image"), ("screenshot_ref", "str"),
     ("width", "int"), ("height", "int"), ("tree", "str"), ("url", "str"), ("last_action_error", "str"),
     ("response", "str"), ("thought", "str"), ("action", "str"), ("action_kind", "str"),
     ("parse_error", "str"), ("action_error", "str"), ("reward", "float"), ("reward_parts", "str"),
     ("milestones", "bools"), ("terminated", "bool"), ("truncated", "bool"), ("policy_version", "int"),
-    ("latency_ms", "float"),
+    ("latency_ms", "float"), ("step_metadata", "str"),
 )
 
 
@@ -49,7 +50,7 @@ def iter_step_rows(run_dir: str | os.PathLike[str], filter: EpisodeFilter | None
             s = detail.summary
             head = {
                 "run_id": s.run_id, "episode_id": s.episode_id, "group_id": s.group_id, "suite": s.suite,
-                "task_id": s.task_id, "seed": s.seed, "goal": s.goal,
+                "task_id": s.task_id, "seed": s.seed, "goal": s.goal, "max_steps": s.max_steps,
                 "task_params": json.dumps(dict(s.params)),
                 "agent": s.agent, "episode_status": s.status, "abort_reason": s.abort_reason,
                 "success": s.success, "total_reward": s.total_reward, "num_steps": s.num_steps,
@@ -68,6 +69,7 @@ def iter_step_rows(run_dir: str | os.PathLike[str], filter: EpisodeFilter | None
                     "reward_parts": json.dumps(dict(st.reward_parts)), "milestones": list(st.milestones),
                     "terminated": st.terminated, "truncated": st.truncated,
                     "policy_version": st.policy_version, "latency_ms": st.latency_ms,
+                    "step_metadata": json.dumps(dict(st.metadata)),
                 }
     finally:
         reader.close()

@@ -49,6 +49,9 @@ _EPISODE_COLS = (
     "e.num_steps, e.num_parse_errors, e.started_at, e.ended_at, e.metadata"
 )
 _STEP_COLS = ", ".join(f"s.{c}" for c in _codec.STEP_COLUMNS)
+# A store written before steps.metadata existed and not opened for writing since (a
+# read-only reader cannot migrate it) reads as empty step metadata.
+_STEP_COLS_NO_META = _STEP_COLS.replace("s.metadata", "'{}'")
 _RUN_COLS = "r.id, r.name, r.env, r.algo, r.model, r.config, r.status, r.created_at, r.updated_at"
 MAX_LIMIT = 10_000
 
@@ -67,7 +70,15 @@ class StoreReader:
         con = getattr(self._local, "con", None)
         if con is None:
             con = self._local.con = connect_ro(self.run_dir)
+            self._local.step_cols = (_STEP_COLS if any(r[1] == "metadata" for r in
+                                                       con.execute("PRAGMA table_info(steps)"))
+                                     else _STEP_COLS_NO_META)
         return con
+
+    @property
+    def _step_cols(self) -> str:
+        self._con  # noqa: B018 (opens the connection and checks its columns)
+        return self._local.step_cols
 
     def close(self) -> None:
         """Close this thread's connection (others close when their thread ends)."""
@@ -195,7 +206,8 @@ class StoreReader:
         with self._snapshot() as con:
             row = self._episode_row(con, episode_id)
             pk = row[-1]
-            steps = con.execute(f"SELECT {_STEP_COLS} FROM steps s WHERE s.episode_pk = ? ORDER BY s.idx",
+            steps = con.execute(f"SELECT {self._step_cols} FROM steps s WHERE s.episode_pk = ? "
+                                "ORDER BY s.idx",
                                 (pk,)).fetchall()
             judgements = con.execute(
                 "SELECT id, step, judge, score, verdict, reason, created_at FROM judgements "
@@ -216,7 +228,7 @@ class StoreReader:
         """One step of a visible episode (the replay page's keyboard navigation)."""
         with self._snapshot() as con:
             pk = self._episode_row(con, episode_id)[-1]
-            row = con.execute(f"SELECT {_STEP_COLS} FROM steps s WHERE s.episode_pk = ? AND s.idx = ?",
+            row = con.execute(f"SELECT {self._step_cols} FROM steps s WHERE s.episode_pk = ? AND s.idx = ?",
                               (pk, int(index))).fetchone()
         if row is None:
             raise StoreError(f"episode {episode_id!r} has no step {index}")
@@ -262,7 +274,8 @@ class StoreReader:
         return Step(index=r.index, observation=obs, action=r.action, response=r.response, thought=r.thought,
                     parse_error=r.parse_error, action_error=r.action_error, reward=r.reward,
                     reward_parts=dict(r.reward_parts), milestones=r.milestones, terminated=r.terminated,
-                    truncated=r.truncated, policy_version=r.policy_version, latency_ms=r.latency_ms)
+                    truncated=r.truncated, policy_version=r.policy_version, latency_ms=r.latency_ms,
+                    metadata=dict(r.metadata))
 
     @staticmethod
     def _episode_row(con: sqlite3.Connection, episode_id: str) -> tuple:
@@ -329,7 +342,7 @@ def _step(episode_id: str, r: tuple) -> StepRecord:
         last_action_error=r[6], response=r[7], thought=r[8], action=_codec.parse_action(r[9]),
         parse_error=_codec.parse_error(r[10]), action_error=r[11], reward=r[12],
         reward_parts=json.loads(r[13]), milestones=tuple(json.loads(r[14])), terminated=bool(r[15]),
-        truncated=bool(r[16]), policy_version=r[17], latency_ms=r[18],
+        truncated=bool(r[16]), policy_version=r[17], latency_ms=r[18], metadata=json.loads(r[19]),
     )
 
 

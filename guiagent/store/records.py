@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
 from guiagent.types import Action, Observation, ParseError
@@ -111,6 +111,7 @@ class StepRecord:
     truncated: bool
     policy_version: int
     latency_ms: float
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,7 @@ CREATE TABLE IF NOT EXISTS steps (
     truncated           INTEGER NOT NULL,
     policy_version      INTEGER NOT NULL,
     latency_ms          REAL NOT NULL,
+    metadata            TEXT NOT NULL DEFAULT '{}',   -- step extras JSON (target_box, patched, ...)
     PRIMARY KEY (episode_pk, idx)
 );
 CREATE INDEX IF NOT EXISTS steps_screenshot ON steps (screenshot);
@@ -183,7 +184,30 @@ def connect_rw(run_dir: str | Path, *, fsync: bool = False) -> sqlite3.Connectio
         except BaseException:
             con.execute("ROLLBACK")
             raise
+    _migrate_steps_metadata(con)
     return con
+
+
+def _migrate_steps_metadata(con: sqlite3.Connection) -> None:
+    """Add ``steps.metadata`` to a store created before the column existed.
+
+    Checked on every open (cheap: one PRAGMA) rather than tied to ``SCHEMA_VERSION``,
+    so it composes with other migrations; the ALTER runs under the write lock and a
+    second writer that raced it finds the column already there.
+    """
+    def has_column() -> bool:
+        return any(r[1] == "metadata" for r in con.execute("PRAGMA table_info(steps)"))
+
+    if has_column():
+        return
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        if not has_column():
+            con.execute("ALTER TABLE steps ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}'")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
 
 
 def _statements(script: str) -> list[str]:

@@ -15,7 +15,8 @@ from emulators.browser import BrowserConfig, BrowserDevice, launch_browser
 from emulators import browser_support
 from emulators.browser_support import ChromiumNotFound, find_chromium, normalise_key, url_allowed
 from guiagent.types import (
-    Click, Drag, Key, LongPress, NavigateBack, NavigateHome, OpenApp, Scroll, Swipe, Type, Wait,
+    Click, DoubleClick, Drag, Hover, Key, LongPress, NavigateBack, NavigateHome, OpenApp, RightClick, Scroll,
+    Swipe, Type, Wait,
 )
 
 pytestmark = pytest.mark.browser
@@ -206,6 +207,32 @@ def test_desktop_long_press_drag_scroll(desk, page_server):
     assert desk.evaluate("window.scrollY") == pytest.approx(180, abs=2)
     desk.execute(Scroll("right", amount=0.5))
     assert desk.evaluate("window.scrollX") == pytest.approx(640, abs=2)
+
+
+def test_desktop_double_click_right_click_hover(desk, page_server):
+    open_page(desk, page_server, "pointer.html")
+    desk.execute(Hover(*px(200, 150)))
+    assert desk.evaluate("window.events") == ["mouseover"]
+    assert desk.evaluate("getComputedStyle(document.getElementById('menu')).display") == "block"
+    desk.execute(DoubleClick(*px(200, 150)))
+    events = desk.evaluate("window.events")
+    assert events.count("click") == 2 and events[-1] == "dblclick"
+    desk.execute(RightClick(*px(200, 150)))
+    events = desk.evaluate("window.events")
+    assert events[-3:] == ["mousedown:2", "contextmenu:2", "mouseup:2"]
+    assert "click" not in events[-3:] and events.count("dblclick") == 1
+
+
+def test_phone_double_tap_and_mouse_only_actions(phone, page_server):
+    open_page(phone, page_server, "pointer.html")
+    phone.execute(DoubleClick(200 / 360, 150 / 640))
+    events = phone.evaluate("window.events")
+    assert events.count("touchstart") == 2 and events.count("click") == 2
+    with pytest.raises(ActionError, match="no right button; use LongPress"):
+        phone.execute(RightClick(0.5, 0.3))
+    with pytest.raises(ActionError, match="no pointer to hover"):
+        phone.execute(Hover(0.5, 0.3))
+    assert phone.evaluate("window.events") == events  # refused actions touched nothing
 
 
 def test_phone_tap_long_press_swipe_scroll(phone, page_server):

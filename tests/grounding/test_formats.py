@@ -8,8 +8,8 @@ import json
 import pytest
 
 from guiagent.types import (
-    ACTION_TYPES, Answer, Click, Drag, Finish, Key, LongPress, NavigateBack, NavigateHome, OpenApp,
-    ParseError, Scroll, Swipe, Type, Wait,
+    ACTION_TYPES, Answer, Click, DoubleClick, Drag, Finish, Hover, Key, LongPress, NavigateBack, NavigateHome,
+    OpenApp, ParseError, RightClick, Scroll, Swipe, Type, Wait,
 )
 
 from grounding import FORMAT_NAMES, get_format, parse
@@ -105,7 +105,11 @@ UITARS_CASES = [
     ("I am not sure what to do.", "no_action"),
     ("Thought: look around\nAction:", "no_action"),
     ("Action: tap(start_box='(1,2)')", "unknown_action"),
-    ("Action: left_double(start_box='(1,2)')", "unknown_action"),
+    ("Action: left_double(point='<point>18 58</point>')", DoubleClick(0.018, 0.058)),
+    ("Action: right_single(start_box='(500,250)')", RightClick(0.5, 0.25)),
+    ("Action: hover(start_box='(500,250)')", Hover(0.5, 0.25)),
+    ("Action: mouse_move(start_box='(500,250)')", Hover(0.5, 0.25)),
+    ("Action: right_single()", "bad_arguments"),
     ("Action: click(start_box='=')", "bad_arguments"),
     ("Action: click(start_box='(x1,y1)')", "bad_arguments"),  # copied the template
     ("Action: click(start_box='(100)')", "bad_arguments"),
@@ -277,9 +281,11 @@ QWEN_COMPUTER_CASES = [
     (_tc({"action": "wait", "time": 3}, "computer_use"), Wait(3.0)),
     (_tc({"action": "answer", "text": "Paris"}, "computer_use"), Answer("Paris")),
     (_tc({"action": "terminate", "status": "success"}, "computer_use"), Finish("success")),
-    (_tc({"action": "mouse_move", "coordinate": [1, 2]}, "computer_use"), "unknown_action"),
-    (_tc({"action": "double_click", "coordinate": [1, 2]}, "computer_use"), "unknown_action"),
-    (_tc({"action": "right_click", "coordinate": [1, 2]}, "computer_use"), "unknown_action"),
+    (_tc({"action": "mouse_move", "coordinate": [644, 364]}, "computer_use"), Hover(0.5, 0.5)),
+    (_tc({"action": "double_click", "coordinate": [644, 364]}, "computer_use"), DoubleClick(0.5, 0.5)),
+    (_tc({"action": "right_click", "coordinate": [0, 728]}, "computer_use"), RightClick(0.0, 1.0)),
+    (_tc({"action": "double_click"}, "computer_use"), "bad_arguments"),
+    (_tc({"action": "middle_click", "coordinate": [1, 2]}, "computer_use"), "unknown_action"),
     (_tc({"action": "left_click_drag", "coordinate": [1, 2]}, "computer_use"), "bad_arguments"),
     (_tc({"action": "scroll", "pixels": 0}, "computer_use"), "bad_arguments"),
     (_tc({"action": "key", "keys": []}, "computer_use"), "bad_arguments"),
@@ -293,9 +299,9 @@ def test_qwen_computer_table(text, expected):
 
 
 def test_qwen_unknown_action_message_names_the_reason():
-    err = get_format("qwen_computer").parse(_tc({"action": "mouse_move", "coordinate": [1, 2]}, "computer_use"),
-                                            DESK)
-    assert isinstance(err, ParseError) and "hover" in err.message
+    text = _tc({"action": "middle_click", "coordinate": [1, 2]}, "computer_use")
+    err = get_format("qwen_computer").parse(text, DESK)
+    assert isinstance(err, ParseError) and "middle" in err.message
 
 
 def test_qwen_thought():
@@ -347,7 +353,8 @@ def test_json_table(text, expected):
 # ----------------------------------------------------------------------------- round trips
 
 EXAMPLES = [
-    Click(0.5, 0.25), Click(0.0, 1.0), Click(0.123, 0.987), LongPress(0.3, 0.7), LongPress(0.3, 0.7, 1500),
+    Click(0.5, 0.25), Click(0.0, 1.0), Click(0.123, 0.987), DoubleClick(0.25, 0.75), RightClick(1.0, 0.0),
+    Hover(0.6, 0.4), LongPress(0.3, 0.7), LongPress(0.3, 0.7, 1500),
     Type("hello"), Type("it's a \"test\"\nline two\\end", submit=True), Type("你好，世界"),
     Type("at a point", 0.4, 0.6), Scroll("down"), Scroll("up", 0.2, 0.8), Scroll("left", 0.5, 0.5),
     Scroll("down", amount=0.3), Swipe(0.5, 0.8, 0.5, 0.2), Drag(0.1, 0.1, 0.9, 0.9), Key("Enter"),
@@ -395,11 +402,12 @@ def test_round_trip_every_kind(name, size):
 
 
 EXPECTED_KINDS = {
-    "uitars": {"click", "long_press", "type", "scroll", "swipe", "drag", "key", "back", "home", "open_app",
-               "wait", "answer", "finish"},
+    "uitars": {"click", "double_click", "right_click", "hover", "long_press", "type", "scroll", "swipe", "drag",
+               "key", "back", "home", "open_app", "wait", "answer", "finish"},
     "qwen_mobile": {"click", "long_press", "type", "swipe", "key", "back", "home", "open_app", "wait",
                     "answer", "finish"},
-    "qwen_computer": {"click", "type", "scroll", "drag", "key", "wait", "answer", "finish"},
+    "qwen_computer": {"click", "double_click", "right_click", "hover", "type", "scroll", "drag", "key", "wait",
+                      "answer", "finish"},
     "json": {cls.kind for cls in ACTION_TYPES},
 }
 

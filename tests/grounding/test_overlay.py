@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 
 from guiagent.types import (
-    Answer, Click, Drag, Finish, Key, LongPress, NavigateBack, NavigateHome, OpenApp, ParseError, Scroll,
-    Swipe, Type, Wait,
+    Answer, Click, DoubleClick, Drag, Finish, Hover, Key, LongPress, NavigateBack, NavigateHome, OpenApp, ParseError,
+    RightClick, Scroll, Swipe, Type, Wait,
 )
 
 from grounding.overlay import draw, overlay
@@ -27,6 +27,16 @@ def test_points_and_arrows_are_in_screenshot_pixels():
     assert d["arrows"][0] == {"x1": 0.0, "y1": 0.0, "x2": 200.0, "y2": 400.0, "style": "drag"}
     lp = overlay(LongPress(0.1, 0.1, 1200), SIZE)
     assert lp["points"][0]["style"] == "long_press" and "1200" in lp["label"]
+
+
+@pytest.mark.parametrize("action,label", [
+    (DoubleClick(0.5, 0.25), "double click"), (RightClick(0.5, 0.25), "right click"),
+    (Hover(0.5, 0.25), "hover"),
+])
+def test_pointer_actions_are_click_points_with_a_label(action, label):
+    o = overlay(action, SIZE)
+    assert o["kind"] == action.kind and o["label"] == label
+    assert o["points"] == [{"x": 100.0, "y": 100.0, "style": "click"}]
 
 
 def test_scroll_arrow_points_towards_revealed_content():

@@ -101,8 +101,8 @@ def test_post_init_errors_surface_as_config_errors(tmp_path):
 
 @pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_config_loads(path):
-    from guiagent.cli.eval import EvalConfig
-    from rl.trainer import TrainConfig
+    from rl.config import TrainConfig
+    from rl.evaluate import EvalConfig
 
     cls = TrainConfig if path.name.startswith("train") else EvalConfig
     cfg = load_yaml(cls, path)

@@ -27,9 +27,9 @@ def test_eval_oracle_stores_every_episode(tmp_path):
 
 
 def _eval_in_process(**kw):
-    from guiagent.cli.eval import EvalConfig, run
+    from rl.evaluate import EvalConfig, run_eval
 
-    return run(EvalConfig(**kw))
+    return run_eval(EvalConfig(**kw)).to_dict()
 
 
 def test_eval_random_on_miniwob(tmp_path):

@@ -181,3 +181,73 @@ def test_vision_placeholders_are_never_sampled(tmp_path):
         # every sampled completion can be scored back, to the same log-probs
         [lp] = pol.score([chat], [list(g.token_ids)])
         assert lp == pytest.approx(list(g.logprobs), abs=1e-4)
+
+
+# ---- training set-up: LoRA, gradient checkpointing ------------------------------------------------
+
+def _lora_policy(model_dir, **kw):
+    from guiagent.policy.hf import LoraSettings
+
+    p = load_transformers(str(model_dir), device="cpu", precision="fp32", lora=LoraSettings(rank=4, alpha=8), **kw)
+    with torch.no_grad():  # B starts at zero (LoRA's identity start); move it so merging matters
+        g = torch.Generator().manual_seed(0)
+        for n, t in p.model.named_parameters():
+            if "lora_B" in n:
+                t.copy_(torch.randn(t.shape, generator=g) * 0.05)
+    return p
+
+
+def test_lora_trains_only_adapters_and_save_load_keeps_logprobs(model_dir, tmp_path):
+    p = _lora_policy(model_dir)
+    trainable = [n for n, t in p.model.named_parameters() if t.requires_grad]
+    assert trainable and all("lora_" in n and "language_model" in n for n in trainable)
+    cs = chats()[:2]
+    comps = [[100, 101, 102, 103, 104], [110, 111, 112]]
+    before = p.score(cs, comps)
+    plain = load_transformers(str(model_dir), device="cpu")
+    assert max_diff(before[0], plain.score(cs, comps)[0]) > 1e-3  # the adapters change the model
+    with p.adapters_disabled():  # the base: a KL reference without a second model
+        for a, b in zip(p.score(cs, comps), plain.score(cs, comps)):
+            assert max_diff(a, b) < TOL
+    # state_dict(): merged weights under the plain model's names
+    sd = p.state_dict()
+    assert set(sd) == set(plain.model.state_dict()) and not any("lora_" in k for k in sd)
+    p.save(tmp_path / "ckpt")
+    merged = load_transformers(str(tmp_path / "ckpt"), device="cpu")  # a standalone model
+    for a, b in zip(before, merged.score(cs, comps)):
+        assert max_diff(a, b) < TOL
+    from guiagent.policy.hf import LoraSettings
+
+    again = load_transformers(str(model_dir), device="cpu", precision="fp32", lora=LoraSettings(rank=4, alpha=8),
+                              adapter=str(tmp_path / "ckpt" / "lora_adapter"))  # continue training
+    assert any(t.requires_grad for t in again.parameters())
+    for a, b in zip(before, again.score(cs, comps)):
+        assert max_diff(a, b) < TOL
+
+
+def test_lora_bad_settings_fail_clearly(model_dir, tmp_path):
+    from guiagent.policy.hf import LoraSettings
+
+    with pytest.raises(ValueError, match="rank must be positive"):
+        LoraSettings(rank=0)
+    with pytest.raises(ValueError, match="matched no layer"):
+        load_transformers(str(model_dir), device="cpu", lora=LoraSettings(target_modules=r"nothing\.here"))
+    with pytest.raises(FileNotFoundError, match="no LoRA adapter"):
+        load_transformers(str(model_dir), device="cpu", lora=LoraSettings(), adapter=str(tmp_path))
+    with pytest.raises(ValueError, match="either dtype"):
+        load_transformers(str(model_dir), device="cpu", dtype="float32", precision="fp32")
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(model_dir):
+    cs = chats()[:2]
+    comps = [[100, 101, 102, 103, 104], [110, 111, 112]]
+    grads = []
+    for ck in (False, True):
+        p = load_transformers(str(model_dir), device="cpu", precision="fp32", gradient_checkpointing=ck)
+        sb = p.score_batch(cs, comps, grad=True)
+        (sb.logprobs * sb.mask).sum().backward()
+        assert not p.model.training  # back in eval mode after the checkpointed forward
+        grads.append({n: t.grad.clone() for n, t in p.model.named_parameters() if t.grad is not None})
+    assert set(grads[0]) == set(grads[1])
+    for n in grads[0]:
+        torch.testing.assert_close(grads[0][n], grads[1][n], atol=1e-6, rtol=1e-4)

@@ -50,9 +50,11 @@ def user_text(chat) -> str:
 @pytest.mark.parametrize("name", ["json", "uitars", "qwen_mobile"])
 def test_chat_has_system_prompt_goal_and_current_screenshot(name):
     fmt = get_format(name)
-    chat = build_chat("Open the clock", [], obs(9, last_action_error="tap missed"), fmt)
+    o = obs(9, last_action_error="tap missed")
+    chat = build_chat("Open the clock", [], o, fmt)
     check_chat(chat)
-    assert chat[0] == {"role": "system", "content": fmt.system_prompt()}
+    # the prompt is the format's for this screen (Qwen's states the resolution in its frame)
+    assert chat[0] == {"role": "system", "content": fmt.system_prompt(o.size)}
     assert images(chat) == [shot(9)]
     text = user_text(chat)
     assert "Goal: Open the clock" in text and "The last action failed: tap missed" in text

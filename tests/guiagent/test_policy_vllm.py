@@ -1,19 +1,21 @@
-"""The vLLM backend on a GPU: self-contained (builds the tiny model into a temp dir).
+"""The vLLM backend.
 
-Run on a CUDA machine with vLLM installed: ``pytest -m gpu tests/guiagent/test_policy_vllm.py``.
+On CPU (default run): the clear error without vLLM/CUDA, and the weight-sync and sleep/wake
+hand-over driven through an engine stand-in whose "worker model" is a real transformers model
+(vLLM itself cannot run here). On a CUDA machine with vLLM installed:
+``pytest -m gpu tests/guiagent/test_policy_vllm.py`` runs the real engine (self-contained: it
+builds the tiny model into a temp dir).
 """
 
 from __future__ import annotations
 
 import io
+from types import SimpleNamespace
 
 import pytest
 
 torch = pytest.importorskip("torch")
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
+gpu = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 
 def png(w: int, h: int, seed: int) -> bytes:
@@ -36,6 +38,8 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(model_dir):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
     pytest.importorskip("vllm")
     from guiagent.policy.vllm_backend import VLLMPolicy
 
@@ -52,6 +56,7 @@ def chats():
             [message("user", png(168, 84, 2), "Goal: call Ann.", png(84, 140, 3), "Now?")]]
 
 
+@pytest.mark.gpu
 def test_vllm_generates_with_logprobs_matching_transformers(engine, model_dir):
     from guiagent.policy import SamplingParams
     from guiagent.policy.hf import load_transformers
@@ -64,6 +69,7 @@ def test_vllm_generates_with_logprobs_matching_transformers(engine, model_dir):
         assert g.prompt_tokens > 0
 
 
+@pytest.mark.gpu
 def test_vllm_seeded_and_grouped_sampling(engine):
     from guiagent.policy import SamplingParams
 
@@ -75,6 +81,7 @@ def test_vllm_seeded_and_grouped_sampling(engine):
     assert len({g.token_ids for g in a}) > 1
 
 
+@pytest.mark.gpu
 def test_vllm_in_place_weight_update_changes_outputs(engine, model_dir):
     from guiagent.policy import SamplingParams
     from guiagent.policy.hf import load_transformers
@@ -94,3 +101,184 @@ def test_vllm_in_place_weight_update_changes_outputs(engine, model_dir):
     ref = hf.score(chats(), [g.token_ids for g in after])
     for g, r in zip(after, ref):
         assert max(abs(a - b) for a, b in zip(g.logprobs, r)) < 1e-2
+
+
+@pytest.mark.gpu
+def test_vllm_colocated_sleep_and_sync(model_dir):
+    """The colocated hand-over on a real engine: sleep frees memory, wake + push restores it."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    pytest.importorskip("vllm")
+    from guiagent.policy import SamplingParams
+    from guiagent.policy.hf import load_transformers
+    from guiagent.policy.vllm_backend import ColocatedSync, VLLMPolicy
+
+    eng = VLLMPolicy(str(model_dir), max_images=2, max_model_len=2048, gpu_memory_utilization=0.3,
+                     enforce_eager=True, dtype="float32", colocate=True, enable_sleep_mode=True)
+    learner = load_transformers(str(model_dir), device="cuda", precision="fp32")
+    sync = ColocatedSync(eng, learner)
+    free0 = torch.cuda.mem_get_info()[0]
+    with sync.update_phase():
+        assert eng.asleep and torch.cuda.mem_get_info()[0] > free0
+        with torch.no_grad():
+            for p in learner.parameters():
+                p.add_(torch.randn_like(p) * 0.3)
+        learner.mark_updated()
+    assert not eng.asleep and eng.version == learner.version
+    gens = eng.generate(chats(), SamplingParams(max_new_tokens=6, temperature=1.0, seed=0))
+    ref = learner.score(chats(), [g.token_ids for g in gens])
+    for g, r in zip(gens, ref):
+        assert max(abs(a - b) for a, b in zip(g.logprobs, r)) < 1e-2
+    eng.close()
+
+
+# ---- CPU: error message, weight sync and sleep/wake through an engine stand-in ----------------------
+
+def _vllm_runs_here() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(_vllm_runs_here(), reason="vLLM and CUDA are available here")
+def test_without_vllm_or_cuda_one_clear_line():
+    from guiagent.policy import load_policy
+    from guiagent.policy.vllm_backend import VLLMPolicy, VLLMUnavailable
+
+    for make in (lambda: VLLMPolicy("some/model"), lambda: load_policy("some/model", backend="vllm")):
+        with pytest.raises(VLLMUnavailable) as e:
+            make()
+        msg = str(e.value)
+        assert "\n" not in msg and "pip install guiagent[vllm]" in msg and "CUDA" in msg
+
+
+class _WorkerModel:
+    """Stands in for vLLM's model: ``load_weights`` of (HF name, tensor) pairs into a real HF model."""
+
+    def __init__(self, hf_model):
+        self.hf = hf_model
+        self.params = dict(hf_model.state_dict())
+        self.dtypes: set = set()
+
+    def parameters(self):
+        return self.hf.parameters()
+
+    def load_weights(self, weights):
+        with torch.no_grad():
+            for n, t in weights:
+                self.dtypes.add(t.dtype)
+                self.params[n].copy_(t)
+        return {n for n, _ in weights}
+
+
+class _Engine:
+    """Stands in for ``vllm.LLM``: records the sleep-mode calls; workers run collective_rpc functions."""
+
+    def __init__(self, worker_model, in_process: bool):
+        self.calls: list = []
+        self._worker = SimpleNamespace(model_runner=SimpleNamespace(model=worker_model))
+        if in_process:
+            self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=SimpleNamespace(
+                worker=self._worker)))
+
+    def sleep(self, level):
+        self.calls.append(("sleep", level))
+
+    def wake_up(self, tags=None):
+        self.calls.append(("wake_up", tuple(tags or ())))
+
+    def collective_rpc(self, fn, args=()):
+        self.calls.append(("rpc", len(args[0])))
+        return [fn(self._worker, *args)]
+
+    def reset_prefix_cache(self):
+        self.calls.append(("reset_prefix_cache",))
+
+
+def _lora_learner(model_dir):
+    from guiagent.policy.hf import LoraSettings, load_transformers
+
+    p = load_transformers(str(model_dir), device="cpu", precision="fp32", lora=LoraSettings(rank=4, alpha=8))
+    with torch.no_grad():
+        for n, t in p.model.named_parameters():
+            if "lora_B" in n:
+                t.normal_(0, 0.05)
+    return p
+
+
+def test_colocated_sync_pushes_merged_weights_and_hands_memory_over(tiny_model_dir):
+    from guiagent.policy.hf import load_transformers
+    from guiagent.policy.vllm_backend import ColocatedSync, VLLMPolicy
+
+    learner = _lora_learner(tiny_model_dir)
+    cs = chats()
+    comps = [[100, 101, 102, 103], [104, 105, 106]]
+    want = learner.score(cs, comps)
+    for in_process in (False, True):  # collective_rpc of CPU chunks / the in-process model by reference
+        rollout_copy = load_transformers(tiny_model_dir, device="cpu")  # the "engine's" model
+        llm = _Engine(_WorkerModel(rollout_copy.model), in_process)
+        eng = VLLMPolicy.from_engine(llm, rollout_copy.tokenizer, rollout_copy.encoder.chat_template, name="tiny")
+        assert max(abs(a - b) for a, b in zip(want[0], rollout_copy.score(cs, comps)[0])) > 1e-3
+        sync = ColocatedSync(eng, learner, dtype=torch.float32)
+        with sync.update_phase():
+            assert eng.asleep
+            learner.mark_updated()
+        assert not eng.asleep and eng.version == learner.version
+        # the engine's model now computes what the learner computes (LoRA merged on the way)
+        for a, b in zip(want, rollout_copy.score(cs, comps)):
+            assert max(abs(x - y) for x, y in zip(a, b)) < 1e-4
+        kinds = [c[0] for c in llm.calls]
+        assert llm.calls[0] == ("sleep", 1)
+        assert llm.calls[1] == ("wake_up", ("weights",))          # weights back first ...
+        assert ("wake_up", ("kv_cache",)) in llm.calls           # ... the KV cache after the push
+        assert kinds.index("wake_up", 2) > max(i for i, k in enumerate(kinds) if k in ("rpc", "sleep"))
+        assert kinds[-1] == "reset_prefix_cache"
+        assert ("rpc" in kinds) is (not in_process)               # in process: tensors by reference
+
+
+def test_push_weights_casts_and_chunks(tiny_model_dir):
+    from guiagent.policy.hf import load_transformers
+    from guiagent.policy.vllm_backend import VLLMPolicy, chunk_weights
+
+    pol = load_transformers(tiny_model_dir, device="cpu")
+    wm = _WorkerModel(load_transformers(tiny_model_dir, device="cpu").model)
+    llm = _Engine(wm, in_process=False)
+    eng = VLLMPolicy.from_engine(llm, pol.tokenizer, pol.encoder.chat_template, sleep_mode=False)
+    assert eng.push_weights(pol.state_dict(), dtype=torch.bfloat16, chunk_bytes=1 << 20) == 1
+    assert wm.dtypes == {torch.bfloat16}
+    n_rpc = sum(1 for c in llm.calls if c[0] == "rpc")
+    total = sum(t.numel() * 2 for t in pol.state_dict().values())
+    assert n_rpc >= total // (1 << 20)  # chunks of <= 1 MiB (a bigger tensor alone)
+    with pytest.raises(RuntimeError, match="enable_sleep_mode"):
+        eng.sleep()
+    # by hand: 4-byte tensors of 3, 3, 5 and 1 elements in chunks of 24 bytes
+    ts = [("a", torch.zeros(3)), ("b", torch.zeros(3)), ("c", torch.zeros(5)), ("d", torch.zeros(1))]
+    assert [[n for n, _ in c] for c in chunk_weights(ts, 24)] == [["a", "b"], ["c", "d"]]
+    assert [[n for n, _ in c] for c in chunk_weights(ts, 4)] == [["a"], ["b"], ["c"], ["d"]]
+
+
+def test_failed_update_wakes_the_engine_with_old_weights(tiny_model_dir):
+    from guiagent.policy.hf import load_transformers
+    from guiagent.policy.vllm_backend import ColocatedSync, VLLMPolicy
+
+    pol = load_transformers(tiny_model_dir, device="cpu")
+    llm = _Engine(_WorkerModel(pol.model), in_process=True)
+    eng = VLLMPolicy.from_engine(llm, pol.tokenizer, pol.encoder.chat_template)
+    with pytest.raises(KeyError):
+        with ColocatedSync(eng, pol).update_phase():
+            raise KeyError("update failed")
+    assert not eng.asleep and eng.version == 0
+    assert llm.calls == [("sleep", 1), ("wake_up", ("kv_cache", "weights"))]
+
+
+def test_to_generation_reads_a_request_output():
+    from guiagent.policy.vllm_backend import to_generation
+
+    lp = lambda x: SimpleNamespace(logprob=x)  # noqa: E731
+    out = SimpleNamespace(prompt_token_ids=[1, 2, 3, 4], outputs=[SimpleNamespace(
+        text="click", token_ids=[7, 9], logprobs=[{7: lp(-0.5), 8: lp(-1.0)}, {9: lp(-0.25)}], finish_reason="length")])
+    g = to_generation(out, version=3)
+    assert (g.text, g.token_ids, g.logprobs, g.prompt_tokens, g.finish_reason, g.policy_version) == \
+        ("click", (7, 9), (-0.5, -0.25), 4, "length", 3)

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import fcntl
 import io
+import json
 import os
 import pty
 import select
 import struct
+import subprocess
+import sys
 import termios
+from pathlib import Path
+
+import pytest
 
 from guiagent.progress import is_terminal, progress_bar
 
@@ -70,3 +76,37 @@ def test_farm_up_reports_boots_to_the_progress_callback(tmp_path, monkeypatch):
                         progress=lambda n, total: seen.append((n, total)))
     assert seen == [(0, 2), (1, 2), (2, 2)] and len(endpoints) == 2
     assert not any("booted" in line for line in logs)  # the bar stands in for the per-poll lines
+
+
+@pytest.mark.browser
+def test_eval_draws_a_bar_on_a_terminal_and_keeps_stdout_json(tmp_path):
+    """``guiagent eval`` with stderr on a pseudo-terminal: a bar there, the JSON line alone on stdout."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "guiagent", "eval", "--env", "webapps", "--agent", "oracle", "--tasks", "open_app",
+         "--episodes", "3", "--out", str(tmp_path / "run"), "--json"],
+        stdout=subprocess.PIPE, stderr=slave, text=True, env=env, cwd=repo)
+    os.close(slave)
+    chunks = []
+    while proc.poll() is None or select.select([master], [], [], 0.1)[0]:
+        if select.select([master], [], [], 0.2)[0]:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+    stdout = proc.stdout.read()
+    proc.wait(timeout=60)
+    os.close(master)
+    err = b"".join(chunks).decode(errors="replace")
+    assert proc.returncode == 0, err[-2000:]
+    assert "eval" in err and "3/3" in err and "episode/s" in err and "success=1.00" in err, err[-2000:]
+    assert "success so far" not in err  # the bar replaces the periodic log lines
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["episodes"] == 3 and summary["success_rate"] == 1.0
+    assert "episode/s" not in stdout

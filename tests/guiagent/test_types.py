@@ -1,13 +1,14 @@
 import pytest
 
 from guiagent.types import (
-    ACTION_TYPES, Answer, Click, Drag, Finish, Key, LongPress, NavigateBack, NavigateHome, Observation,
-    OpenApp, ParseError, Scroll, Step, Swipe, TaskSpec, Trajectory, Type, Wait, action_from_dict,
+    ACTION_TYPES, Answer, Click, DoubleClick, Drag, Finish, Hover, Key, LongPress, NavigateBack, NavigateHome,
+    Observation, OpenApp, ParseError, RightClick, Scroll, Step, Swipe, TaskSpec, Trajectory, Type, Wait, action_from_dict,
     action_to_dict,
 )
 
 EXAMPLES = [
-    Click(0.5, 0.25), LongPress(0.1, 0.9, duration_ms=1200), Type("hello \"world\"\n", 0.2, 0.3, submit=True),
+    Click(0.5, 0.25), DoubleClick(0.2, 0.3), RightClick(1.0, 0.0), Hover(0.7, 0.7),
+    LongPress(0.1, 0.9, duration_ms=1200), Type("hello \"world\"\n", 0.2, 0.3, submit=True),
     Type("x"), Scroll("down"), Scroll("left", 0.5, 0.5, amount=0.3), Swipe(0.1, 0.2, 0.3, 0.4),
     Drag(0.0, 0.0, 1.0, 1.0), Key("Enter"), NavigateBack(), NavigateHome(), OpenApp("Contacts"),
     Wait(2.0), Answer("42"), Finish("failure", "cannot"),
@@ -62,3 +63,23 @@ def test_parse_error_codes_are_checked():
     with pytest.raises(ValueError):
         ParseError("whatever", "x")
     assert str(ParseError("empty", "no text")) == "empty: no text"
+
+
+def test_pointer_actions_round_trip_through_a_real_store(tmp_path):
+    """DoubleClick / RightClick / Hover steps survive SQLite and come back as the same actions."""
+    import dataclasses
+
+    from guiagent.store import Store, StoreReader
+    from tests.guiagent.test_store_fixtures import make_traj
+
+    base = make_traj(7, steps=3)
+    acts = (DoubleClick(0.2, 0.3), RightClick(1.0, 0.0), Hover(0.7, 0.7))
+    steps = tuple(dataclasses.replace(s, action=a) for s, a in zip(base.steps, acts))
+    traj = dataclasses.replace(base, steps=steps)
+    store = Store.open(tmp_path / "run")
+    try:
+        store.write_trajectory(store.create_run("pointer"), traj)
+    finally:
+        store.close()
+    back = StoreReader(tmp_path / "run").load_trajectory(traj.episode_id)
+    assert back == traj and tuple(s.action for s in back.steps) == acts

@@ -9,7 +9,8 @@ import pytest
 from guiagent.store import StoreReader
 from guiagent.types import Click, Observation, Step, TaskSpec, Trajectory
 from rl.rollout import AsyncRollout, RolloutResult
-from rl.trainer import TrainConfig, train
+from rl.config import TrainConfig
+from rl.trainer import train
 
 
 def _result(iteration: int, version: int) -> RolloutResult:
@@ -95,12 +96,12 @@ def test_producer_errors_reach_the_learner():
 def test_async_training_with_periodic_evaluation(tiny_model_dir, tmp_path):
     """Async mode shares the pool between the rollout thread and held-out evaluations."""
     out = tmp_path / "run"
-    result = train(TrainConfig(model=tiny_model_dir, tasks=("go_home",), mode="async", max_lag=1, iterations=2,
+    result = train(TrainConfig(model=tiny_model_dir, tasks=("go_home",), rollout="async", max_lag=1, iterations=2,
                                groups_per_iteration=1, group_size=2, slots=2, pool="inprocess", max_new_tokens=8,
                                eval_episodes=2, eval_every=1, top_p=0.9, out=str(out), seed=1))
-    assert result["iterations"] == 2
-    assert math.isfinite(result["success_before"]) and math.isfinite(result["success_after"])
-    assert list(result["eval_curve"]) == ["1"]
+    assert result.iterations == 2
+    assert math.isfinite(result.success_before) and math.isfinite(result.success_after)
+    assert list(result.eval_curve) == ["1"]
     reader = StoreReader(out)
     [run] = reader.list_runs()
     assert run.status == "finished"

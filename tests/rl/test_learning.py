@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from rl.trainer import TINY_MAX_PIXELS, WARM_START_TASKS, TrainConfig, train
+from rl.config import TINY_MAX_PIXELS, WARM_START_TASKS, TrainConfig
+from rl.trainer import train
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.timeout(3600)]
 
@@ -21,7 +22,7 @@ TASKS = ("open_app", "settings_turn_on", "settings_turn_off")
 def test_sft_warm_start_reaches_held_out_success(tmp_path):
     result = train(TrainConfig(tasks=TASKS, iterations=0, warm_start_demos=60, warm_start_steps=250,
                                eval_episodes=18, out=str(tmp_path / "run"), seed=0))
-    assert result["success_after"] >= 0.3, result
+    assert result.success_after >= 0.3, result
 
 
 def _run(*args):
@@ -43,4 +44,4 @@ def test_grpo_raises_held_out_success_from_an_sft_checkpoint(tmp_path):
                                lr=3e-4, epochs=2, mini_batch_size=32, temperature=1.0, min_p=0.05,
                                neg_adv_min_scale=0.5, kl_coef=0.1, kl_kind="k3", min_informative_groups=3,
                                max_sampling_rounds=2, eval_episodes=48, out=str(tmp_path / "grpo"), seed=0))
-    assert result["success_after"] >= result["success_before"] + 0.1, result
+    assert result.success_after >= result.success_before + 0.1, result

@@ -106,3 +106,54 @@ def test_adaptive_kl_moves_towards_target():
     assert ctl.update(0.05, 10) > 0.1
     ctl2 = AdaptiveKL(init_coef=0.1, target=0.01, horizon=100)
     assert ctl2.update(0.0, 10) < 0.1
+
+
+# ---- train-inference mismatch: k3 KL and truncated importance sampling -----------------------------
+
+def test_mismatch_kl_by_hand():
+    from rl.losses import mismatch_kl
+
+    learner = torch.tensor([[-1.0, -2.0, -0.5], [-1.0, 0.0, 0.0]])
+    rollout = torch.tensor([[-1.0, -1.5, -0.7], [-1.2, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]], dtype=torch.bool)
+    # d = rollout - learner: 0, 0.5, -0.2, -0.2; k3 = e^-d + d - 1
+    k3 = [0.0, math.exp(-0.5) + 0.5 - 1, math.exp(0.2) - 0.2 - 1, math.exp(0.2) - 0.2 - 1]
+    assert float(mismatch_kl(learner, rollout, mask)) == pytest.approx(sum(k3) / 4, rel=1e-6)
+    assert float(mismatch_kl(learner, learner, mask)) == 0.0
+
+
+def test_tis_weights_by_hand():
+    from rl.losses import tis_weights
+
+    learner = torch.tensor([[-1.0, -0.5, -3.0, -0.1]])
+    rollout = torch.tensor([[-1.0, -2.0, -2.0, -9.0]])
+    mask = torch.tensor([[1, 1, 1, 0]], dtype=torch.bool)
+    w, st = tis_weights(learner, rollout, mask, cap=2.0)
+    # ratios: e^0 = 1, e^1.5 = 4.48 -> capped 2, e^-1 = 0.368; padding -> 1
+    torch.testing.assert_close(w, torch.tensor([[1.0, 2.0, math.exp(-1.0), 1.0]]))
+    assert st.tis_clip_frac == pytest.approx(1 / 3)
+    assert st.tis_weight_mean == pytest.approx((1 + 2 + math.exp(-1)) / 3, rel=1e-6)
+    d = [0.0, -1.5, 1.0]  # rollout - learner
+    assert st.mismatch_kl == pytest.approx(sum(math.exp(-x) + x - 1 for x in d) / 3, rel=1e-6)
+    with pytest.raises(ValueError, match="cap"):
+        tis_weights(learner, rollout, mask, cap=0.0)
+
+
+def test_tis_advantages_weight_the_pg_loss_per_token():
+    """ppo_clip_loss on TIS-weighted advantages equals Σ w·ℓ_token / n computed by hand."""
+    from rl.losses import ppo_clip_loss, tis_advantages
+
+    logp = torch.tensor([[-1.0, -0.4, -2.0]], requires_grad=True)
+    old = torch.tensor([[-1.0, -0.5, -1.5]])  # learner re-scored, so the ratio is the learner's own
+    adv = torch.tensor([0.5])
+    w = torch.tensor([[1.0, 2.0, 0.25]])
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    loss, st = ppo_clip_loss(logp, old, tis_advantages(adv, w), mask, clip_eps_low=0.2, clip_eps_high=0.2)
+    rho = [1.0, math.exp(0.1), math.exp(-0.5)]
+    per_tok = [-min(r * 0.5, min(max(r, 0.8), 1.2) * 0.5) for r in rho]
+    expected = (1.0 * per_tok[0] + 2.0 * per_tok[1] + 0.25 * per_tok[2]) / 3
+    assert float(loss) == pytest.approx(expected, rel=1e-6)
+    assert st.clip_frac == 0.0  # ratio 0.61 with A > 0 is not clipped; weights do not change clipping
+    loss.backward()
+    # d loss / d logp_t = -w_t * A * rho_t / 3 where unclipped
+    torch.testing.assert_close(logp.grad, torch.tensor([[-0.5 / 3, -2 * 0.5 * rho[1] / 3, -0.25 * 0.5 * rho[2] / 3]]))

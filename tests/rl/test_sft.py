@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from guiagent.cli.eval import EvalConfig, run as run_eval
+from rl.evaluate import EvalConfig, run_eval
 from rl.sft import SFTExample, _place
 
 pytestmark = pytest.mark.browser

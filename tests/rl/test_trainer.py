@@ -1,12 +1,13 @@
 """The trainer: an update changes parameters with finite losses; a killed run resumes."""
 
+import contextlib
+import dataclasses
 import json
 import math
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,9 @@ from guiagent.store import EpisodeFilter, StoreReader
 from rl.agents import load_model_policy
 from rl.rollout import make_groups, run_rollout
 from judge.compose import RewardConfig
-from rl.trainer import TrainConfig, compute_advantages, update
+from rl.batching import compute_advantages
+from rl.config import TrainConfig
+from rl.update import update
 
 pytestmark = pytest.mark.browser
 
@@ -60,7 +63,6 @@ def test_judge_verdicts_join_the_reward_and_the_store(tiny_model_dir, tmp_path):
     from guiagent.store import Store
     from judge.vlm import JudgeConfig, VLMJudge
     from rl.agents import OraclePolicy
-    from rl.trainer import judge_episodes
 
     pool = InProcessPool("webapps", num_slots=2)
     try:
@@ -75,7 +77,11 @@ def test_judge_verdicts_join_the_reward_and_the_store(tiny_model_dir, tmp_path):
         store.write_trajectory(run, t)
     metrics: dict = {}
     cfg = TrainConfig(rewards=RewardConfig(judge=0.5))
-    extra = judge_episodes(judge, res, store, cfg, metrics)
+    from rl.trainer import Trainer
+
+    trainer = Trainer(cfg)
+    trainer.judge, trainer.store = judge, store
+    extra = trainer._judge_episodes(res, metrics)
     store.close()
     # a random tiny judge rarely gives a usable verdict: those are errors, counted, never raised
     assert metrics["judge_errors"] + len(extra) == 2
@@ -109,23 +115,19 @@ def _train_cmd(out, *extra):
 
 
 def test_killed_run_resumes_from_checkpoint(tiny_model_dir, tmp_path):
+    """Killed at the worst moment: between moving the old checkpoint away and the new one in."""
     out = tmp_path / "run"
     args = ["--model", tiny_model_dir, "--tasks", "go_home", "open_app", "--groups-per-iteration", "1",
             "--group-size", "2", "--slots", "2", "--max-new-tokens", "8", "--pool", "inprocess",
             "--eval-episodes", "0",
             "--iterations", "3", "--seed", "3"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(_train_cmd(out, *args), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    state = out / "checkpoint" / "trainer_state.pt"
-    deadline = time.time() + 240
-    while not state.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    assert state.exists(), "no checkpoint was written"
-    os.killpg(proc.pid, signal.SIGKILL)  # the trainer and its browser, mid-run
-    proc.wait()
-    done_before = torch.load(state, weights_only=False)["state"]["iteration"]
-    assert 1 <= done_before < 3
+    proc = subprocess.Popen(_train_cmd(out, *args), env={**env, "GUIAGENT_FAULT": "checkpoint_swap"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    assert proc.wait(timeout=300) == -signal.SIGKILL  # killed itself at the second checkpoint's swap
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # its browser
+    assert not (out / "checkpoint").exists() and (out / "checkpoint.old").is_dir()
     r = subprocess.run(_train_cmd(out, "--resume", str(out), "--iterations", "3", "--json"), env=env,
                        capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -157,9 +159,9 @@ def test_dynamic_sampling_rounds_and_adaptive_kl_coefficient(tiny_model_dir, tmp
                                group_size=2, slots=2, pool="inprocess", max_new_tokens=8, eval_episodes=0,
                                min_informative_groups=99, max_sampling_rounds=2, filter_zero_variance=False,
                                kl_coef=0.05, kl_target=0.01, kl_horizon=10, out=str(out), seed=2))
-    assert result["last"]["groups"] == 2.0
-    assert result["last"]["kl_coef"] == 0.05 and result["last"]["kl"] == pytest.approx(0.0, abs=1e-6)
-    beta = torch.load(out / "checkpoint" / "trainer_state.pt", weights_only=False)["state"]["kl_coef"]
+    assert result.last["groups"] == 2.0
+    assert result.last["kl_coef"] == 0.05 and result.last["kl"] == pytest.approx(0.0, abs=1e-6)
+    beta = json.loads((out / "checkpoint" / "trainer_state.json").read_text())["state"]["kl_coef"]
     assert 0.0 < beta < 0.05
     reader = StoreReader(out)
     [run] = reader.list_runs()
@@ -193,3 +195,77 @@ def test_rollout_results_merge_and_count_informative_groups():
 def test_train_config_rejects_bad_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
         TrainConfig(**kwargs)
+
+
+def _tiny_cfg(tiny_model_dir, out, **kw):
+    base = dict(model=tiny_model_dir, tasks=("go_home",), iterations=1, groups_per_iteration=1, group_size=2,
+                slots=2, pool="inprocess", max_new_tokens=8, eval_episodes=0, filter_zero_variance=False,
+                out=str(out), seed=1)
+    return TrainConfig(**{**base, **kw})
+
+
+def test_kl_reference_stays_the_starting_policy_across_resumes(tiny_model_dir, tmp_path):
+    from guiagent.policy.hf import load_transformers
+    from rl.trainer import Trainer, train
+
+    out = tmp_path / "run"
+    cfg = _tiny_cfg(tiny_model_dir, out, kl_coef=0.05)
+    train(cfg)
+    start = load_transformers(tiny_model_dir).state_dict()
+    for target in (2, 3):  # two resumes, each one more iteration
+        t = Trainer(dataclasses.replace(cfg, resume=str(out), iterations=target))
+        result = t.run()
+        assert result.iterations == target and t.state.model_dir == tiny_model_dir
+        ref, now = t.ref.state_dict(), t.policy.state_dict()
+        assert all(torch.equal(ref[k], start[k]) for k in start)  # the reference is the start, not the checkpoint
+        assert any(not torch.equal(now[k], start[k]) for k in start)
+        assert "kl" in t.history[-1] and t.history[-1]["kl_coef"] == 0.05  # the KL term ran against it
+
+
+def _weights(path):
+    from guiagent.policy.hf import load_transformers
+
+    return load_transformers(str(path)).state_dict()
+
+
+def test_one_seed_gives_one_run_and_two_seeds_two(tiny_model_dir, tmp_path):
+    from rl.trainer import train
+
+    timing = ("seconds", "per_s")
+
+    def run(name, seed):
+        r = train(_tiny_cfg(tiny_model_dir, tmp_path / name, seed=seed, temperature=1.0))
+        return {k: v for k, v in r.last.items() if not any(t in k for t in timing)}, _weights(r.model)
+
+    (m1, w1), (m2, w2), (m3, w3) = run("a", 4), run("b", 4), run("c", 5)
+    assert m1 == m2 and all(torch.equal(w1[k], w2[k]) for k in w1)
+    assert m1 != m3 or any(not torch.equal(w1[k], w3[k]) for k in w1)
+
+
+def test_stability_guards_trip_and_raise_alarms():
+    from rl.trainer import Trainer
+
+    t = Trainer(TrainConfig(max_parse_error_rate=0.2, max_kl_ref=0.1, min_entropy=0.5))
+    m = {"parse_error_rate": 0.1, "kl": 0.05, "entropy": 0.2}
+    assert t._guards(m) is None and m["alarm/entropy"] == 1.0
+    m = {"parse_error_rate": 0.3, "kl": 0.05}
+    assert "parse-error rate" in t._guards(m) and m["alarm/parse_error_rate"] == 1.0
+    m = {"parse_error_rate": 0.0, "kl": 0.5}
+    assert "KL to the reference" in t._guards(m)
+    assert Trainer(TrainConfig())._guards({"parse_error_rate": 1.0, "kl": 9.0, "entropy": 0.0}) is None
+
+
+def test_a_tripped_guard_rolls_back_and_the_best_model_is_kept(tiny_model_dir, tmp_path):
+    from rl.trainer import train
+
+    out = tmp_path / "run"
+    # every reply of an untrained model fails to parse: the parse-error guard trips each iteration
+    r = train(_tiny_cfg(tiny_model_dir, out, iterations=2, eval_every=1, eval_episodes=1,
+                        max_parse_error_rate=0.01, lr=1e-2))
+    start = _weights(tiny_model_dir)
+    final = _weights(r.model)
+    assert all(torch.equal(final[k], start[k]) for k in start)  # every update was rolled back
+    curves = StoreReader(out).metrics(r.run_id)
+    assert [m.value for m in curves["guard/rollback"]] == [1.0, 1.0]
+    assert r.best_model == str(out / "model-best") and (out / "model-best" / "guiagent_agent.json").is_file()
+    assert r.best_iteration == 1 and r.eval_curve.keys() == {"1"}

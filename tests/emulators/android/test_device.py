@@ -8,7 +8,8 @@ import os
 import pytest
 
 from emulators.android.device import AndroidDevice, scroll_path, to_pixels
-from guiagent.types import Click, Finish, NavigateHome, Scroll
+from emulators.base import ActionError
+from guiagent.types import Click, DoubleClick, Finish, Hover, NavigateHome, RightClick, Scroll
 
 
 @pytest.mark.parametrize("x, y, size, px", [
@@ -50,6 +51,33 @@ def test_finish_and_answer_never_reach_the_transport():
 
     dev = AndroidDevice(Refuses(), settle_s=0)  # type: ignore[arg-type]
     dev.execute(Finish())
+
+
+class _Taps:
+    """A transport stand-in that records taps (no Android device runs here)."""
+
+    name = "taps"
+
+    def __init__(self):
+        self.taps: list[tuple[int, int]] = []
+
+    def screen_size(self):
+        return (1080, 2400)
+
+    def tap(self, x, y):
+        self.taps.append((x, y))
+
+
+def test_double_tap_is_two_taps_and_mouse_only_actions_are_refused():
+    t = _Taps()
+    dev = AndroidDevice(t, settle_s=0, stable_timeout_s=0)  # type: ignore[arg-type]
+    dev._dispatch(DoubleClick(0.5, 0.25))
+    assert t.taps == [(540, 600), (540, 600)]
+    for action, msg in [(RightClick(0.5, 0.5), "no right button; use LongPress"),
+                        (Hover(0.5, 0.5), "no pointer to hover")]:
+        with pytest.raises(ActionError, match=msg):
+            dev._dispatch(action)
+    assert len(t.taps) == 2
 
 
 @pytest.mark.android

@@ -1,0 +1,71 @@
+"""``guiagent data import --format F SRC --out RUN_DIR``: recorded trajectories into the store."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import tyro
+
+from guiagent.cli._common import emit_json, log
+from guiagent.config import parse_config
+
+USAGE = (
+    "usage: guiagent data import --format {androidcontrol,uis1,guiodyssey,parquet,hf} SRC --out RUN_DIR "
+    "[--images DIR] [--run-name NAME] [--json]"
+)
+
+
+@dataclass
+class DataImportConfig:
+    """Import recorded episodes (a published dataset or our own export) as a run of the trajectory store."""
+
+    src: tyro.conf.Positional[str]
+    """the file or folder to import"""
+    format: str = ""
+    """androidcontrol, uis1, guiodyssey, parquet or hf (required)"""
+    out: str = ""
+    """a new run directory (refused when it exists and is not empty)"""
+    images: str | None = None
+    """folder of the screenshots when the data's paths do not resolve (uis1, guiodyssey)"""
+    run_name: str | None = None
+    """the run's name (default import:FORMAT)"""
+    json: bool = False
+    """print a JSON summary as the last stdout line"""
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    if argv[0] != "import":
+        print(f"guiagent data: unknown subcommand {argv[0]!r}\n{USAGE}", file=sys.stderr)
+        return 2
+    cfg = parse_config(DataImportConfig, argv[1:], prog="guiagent data import")
+    from guiagent.datasets import FORMATS, DatasetError, import_dataset
+    from guiagent.store.errors import StoreError
+
+    if not cfg.format:
+        print(f"guiagent data import: --format is required ({', '.join(FORMATS)})", file=sys.stderr)
+        return 2
+    if cfg.format not in FORMATS:
+        print(
+            f"guiagent data import: unknown format {cfg.format!r}; known: {', '.join(FORMATS)}",
+            file=sys.stderr,
+        )
+        return 2
+    if not cfg.out:
+        print("guiagent data import: --out RUN_DIR is required", file=sys.stderr)
+        return 2
+    try:
+        res = import_dataset(cfg.format, cfg.src, cfg.out, run_name=cfg.run_name, images_dir=cfg.images)
+    except (DatasetError, StoreError) as e:
+        print(f"guiagent data import: {e}", file=sys.stderr)
+        return 1
+    log(
+        f"imported {res.episodes} episodes ({res.steps} steps) from {cfg.src} "
+        f"into {res.out_dir} (run {res.run_id})"
+    )
+    if cfg.json:
+        emit_json(res.to_dict())
+    return 0

@@ -1,0 +1,228 @@
+"""The trainer's configuration: one dataclass, its CLI flags and YAML keys, and the constants
+that tie training, evaluation and the warm start together.
+
+Seeds: training samples task seeds below ``TRAIN_SEED_RANGE`` (1,000,000); evaluation starts
+at ``rl.evaluate.EVAL_SEED_BASE`` (1,000,000), so evaluation is on held-out task instances.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from judge.compose import RewardConfig
+from rl.advantages import SemiOnlineRewardConfig
+from rl.semi_online import MatchConfig, PatchConfig
+
+__all__ = ["TrainConfig", "SemiOnlineSettings", "TRAIN_SEED_RANGE", "TINY_MAX_PIXELS", "WARM_START_TASKS"]
+
+#: tasks whose targets sit at fixed places for every seed: what a tiny model trained from
+#: scratch on CPU can learn (docs/training.md, "Learning checks"), so the embedded default trains on them
+WARM_START_TASKS = ("open_app", "settings_turn_on", "settings_turn_off", "settings_open_section",
+                    "files_open_folder", "go_home")
+TRAIN_SEED_RANGE = 1_000_000
+#: ~128 visual tokens a screenshot: enough for fixed layouts, and 5x cheaper than the default
+TINY_MAX_PIXELS = 28 * 28 * 128
+
+
+@dataclass(frozen=True)
+class SemiOnlineSettings:
+    """Semi-online RL (after UI-S1): recorded episodes replayed with the policy's own history."""
+
+    patch: PatchConfig = field(default_factory=PatchConfig)
+    """what a mismatch does: --semi.patch.mode none|recorded|policy (the thought that goes with the
+    substituted recorded action), --semi.patch.budget N (patches an episode; -1: no limit)"""
+    match: MatchConfig = field(default_factory=MatchConfig)
+    """tolerances of the matcher (--semi.match.point-tolerance 0.04, --semi.match.text-threshold 0.8, ...)"""
+    rewards: SemiOnlineRewardConfig = field(default_factory=SemiOnlineRewardConfig)
+    """per-step reward: format validity, kind match and match (UI-S1's weights by default)"""
+    gamma: float = 0.5
+    """γ of the step returns, which stop accumulating at a mismatch"""
+    step_weight: float = 1.0
+    """weight of the step-level group advantage (same recorded step across the G samples)"""
+    episode_weight: float = 1.0
+    """weight of the episode-level group advantage"""
+    per_online: int = 1
+    """--mode mixed: semi-online iterations before each online one"""
+    iterations: int = 4
+    """--mode staged: semi-online iterations before the online ones"""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError("--semi.gamma must lie in [0, 1]")
+        if self.per_online < 1 or self.iterations < 0:
+            raise ValueError("--semi.per-online must be >= 1 and --semi.iterations >= 0")
+
+
+@dataclass
+class TrainConfig:
+    """Online RL on a suite: GRPO / Dr. GRPO with PPO-clip updates."""
+
+    env: str = "webapps"
+    """suite: webapps, miniwob or androidworld"""
+    mode: Literal["auto", "online", "semi-online", "mixed", "staged"] = "auto"
+    """online: episodes on live envs; semi-online: recorded episodes (--data) replayed with the
+    policy's own replies in the history and a patch step on mismatches (no device during rollouts);
+    mixed: --semi.per-online semi-online iterations, then one online, and again; staged: the first
+    --semi.iterations iterations semi-online, the rest online, with a held-out evaluation between;
+    auto: staged on the warm start's demonstrations when no --model is given, else online"""
+    data: tuple[str, ...] = ()
+    """--mode semi-online|mixed: run directories of recorded trajectories (e.g. from
+    guiagent eval --agent oracle, or guiagent data import); episodes of --tasks only, when given"""
+    semi: SemiOnlineSettings = field(default_factory=SemiOnlineSettings)
+    """semi-online settings (--semi.patch.mode, --semi.gamma, ...)"""
+    algo: Literal["grpo", "dr_grpo"] = "grpo"
+    """grpo: std-normalised group advantages, token-mean loss; dr_grpo: no std, constant-length normaliser"""
+    tasks: tuple[str, ...] = ()
+    """task ids to train on (default: the fixed-layout family for webapps, else every task)"""
+    model: str = ""
+    """policy to train: a local folder or hub id (empty: a tiny model with an SFT warm start)"""
+    out: str = "runs/train"
+    """run directory (store, checkpoints, final model)"""
+    resume: str | None = None
+    """continue the run in this directory from its last checkpoint (its saved config is used)"""
+    iterations: int = 8
+    """total training iterations (with --resume: the total to reach)"""
+    groups_per_iteration: int = 6
+    """(task, seed) groups sampled per iteration"""
+    group_size: int = 4
+    """G: episodes per group"""
+    slots: int = 4
+    """envs stepping side by side"""
+    pool: Literal["inprocess", "ray"] = "ray"
+    """ray: a Ray actor fleet (a local Ray, or --ray-address), which keeps browsers and app servers
+    out of the learner's process (measured ~3x faster rollouts on 2 cores, docs/benchmarks.md);
+    inprocess: envs in this process (no Ray; for debugging)"""
+    ray_address: str | None = None
+    """join this Ray cluster (e.g. auto or host:6379); default: start a local Ray"""
+    workers: int = 2
+    """--pool ray: number of worker actors (slots are spread over them)"""
+    worker_resources: dict[str, float] = field(default_factory=dict)
+    """--pool ray: custom Ray resources per worker (e.g. --worker-resources androidworld 1 pins
+    AndroidWorld workers to farm hosts started with ray start --resources '{"androidworld": N}')"""
+    device: dict[str, str] = field(default_factory=dict)
+    """device options passed to the suite's make_device (e.g. --device farm runs/farm/endpoints.json
+    for androidworld, --device chromium_path /usr/bin/chromium for the browser suites)"""
+    rollout: Literal["sync", "async"] = "sync"
+    """async: rollouts of the next iteration run while the learner updates (bounded by --max-lag);
+    sync runs are reproducible with the same --seed, async runs are not (see docs/training.md)"""
+    max_lag: int = 1
+    """async: drop rollouts produced more than this many policy versions ago"""
+    lr: float = 2e-4
+    """AdamW learning rate"""
+    epochs: int = 1
+    """passes over each iteration's turns"""
+    mini_batch_size: int = 0
+    """turns per optimiser step (0: all of an iteration's turns, one step per epoch); e.g. 16 with
+    --epochs 2 takes 2 x ceil(turns / 16) PPO steps an iteration"""
+    micro_batch_size: int = 8
+    """turns per forward/backward pass (gradient accumulation covers the mini-batch)"""
+    clip_eps_low: float = 0.2
+    """PPO ε below 1"""
+    clip_eps_high: float = 0.28
+    """PPO ε above 1 (> clip_eps_low: clip-higher)"""
+    kl_coef: float = 0.0
+    """β of the KL(π‖π_ref) loss term (0: no reference model is kept)"""
+    kl_kind: Literal["k1", "k2", "k3"] = "k3"
+    """KL estimator"""
+    kl_target: float = 0.0
+    """adaptive KL (a soft trust region around the reference): β starts at --kl-coef and is
+    adapted so the KL stays near this value (0: β fixed)"""
+    kl_horizon: int = 1000
+    """adaptive KL: turns over which β may change by ±20%"""
+    max_kl_old: float = 0.0
+    """trust region on each update: stop its remaining mini-batches once the approximate KL to
+    the policy that sampled them exceeds this (0: never stop early)"""
+    loss_agg: str = ""
+    """token_mean, seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm, group_token_mean
+    (default: token_mean for grpo, seq_mean_token_sum_norm for dr_grpo)"""
+    advantage: Literal["episode", "step"] = "episode"
+    """episode: one group advantage per episode; step: group-normalised discounted returns per turn"""
+    gamma: float = 1.0
+    """discount of step-level returns"""
+    filter_zero_variance: bool = True
+    """skip groups whose episodes all got the same reward (no GRPO signal)"""
+    min_informative_groups: int = 0
+    """dynamic sampling (DAPO): while fewer groups than this have unequal rewards, sample another
+    --groups-per-iteration groups, at most --max-sampling-rounds rounds an iteration (0: off)"""
+    max_sampling_rounds: int = 3
+    """dynamic sampling: most rollout rounds in one iteration"""
+    neg_adv_min_scale: float = 1.0
+    """success-adaptive scaling of negative advantages: scale = m + (1-m)·group success (1: off)"""
+    max_grad_norm: float = 1.0
+    temperature: float = 1.0
+    """rollout sampling temperature"""
+    top_p: float = 1.0
+    """rollout nucleus sampling (< 1 cuts the low-probability tail, e.g. malformed replies of a
+    weak warm start; log-probs for the loss stay those of the unmodified model)"""
+    min_p: float = 0.0
+    """rollout min-p sampling: drop tokens below min_p x the most likely one (0: off); keeps
+    exploring coordinates while cutting malformed replies"""
+    max_new_tokens: int = 64
+    """longest reply per turn"""
+    rewards: RewardConfig = field(default_factory=RewardConfig)
+    """reward components (--rewards.progress 0.5, --rewards.parse-penalty -0.1, ...)"""
+    judge_model: str | None = None
+    """a VLM judge scoring each finished episode (a model folder, hub id or OpenAI-compatible URL);
+    its score, weighted by --rewards.judge, joins the episode reward and its verdict is stored"""
+    judge_k: int = 3
+    """screenshots the judge sees (the last k and the final screen)"""
+    judge_budget: int | None = None
+    """most judge calls in the whole run (None: unlimited)"""
+    eval_episodes: int = 24
+    """held-out episodes evaluated greedily before and after training (0: skip)"""
+    eval_every: int = 0
+    """also evaluate every N iterations (stored as the metric eval_success; 0: only before and after)"""
+    warm_start_demos: int = 120
+    """no --model: oracle episodes recorded for the SFT warm start"""
+    warm_start_steps: int = 400
+    """no --model: SFT optimiser steps of the warm start"""
+    seed: int = 0
+    """seeds the task and seed plan, the sampling generators of the rollout slots, the order of
+    turns in the update and the model's initialisation: in sync mode, one seed gives one run"""
+    max_parse_error_rate: float = 0.0
+    """stability guard: when the sampled parse-error rate of an iteration exceeds this, take the
+    --guard-action (0: off)"""
+    max_kl_ref: float = 0.0
+    """stability guard: when the KL to the reference (starting) policy exceeds this after an
+    update, take the --guard-action (0: off; needs --kl-coef > 0 to be measured)"""
+    guard_action: Literal["rollback", "stop"] = "rollback"
+    """what a tripped guard does: rollback restores the last checkpoint's weights and optimiser
+    and goes on with the next iteration's data; stop ends the run (the last good model is saved)"""
+    min_entropy: float = 0.0
+    """alarm (logged, stored as the metric alarm/entropy) when the sampled entropy per token falls
+    below this (0: off)"""
+    threads: int = 0
+    """torch CPU threads (0: torch's default)"""
+    json: bool = False
+    """print one JSON object with the figures as the last stdout line"""
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ValueError("--group-size must be >= 2: group advantages compare episodes of one task")
+        if (self.iterations < 0 or self.groups_per_iteration <= 0 or self.slots <= 0 or self.eval_every < 0
+                or self.mini_batch_size < 0 or self.micro_batch_size <= 0 or self.epochs <= 0
+                or self.min_informative_groups < 0 or self.max_sampling_rounds <= 0):
+            raise ValueError("--iterations, --eval-every, --mini-batch-size and --min-informative-groups must be "
+                             ">= 0; --groups-per-iteration, --slots, --epochs, --micro-batch-size and "
+                             "--max-sampling-rounds positive")
+        if self.clip_eps_low <= 0 or self.clip_eps_high <= 0:
+            raise ValueError("clip epsilons must be positive")
+        if self.kl_target < 0 or self.max_kl_old < 0 or self.kl_horizon <= 0:
+            raise ValueError("--kl-target and --max-kl-old must be >= 0, --kl-horizon positive")
+        if self.kl_target > 0 and self.kl_coef <= 0:
+            raise ValueError("--kl-target adapts β from --kl-coef: give a positive --kl-coef too")
+        if self.mode == "auto":
+            self.mode = "staged" if not self.model and not self.resume else "online"
+        if self.mode in ("semi-online", "mixed") and not self.data:
+            raise ValueError(f"--mode {self.mode} replays recorded trajectories: give --data RUN_DIR [RUN_DIR ...]")
+        if self.mode == "staged" and not self.data and self.model:
+            raise ValueError("--mode staged with --model replays recorded trajectories: give --data RUN_DIR "
+                             "(without --model, the warm start's demonstrations are replayed)")
+        if self.mode != "online" and self.rollout == "async":
+            raise ValueError("--rollout async is for online rollouts; semi-online iterations need no device wait")
+        for name in ("max_parse_error_rate", "max_kl_ref", "min_entropy"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0 (0 turns it off)")
+        if self.loss_agg == "":
+            self.loss_agg = "seq_mean_token_sum_norm" if self.algo == "dr_grpo" else "token_mean"

@@ -1,0 +1,296 @@
+"""Evaluation and the SFT warm start: library functions the CLI and the trainer both call.
+
+Episode ``i`` runs task ``tasks[i % len(tasks)]`` with seed ``seed + i // len(tasks)``.
+Evaluation seeds start at 1,000,000 by default, a range training never samples
+(training seeds lie below it), so results are on held-out task instances.
+
+    >>> from rl.evaluate import EvalConfig, run_eval          # doctest: +SKIP
+    >>> r = run_eval(EvalConfig(env="webapps", agent="oracle", episodes=4, out="runs/oracle"))
+    >>> r.success_rate
+    1.0
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from guiagent.config import to_mapping
+
+__all__ = ["EVAL_SEED_BASE", "EvalConfig", "EvalResult", "pick_tasks", "make_policy", "episode_plan",
+           "run_eval", "warm_start"]
+
+log = logging.getLogger(__name__)
+
+EVAL_SEED_BASE = 1_000_000
+
+
+@dataclass
+class EvalConfig:
+    """Run episodes of an agent on a suite and store them in a run directory."""
+
+    env: str = "webapps"
+    """suite name (webapps, miniwob, androidworld) or one env id such as guiagent/webapps.<task>"""
+    mode: Literal["online", "semi-online"] = "online"
+    """online: episodes on live envs; semi-online: replay the recorded episodes of --data once each,
+    greedy, without patches, and report semi-online progress (SOP: share of recorded steps matched
+    before the first mismatch) and success (every step matched)"""
+    data: tuple[str, ...] = ()
+    """--mode semi-online: run directories of recorded trajectories (successful episodes are replayed;
+    of --tasks only, when given; at most --episodes of them)"""
+    agent: Literal["oracle", "random", "model"] = "oracle"
+    """who acts: the tasks' scripted oracles, uniform random actions, or a model"""
+    episodes: int = 10
+    """number of episodes, spread round-robin over the tasks"""
+    out: str = "runs/eval"
+    """run directory (created; several evals may share one)"""
+    tasks: tuple[str, ...] = ()
+    """task ids to run (default: every task of the suite that fits --difficulty)"""
+    difficulty: str | None = None
+    """only tasks of this difficulty (easy, medium, hard)"""
+    seed: int = EVAL_SEED_BASE
+    """first seed; held-out by default"""
+    max_steps: int | None = None
+    """override the tasks' step budgets"""
+    model: str | None = None
+    """--agent model: a local model folder, a hub id, or an http(s):// OpenAI-compatible server URL"""
+    backend: Literal["auto", "transformers", "vllm", "openai"] = "auto"
+    """--agent model: which policy backend (auto: openai for URLs, else transformers)"""
+    action_format: str = "auto"
+    """--agent model: the action format the model speaks (json, uitars, uitars15, qwen_mobile, qwen_computer;
+    auto: what the model folder's guiagent_agent.json says, else json)"""
+    temperature: float = 0.0
+    """--agent model: sampling temperature (0 = greedy)"""
+    top_p: float = 1.0
+    """--agent model: nucleus sampling when temperature > 0"""
+    min_p: float = 0.0
+    """--agent model: min-p sampling when temperature > 0 (0: off)"""
+    name: str = ""
+    """run name shown in the web UI (default: <agent>-<env>)"""
+    json: bool = False
+    """print one JSON object with the figures as the last stdout line"""
+    slots: int = 1
+    """envs run side by side (a model then generates for all of them in one batch)"""
+    device: dict[str, str] = field(default_factory=dict)
+    """extra device options passed to the suite (e.g. chromium_path)"""
+
+    def __post_init__(self) -> None:
+        if self.episodes <= 0:
+            raise ValueError("--episodes must be positive")
+        if self.slots <= 0:
+            raise ValueError("--slots must be positive")
+        if self.agent == "model" and not self.model:
+            raise ValueError("--agent model needs --model DIR|HUB_ID|URL")
+        if self.mode == "semi-online" and (not self.data or self.agent != "model"):
+            raise ValueError("--mode semi-online replays recorded episodes with a model: give --data RUN_DIR "
+                             "and --agent model --model DIR")
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """What one evaluation measured (``to_dict`` is the ``--json`` line)."""
+
+    episodes: int
+    success_rate: float
+    aborted: int
+    mean_steps: float
+    steps_per_s: float
+    seconds: float
+    run_dir: str
+    run_id: str
+    agent: str
+    env: str
+    per_task: dict[str, float]
+    time_share: dict[str, float]
+    mode: str = "online"
+    progress: float | None = None
+    """--mode semi-online: mean share of recorded steps matched before the first mismatch (SOP)"""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def pick_tasks(suite: Any, cfg: EvalConfig) -> list[str]:
+    """The task ids ``cfg`` selects in ``suite``; ``KeyError`` names unknown ids."""
+    ids = list(cfg.tasks) or suite.task_ids()
+    known = set(suite.task_ids())
+    unknown = [t for t in ids if t not in known]
+    if unknown:
+        raise KeyError(f"unknown task(s) {unknown} in {suite.name}; see `guiagent tasks list --env {suite.name}`")
+    if cfg.difficulty:
+        ids = [t for t in ids if getattr(suite.task_class(t), "difficulty", None) == cfg.difficulty]
+    if cfg.agent == "oracle":
+        ids = [t for t in ids if getattr(suite.task_class(t), "has_oracle", True)]
+    if not ids:
+        raise KeyError("no task matches the selection")
+    return ids
+
+
+def make_policy(cfg: EvalConfig) -> Any:
+    """The turn policy ``cfg.agent`` names."""
+    from rl.agents import AgentSettings, OraclePolicy, RandomPolicy, load_model_policy
+
+    if cfg.agent == "oracle":
+        return OraclePolicy()
+    if cfg.agent == "random":
+        return RandomPolicy(seed=cfg.seed)
+    settings = AgentSettings.load(cfg.model) if cfg.action_format == "auto" else None
+    if settings is None:
+        settings = AgentSettings(action_format="json" if cfg.action_format == "auto" else cfg.action_format)
+    return load_model_policy(cfg.model, backend=cfg.backend, settings=settings, temperature=cfg.temperature,
+                             top_p=cfg.top_p, min_p=cfg.min_p)
+
+
+def episode_plan(ids: list[str], episodes: int, seed: int, max_steps: int | None) -> list[Any]:
+    """Episode i runs task ids[i % n] with seed ``seed + i // n``."""
+    from rl.rollout import EpisodeRequest
+
+    n = len(ids)
+    return [EpisodeRequest(ids[i % n], seed + i // n, "", max_steps) for i in range(episodes)]
+
+
+def resolve_env(cfg: EvalConfig) -> tuple[str, tuple[str, ...]]:
+    """(suite name, task selection): an env id ``guiagent/<suite>.<task>`` selects one task."""
+    from emulators.suites import parse_env_id
+
+    if cfg.env.startswith("guiagent/"):
+        env_name, task = parse_env_id(cfg.env)
+        return env_name, (task,)
+    return cfg.env, cfg.tasks
+
+
+def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalResult:
+    """Run the evaluation; ``policy`` overrides the one ``cfg`` names (e.g. a model already in memory),
+    ``pool`` an env pool to run on (left open) instead of a fresh in-process one."""
+    from emulators.pool import InProcessPool
+    from emulators.suites import get_suite
+    from guiagent.store import Store
+    from rl.rollout import run_rollout
+
+    if cfg.mode == "semi-online":
+        return _run_semi_online(cfg, policy)
+    env_name, tasks_sel = resolve_env(cfg)
+    suite = get_suite(env_name)
+    ids = pick_tasks(suite, EvalConfig(**{**cfg.__dict__, "env": env_name, "tasks": tasks_sel}))
+    policy = policy or make_policy(cfg)
+    store = Store.open(cfg.out)
+    run_id = store.create_run(cfg.name or f"{cfg.agent}-{env_name}", env=env_name, algo="eval",
+                              model=cfg.model or cfg.agent, config=to_mapping(cfg))
+    per_task: dict[str, list[float]] = defaultdict(list)
+    progress = _Progress(cfg.episodes, per_task)
+    own_pool = pool is None
+    if own_pool:
+        pool = InProcessPool(env_name, num_slots=cfg.slots, device_options=dict(cfg.device))
+    try:
+        res = run_rollout(pool, policy, episode_plan(ids, cfg.episodes, cfg.seed, cfg.max_steps),
+                          store=store, run_id=run_id, suite=env_name, keep_turns=False, on_episode=progress)
+        store.set_run_status(run_id, "finished")
+    except BaseException:
+        store.set_run_status(run_id, "failed")
+        raise
+    finally:
+        if own_pool:
+            pool.close()
+        store.close()
+    total = len(res.trajectories)
+    return EvalResult(
+        episodes=total, success_rate=sum(t.success for t in res.trajectories) / max(total, 1),
+        aborted=res.aborted, mean_steps=res.env_steps / max(total, 1),
+        steps_per_s=round(res.steps_per_second, 2), seconds=round(res.wall_seconds, 2),
+        run_dir=cfg.out, run_id=run_id, agent=cfg.agent, env=env_name,
+        per_task={k: sum(v) / len(v) for k, v in sorted(per_task.items())},
+        time_share={k: round(v / max(res.wall_seconds, 1e-9), 3) for k, v in
+                    (("env", res.env_seconds), ("policy", res.policy_seconds), ("store", res.store_seconds))},
+    )
+
+
+def _run_semi_online(cfg: EvalConfig, policy: Any) -> EvalResult:
+    """Semi-online evaluation (SOP) of ``cfg.data``'s recorded episodes; stored like any eval run."""
+    import time
+
+    from guiagent.store import EpisodeFilter, Store
+    from guiagent.store.schema import db_path
+    from rl.semi_online import load_recorded_episodes, semi_online_eval
+
+    episodes: list[Any] = []
+    for d in cfg.data:
+        if not db_path(Path(d)).is_file():
+            raise KeyError(f"--data {d}: no trajectory store there")
+        episodes += [t for t in load_recorded_episodes(d, EpisodeFilter(outcome="success"))
+                     if not cfg.tasks or t.task.task_id in cfg.tasks]
+    episodes = episodes[:cfg.episodes]
+    if not episodes:
+        raise KeyError(f"--data {' '.join(cfg.data)}: no successful recorded episode to replay")
+    policy = policy or make_policy(cfg)
+    store = Store.open(cfg.out)
+    run_id = store.create_run(cfg.name or f"sop-{cfg.env}", env=cfg.env, algo="eval-semi-online",
+                              model=cfg.model or cfg.agent, config=to_mapping(cfg))
+    t0 = time.perf_counter()
+    try:
+        sop = semi_online_eval(policy, episodes, store=store, run_id=run_id)
+        store.set_run_status(run_id, "finished")
+    except BaseException:
+        store.set_run_status(run_id, "failed")
+        raise
+    finally:
+        store.close()
+    seconds = time.perf_counter() - t0
+    steps = sum(len(e.steps) for e in episodes)
+    return EvalResult(
+        episodes=len(episodes), success_rate=sop.success, aborted=0, mean_steps=steps / len(episodes),
+        steps_per_s=round(steps / max(seconds, 1e-9), 2), seconds=round(seconds, 2), run_dir=cfg.out,
+        run_id=run_id, agent=cfg.agent, env=cfg.env,
+        per_task={k: t.success for k, t in sop.per_task.items()}, time_share={"policy": 1.0},
+        mode="semi-online", progress=sop.progress)
+
+
+class _Progress:
+    """Counts finished episodes per task and logs the running success rate every tenth."""
+
+    def __init__(self, episodes: int, per_task: dict[str, list[float]]):
+        self.episodes, self.per_task, self.done = episodes, per_task, 0
+
+    def __call__(self, traj: Any) -> None:
+        self.per_task[traj.task.task_id].append(traj.success)
+        self.done += 1
+        if self.done % max(1, self.episodes // 10) == 0 or self.done == self.episodes:
+            rate = sum(map(sum, self.per_task.values())) / self.done
+            log.info("[%d/%d] success so far %.2f", self.done, self.episodes, rate)
+
+
+def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int, seed: int,
+               max_pixels: int, threads: int | None = None) -> str:
+    """A tiny model, SFT on ``demos`` oracle episodes of ``tasks`` (training seeds): the RL warm start.
+
+    Returns the SFT model folder (``out/sft``); a finished warm start in ``out`` is reused.
+    """
+    import sys
+
+    from guiagent.policy.hf import load_transformers
+    from guiagent.policy.tiny import TinyModelSpec, build_tiny_model
+    from rl.agents import COMPACT_JSON_PROMPT, AgentSettings
+    from rl.sft import SFTConfig, load_examples, load_trajectories, train_sft
+
+    sft_dir = out / "sft"
+    if (sft_dir / "config.json").is_file():
+        return str(sft_dir)
+    base = out / "base"
+    log.info("warm start: building a tiny model in %s", base)
+    build_tiny_model(TinyModelSpec(size="tiny", seed=seed, max_pixels=max_pixels), base)
+    demo_dir = out / "demos"
+    log.info("warm start: recording %d oracle episodes of %d tasks", demos, len(tasks))
+    run_eval(EvalConfig(env=env, agent="oracle", episodes=demos, out=str(demo_dir), tasks=tuple(tasks),
+                        seed=seed, name="warm-start demos"))
+    settings = AgentSettings(system_prompt=COMPACT_JSON_PROMPT)
+    policy = load_transformers(str(base), threads=threads)
+    sft_cfg = SFTConfig(steps=steps, seed=seed)
+    examples = load_examples(load_trajectories([str(demo_dir)]), policy, settings.format(),
+                             settings.prompt_config(), sft_cfg)
+    log.info("warm start: SFT on %d examples for %d steps", len(examples), sft_cfg.steps)
+    figs = train_sft(policy, examples, sft_cfg, out_dir=str(sft_dir), progress=sys.stderr.isatty(),
+                     settings=settings)
+    log.info("warm start: SFT loss %.3f -> %.3f in %s s", figs["loss_first"], figs["loss_last"], figs["seconds"])
+    return str(sft_dir)

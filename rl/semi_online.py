@@ -1,0 +1,769 @@
+"""Semi-online RL on recorded trajectories (after UI-S1, Lu et al., 2025).
+
+A recorded episode is replayed without a device: for each of G samples, the policy
+acts at each recorded screen with *its own* earlier replies in the history (not the
+recorded ones). A matcher (:func:`match_action`) compares the policy's action with
+the recorded one:
+
+- on a match, the sample goes on with the next recorded screen;
+- on a mismatch, the patch module (:class:`PatchConfig`) puts the recorded action in
+  the history in place of the policy's and goes on, up to ``budget`` patches per
+  episode; after that the episode ends at the mismatch.
+
+Each policy turn is a :class:`~rl.rollout.TrainTurn` (the policy's own completion,
+never the substituted one) with a per-step reward from format validity, kind match
+and match (:func:`rl.advantages.semi_online_step_rewards`); the turns come back in
+the same :class:`~rl.rollout.RolloutResult` as the online driver's, so the trainer's
+update runs unchanged. :func:`semi_online_turn_advantages` computes UI-S1's
+step + episode group advantages for them.
+
+The G samples of every active episode are answered in one ``act_batch`` call per
+turn index: no device, no waiting on screens, which is what makes semi-online fast.
+
+Matching rules follow UI-S1's reference ``check_response_match``: a tap matches
+inside the target element's box enlarged 1.2x, or within 0.04 (normalised
+distance) of the recorded point; typed text, app names and answers by
+case-insensitive containment, here also by a ``difflib`` similarity ratio; scrolls
+and swipes by the direction the content moves; back/home/wait/finish by kind.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Literal, Mapping, Sequence
+
+import torch
+
+from guiagent.types import (
+    Action,
+    Observation,
+    ParseError,
+    Scroll,
+    Step,
+    Swipe,
+    Trajectory,
+    action_to_dict,
+)
+from rl.advantages import (
+    SemiOnlineRewardConfig,
+    semi_online_advantages,
+    semi_online_returns,
+    semi_online_step_rewards,
+)
+from rl.agents import PolicyTurn, TurnContext, TurnPolicy
+from rl.rollout import RolloutResult, TrainTurn
+
+__all__ = [
+    "MatchConfig",
+    "MatchResult",
+    "match_action",
+    "text_similarity",
+    "content_direction",
+    "PatchConfig",
+    "PATCH_MODES",
+    "Explainer",
+    "ModelExplainer",
+    "patched_step",
+    "run_semi_online",
+    "load_recorded_episodes",
+    "semi_online_turn_advantages",
+    "SOPResult",
+    "SOPTaskResult",
+    "EpisodeOutcome",
+    "sop_from_outcomes",
+    "semi_online_eval",
+]
+
+# -- matcher ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MatchConfig:
+    """Tolerances of :func:`match_action`.
+
+    ``point_tolerance``: the largest distance between the policy's point and the
+    recorded one, in normalised screen units (UI-S1: 0.04); ``point_tolerance_px``
+    replaces it with a distance in screen pixels (normalised coordinates times the
+    screen size). ``box_enlarge``: the target box is scaled about its centre by this
+    factor before the inside test (UI-S1: 1.2). ``text_threshold``: the smallest
+    ``difflib`` ratio of two normalised texts that counts as the same;
+    ``text_containment``: one text inside the other also counts (UI-S1's rule).
+    """
+
+    point_tolerance: float = 0.04
+    point_tolerance_px: float | None = None
+    box_enlarge: float = 1.2
+    text_threshold: float = 0.8
+    text_containment: bool = True
+
+    def __post_init__(self) -> None:
+        if self.point_tolerance < 0 or (self.point_tolerance_px is not None and self.point_tolerance_px < 0):
+            raise ValueError("point tolerances must be >= 0")
+        if self.box_enlarge <= 0:
+            raise ValueError("box_enlarge must be > 0")
+        if not 0.0 <= self.text_threshold <= 1.0:
+            raise ValueError("text_threshold must lie in [0, 1]")
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    """How the policy's action compares with the recorded one.
+
+    ``kind_match``: the same kind of action (scroll and swipe count as one kind);
+    ``matched``: within the tolerances (what the episode goes on with; UI-S1's
+    "extract match"); ``exact``: the same action up to normalisation (identical text,
+    the same point within a pixel, the same direction); ``reason``: one line.
+    """
+
+    matched: bool
+    kind_match: bool
+    exact: bool
+    reason: str
+
+
+_WS = re.compile(r"\s+")
+
+
+def _norm_text(text: str) -> str:
+    return _WS.sub(" ", str(text).casefold()).strip()
+
+
+def text_similarity(a: str, b: str) -> float:
+    """``difflib`` ratio of the casefolded, whitespace-collapsed texts (1.0 when both are empty).
+
+    difflib (standard library) is enough for the short strings compared here; no
+    extra dependency is needed.
+    """
+    a, b = _norm_text(a), _norm_text(b)
+    if not a and not b:
+        return 1.0
+    return difflib.SequenceMatcher(None, a, b).ratio()
+
+
+def _text_match(pred: str, gold: str, cfg: MatchConfig) -> tuple[bool, bool, str]:
+    p, g = _norm_text(pred), _norm_text(gold)
+    ratio = text_similarity(p, g)
+    contained = cfg.text_containment and bool(p) and bool(g) and (p in g or g in p)
+    ok = ratio >= cfg.text_threshold or contained
+    return ok, p == g, f"text similarity {ratio:.2f}{' (contained)' if contained else ''}"
+
+
+_OPPOSITE = {"up": "down", "down": "up", "left": "right", "right": "left"}
+
+
+def content_direction(action: Action) -> str | None:
+    """Which way a scroll or swipe reveals content, in :class:`~guiagent.types.Scroll`'s terms.
+
+    A swipe whose finger moves up reveals what lies below (``down``); the larger of
+    the horizontal and vertical moves decides (UI-S1's ``predict_direction``).
+    """
+    if isinstance(action, Scroll):
+        return action.direction
+    if isinstance(action, Swipe):
+        dx, dy = action.x2 - action.x1, action.y2 - action.y1
+        finger = ("right" if dx > 0 else "left") if abs(dx) > abs(dy) else ("down" if dy > 0 else "up")
+        return _OPPOSITE[finger]
+    return None
+
+
+def _point_close(
+    px: float, py: float, gx: float, gy: float, size: tuple[int, int], cfg: MatchConfig
+) -> tuple[bool, float]:
+    w, h = size
+    if cfg.point_tolerance_px is not None:
+        d = math.hypot((px - gx) * w, (py - gy) * h)
+        return d <= cfg.point_tolerance_px, d
+    d = math.hypot(px - gx, py - gy)
+    return d <= cfg.point_tolerance, d
+
+
+def _in_box(x: float, y: float, box: Sequence[float], enlarge: float) -> bool:
+    x0, y0, x1, y1 = (float(v) for v in box)
+    cx, cy, hw, hh = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) * enlarge / 2, (y1 - y0) * enlarge / 2
+    return cx - hw <= x <= cx + hw and cy - hh <= y <= cy + hh
+
+
+_KIND_FAMILY = {"swipe": "scroll"}
+
+
+def match_action(
+    pred: Action | ParseError | None,
+    recorded: Action,
+    *,
+    size: tuple[int, int],
+    target_box: Sequence[float] | None = None,
+    config: MatchConfig = MatchConfig(),
+) -> MatchResult:
+    """Compare the policy's action ``pred`` with the ``recorded`` one on a screen of ``size`` pixels.
+
+    ``target_box``: the recorded target element's box, normalised ``(x0, y0, x1, y1)``.
+    A :class:`~guiagent.types.ParseError` (or ``None``) never matches.
+    """
+    if pred is None or isinstance(pred, ParseError):
+        return MatchResult(False, False, False, "no action (the reply did not parse)")
+    pk, rk = _KIND_FAMILY.get(pred.kind, pred.kind), _KIND_FAMILY.get(recorded.kind, recorded.kind)
+    if pk != rk:
+        return MatchResult(False, False, False, f"kind {pred.kind} != recorded {recorded.kind}")
+    kind = recorded.kind
+    if kind in ("click", "long_press"):
+        px, py, gx, gy = pred.x, pred.y, recorded.x, recorded.y  # type: ignore[union-attr]
+        close, d = _point_close(px, py, gx, gy, size, config)
+        exact = math.hypot((px - gx) * size[0], (py - gy) * size[1]) <= 1.0
+        if target_box is not None and _in_box(px, py, target_box, config.box_enlarge):
+            return MatchResult(True, True, exact, "point inside the target box")
+        unit = "px" if config.point_tolerance_px is not None else "(normalised)"
+        return MatchResult(
+            close,
+            True,
+            exact and close,
+            f"point distance {d:.3f} {unit}" + ("" if target_box is None else ", outside the target box"),
+        )
+    if kind == "drag":
+        c1, d1 = _point_close(pred.x1, pred.y1, recorded.x1, recorded.y1, size, config)  # type: ignore[union-attr]
+        c2, d2 = _point_close(pred.x2, pred.y2, recorded.x2, recorded.y2, size, config)  # type: ignore[union-attr]
+        return MatchResult(
+            c1 and c2, True, c1 and c2 and max(d1, d2) == 0, f"end point distances {d1:.3f}, {d2:.3f}"
+        )
+    if kind in ("scroll", "swipe"):
+        dp, dr = content_direction(pred), content_direction(recorded)
+        return MatchResult(dp == dr, True, dp == dr and pred.kind == recorded.kind, f"direction {dp} vs {dr}")
+    if kind in ("type", "answer"):
+        ok, exact, why = _text_match(pred.text, recorded.text, config)  # type: ignore[union-attr]
+        return MatchResult(ok, True, exact, why)
+    if kind == "open_app":
+        ok, exact, why = _text_match(pred.app, recorded.app, config)  # type: ignore[union-attr]
+        return MatchResult(ok, True, exact, why)
+    if kind == "key":
+        same = _norm_text(pred.key) == _norm_text(recorded.key)  # type: ignore[union-attr]
+        return MatchResult(same, True, same, f"key {pred.key!r} vs {recorded.key!r}")  # type: ignore[union-attr]
+    if kind == "finish":
+        same = pred.status == recorded.status  # type: ignore[union-attr]
+        return MatchResult(same, True, same, f"status {pred.status} vs {recorded.status}")  # type: ignore[union-attr]
+    # back, home, wait: the kind is the whole action
+    return MatchResult(True, True, True, f"same kind {kind}")
+
+
+# -- patches ----------------------------------------------------------------------------------
+
+PATCH_MODES = ("none", "recorded", "policy")
+
+
+@dataclass(frozen=True)
+class PatchConfig:
+    """What a mismatch does: substitute the recorded action, at most ``budget`` times an episode.
+
+    ``mode`` picks the thought that goes with the substituted action in the history:
+    ``none`` (no thought), ``recorded`` (the recorded step's thought) or ``policy`` (the
+    policy explains the given action; needs an :class:`Explainer`). ``budget=0``:
+    the first mismatch ends the episode; ``budget=-1``: no limit.
+    """
+
+    mode: Literal["none", "recorded", "policy"] = "recorded"
+    budget: int = 2  # UI-S1's training script: PATCH_THRESHOLD=2
+
+    def __post_init__(self) -> None:
+        if self.mode not in PATCH_MODES:
+            raise ValueError(f"patch mode must be one of {PATCH_MODES}, got {self.mode!r}")
+        if self.budget < -1:
+            raise ValueError("patch budget must be >= 0, or -1 for no limit")
+
+    def allows(self, used: int) -> bool:
+        return self.budget == -1 or used < self.budget
+
+
+@dataclass(frozen=True)
+class ExplainRequest:
+    """The policy is asked why ``action`` is the right next step at ``observation``."""
+
+    goal: str
+    history: tuple[Step, ...]
+    observation: Observation
+    action: Action
+
+
+Explainer = Callable[[Sequence[ExplainRequest]], list[str]]
+
+EXPLAIN_PROMPT = (
+    "You operate a device to reach a goal. You are shown the goal, the steps so far, the current "
+    "screenshot and the action that was taken next. In one or two sentences, explain why this "
+    "action is the right next step. Reply with the explanation only."
+)
+
+
+class ModelExplainer:
+    """The ``policy`` patch variant: a :class:`rl.agents.ModelPolicy`'s model explains a given action.
+
+    All requests of a turn go to the model in one generation call (greedy, short).
+    """
+
+    def __init__(self, model_policy: Any, *, max_new_tokens: int = 64):
+        self.model_policy = model_policy
+        self.max_new_tokens = max_new_tokens
+
+    def __call__(self, requests: Sequence[ExplainRequest]) -> list[str]:
+        from guiagent.policy import SamplingParams
+        from guiagent.policy.base import message
+        from guiagent.policy.prompting import summarize_step
+
+        if not requests:
+            return []
+        agent = self.model_policy.agent
+        chats = []
+        for r in requests:
+            parts: list[Any] = [f"Goal: {r.goal}"]
+            if r.history:
+                parts.append(
+                    "Previous steps:\n"
+                    + "\n".join(summarize_step(s, agent.format, agent.prompt_config) for s in r.history)
+                )
+            parts += [
+                "Current screenshot:",
+                r.observation.screenshot,
+                "Action taken: " + agent.format.format(r.action, r.observation.size).strip(),
+            ]
+            chats.append([{"role": "system", "content": EXPLAIN_PROMPT}, message("user", *parts)])
+        gens = agent.policy.generate(
+            chats, SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0)
+        )
+        return [g.text.strip() for g in gens]
+
+
+def _response_text(action: Action, thought: str, policy: Any, size: tuple[int, int]) -> str:
+    """The reply the policy would have written for ``action`` (its format when it has one)."""
+    fmt = getattr(getattr(policy, "agent", None), "format", None)
+    if fmt is not None:
+        try:
+            return fmt.format(action, size, thought)
+        except Exception:  # a format that cannot print this kind: fall back to JSON
+            pass
+    import json
+
+    return json.dumps(
+        {"thought": thought, "action": action_to_dict(action)} if thought else action_to_dict(action)
+    )
+
+
+def patched_step(policy_step: Step, recorded: Step, thought: str, response: str) -> Step:
+    """The history entry that replaces a mismatched policy step: the recorded action, the given thought."""
+    return replace(policy_step, action=recorded.action, thought=thought, response=response, parse_error=None)
+
+
+# -- the driver -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Sample:
+    episode: Trajectory
+    group_id: str
+    episode_id: str
+    cursor: int = 0
+    patches: int = 0
+    done: bool = False
+    history: list[Step] = field(default_factory=list)  # what the policy sees next turn
+    steps: list[Step] = field(default_factory=list)  # what is stored: the policy's own steps
+    turns: list[TrainTurn] = field(default_factory=list)
+    matched_prefix: int = 0  # steps matched before the first mismatch
+    first_mismatch: bool = False
+    written: bool = False
+
+
+def _target_box(step: Step) -> Sequence[float] | None:
+    box = step.metadata.get("target_box") if step.metadata else None
+    if box is None:
+        return None
+    if not (isinstance(box, (list, tuple)) and len(box) == 4):
+        raise ValueError(f"step {step.index}: target_box must be [x0, y0, x1, y1], got {box!r}")
+    return box
+
+
+def _check_episode(t: Trajectory) -> None:
+    if not t.steps:
+        raise ValueError(f"recorded episode {t.episode_id} has no steps")
+    for s in t.steps:
+        if s.action is None:
+            raise ValueError(f"recorded episode {t.episode_id} step {s.index} has no action to compare with")
+        if s.observation.screenshot is None:
+            raise ValueError(
+                f"recorded episode {t.episode_id} step {s.index} has no screenshot bytes "
+                "(load it with pixels=True)"
+            )
+
+
+def load_recorded_episodes(run_dir: Any, filter: Any = None, *, limit: int | None = None) -> list[Trajectory]:
+    """Recorded episodes for :func:`run_semi_online` from a store (e.g. ``guiagent data import`` output).
+
+    Loads pixels; skips episodes that are not ``completed`` or have a step without an
+    action (a recorded parse error: nothing to compare with). ``filter``: an
+    :class:`~guiagent.store.EpisodeFilter`.
+    """
+    from guiagent.store import EpisodeFilter, StoreReader
+
+    reader = StoreReader(run_dir)
+    out: list[Trajectory] = []
+    try:
+        for t in reader.iter_trajectories(filter or EpisodeFilter(), pixels=True):
+            if t.status != "completed" or not t.steps or any(s.action is None for s in t.steps):
+                continue
+            out.append(t)
+            if limit is not None and len(out) >= limit:
+                break
+    finally:
+        reader.close()
+    return out
+
+
+def run_semi_online(
+    policy: TurnPolicy,
+    episodes: Sequence[Trajectory],
+    *,
+    group_size: int = 1,
+    patch: PatchConfig = PatchConfig(),
+    rewards: SemiOnlineRewardConfig = SemiOnlineRewardConfig(),
+    match: MatchConfig = MatchConfig(),
+    explainer: Explainer | None = None,
+    store: Any = None,
+    run_id: str | None = None,
+    keep_turns: bool = True,
+    agent_name: str | None = None,
+) -> RolloutResult:
+    """Replay every recorded episode ``group_size`` times with ``policy`` (semi-online rollout).
+
+    ``episodes``: recorded trajectories with screenshot bytes and an action on every
+    step (``target_box`` in a step's metadata, when known, is used by the matcher).
+    Every sample's steps are the policy's own replies at the recorded screens; each
+    carries metadata ``matched``, ``kind_match``, ``exact``, ``match_reason``,
+    ``recorded_action``, ``recorded_index``, and ``patched`` (with ``patch_thought``)
+    when the recorded action was substituted in the history. The G samples of an
+    episode share a group id (``semi:<recorded episode id>:<random>``). With
+    ``store``/``run_id`` every sample is written as a completed episode.
+
+    Returns the trajectories, one :class:`TrainTurn` per policy turn (reward: the
+    step reward), and timings; ``env_steps`` counts policy turns.
+    """
+    if group_size < 1:
+        raise ValueError("group_size must be >= 1")
+    if patch.mode == "policy" and explainer is None:
+        raise ValueError("patch mode 'policy' needs an explainer (e.g. ModelExplainer(model_policy))")
+    for t in episodes:
+        _check_episode(t)
+    name = agent_name or f"semi:{getattr(policy, 'name', 'policy')}"
+    res = RolloutResult()
+    t_wall = time.perf_counter()
+    samples: list[_Sample] = []
+    for t in episodes:
+        gid = f"semi:{t.episode_id}:{uuid.uuid4().hex[:8]}"
+        samples += [_Sample(t, gid, uuid.uuid4().hex) for _ in range(group_size)]
+
+    while True:
+        live = [(i, s) for i, s in enumerate(samples) if not s.done]
+        if not live:
+            break
+        # slot = the sample's stable number (episode-major: episode k's samples are k*G .. k*G+G-1)
+        ctxs = [
+            TurnContext(s.episode.task, tuple(s.history), s.episode.steps[s.cursor].observation, i)
+            for i, s in live
+        ]
+        live = [s for _, s in live]
+        t0 = time.perf_counter()
+        turns: list[PolicyTurn] = policy.act_batch(ctxs, None)
+        res.policy_seconds += time.perf_counter() - t0
+        to_patch: list[tuple[_Sample, Step, Step]] = []
+        for s, turn in zip(live, turns):
+            rec = s.episode.steps[s.cursor]
+            size = rec.observation.size
+            parse_failed = isinstance(turn.action, ParseError)
+            m = match_action(turn.action, rec.action, size=size, target_box=_target_box(rec), config=match)
+            # UI-S1 counts the format as valid when the reply has a thought; here a parsed
+            # reply, plus a thought when the config asks for one
+            has_thought = bool(turn.thought.strip())
+            format_ok = not parse_failed and (has_thought or not rewards.format_requires_thought)
+            r = float(
+                semi_online_step_rewards(
+                    torch.tensor([format_ok]),
+                    torch.tensor([m.kind_match]),
+                    torch.tensor([m.matched]),
+                    rewards,
+                )[0]
+            )
+            res.env_steps += 1
+            meta = {
+                "matched": m.matched,
+                "kind_match": m.kind_match,
+                "exact": m.exact,
+                "match_reason": m.reason,
+                "recorded_action": action_to_dict(rec.action),
+                "recorded_index": rec.index,
+                "recorded_episode": s.episode.episode_id,
+            }
+            if "target_box" in rec.metadata:
+                meta["target_box"] = list(rec.metadata["target_box"])
+            last_recorded = s.cursor == len(s.episode.steps) - 1
+            will_patch = not m.matched and patch.allows(s.patches)
+            ends = (m.matched and last_recorded) or (not m.matched and (not will_patch or last_recorded))
+            step = Step(
+                index=len(s.steps),
+                observation=rec.observation,
+                action=None if parse_failed else turn.action,  # type: ignore[arg-type]
+                response=turn.response,
+                thought=turn.thought,
+                parse_error=turn.action if parse_failed else None,  # type: ignore[arg-type]
+                reward=r,
+                reward_parts={"semi_online": r},
+                terminated=ends,
+                policy_version=turn.policy_version,
+                metadata=meta,
+            )
+            if keep_turns and turn.completion_ids:
+                s.turns.append(
+                    TrainTurn(
+                        s.group_id,
+                        s.episode_id,
+                        step.index,
+                        turn.prompt,
+                        tuple(turn.completion_ids),
+                        tuple(turn.logprobs),
+                        r,
+                        turn.policy_version,
+                        not parse_failed,
+                    )
+                )
+            if m.matched:
+                if not s.first_mismatch:
+                    s.matched_prefix += 1
+                s.steps.append(step)
+                s.history.append(step)
+            else:
+                s.first_mismatch = True
+                if will_patch:
+                    s.patches += 1
+                    to_patch.append((s, step, rec))
+                else:
+                    s.steps.append(step)
+            s.cursor += 1
+            if ends:
+                s.done = True
+        if to_patch:
+            _apply_patches(to_patch, patch, explainer, policy)
+        for s in live:
+            if s.done and not s.written:
+                s.written = True
+                _finish(s, res, name, store, run_id, keep_turns)
+    res.wall_seconds = time.perf_counter() - t_wall
+    return res
+
+
+def _apply_patches(
+    items: list[tuple[_Sample, Step, Step]], patch: PatchConfig, explainer: Explainer | None, policy: Any
+) -> None:
+    if patch.mode == "policy":
+        assert explainer is not None
+        thoughts = explainer(
+            [
+                ExplainRequest(s.episode.task.goal, tuple(s.history), rec.observation, rec.action)
+                for s, _, rec in items
+            ]
+        )
+        if len(thoughts) != len(items):
+            raise RuntimeError(f"the explainer returned {len(thoughts)} texts for {len(items)} requests")
+    else:
+        thoughts = [rec.thought if patch.mode == "recorded" else "" for _, _, rec in items]
+    for (s, step, rec), thought in zip(items, thoughts):
+        # The stored step stays the policy's own reply (what it is trained on); the history
+        # the policy sees next holds the recorded action instead.
+        s.steps.append(replace(step, metadata={**step.metadata, "patched": True, "patch_thought": thought}))
+        s.history.append(
+            patched_step(
+                step, rec, thought, _response_text(rec.action, thought, policy, rec.observation.size)
+            )
+        )
+
+
+def _finish(
+    s: _Sample, res: RolloutResult, agent: str, store: Any, run_id: str | None, keep_turns: bool
+) -> None:
+    n = len(s.episode.steps)
+    all_matched = s.matched_prefix == n
+    meta = {
+        "mode": "semi-online",
+        "recorded_episode": s.episode.episode_id,
+        "recorded_steps": n,
+        "patches": s.patches,
+        "matched_prefix": s.matched_prefix,
+        "progress": s.matched_prefix / n,
+        "policy_versions": sorted({st.policy_version for st in s.steps}),
+    }
+    traj = Trajectory(
+        s.episode_id,
+        s.episode.task,
+        tuple(s.steps),
+        success=1.0 if all_matched else 0.0,
+        status="completed",
+        agent=agent,
+        group_id=s.group_id,
+        metadata=meta,
+    )
+    if store is not None:
+        if run_id is None:
+            raise ValueError("a store needs a run_id")
+        t0 = time.perf_counter()
+        store.write_trajectory(run_id, traj)
+        res.store_seconds += time.perf_counter() - t0
+    res.trajectories.append(traj)
+    if keep_turns:
+        res.turns.extend(s.turns)
+
+
+def semi_online_turn_advantages(
+    result: RolloutResult,
+    *,
+    gamma: float = 0.5,
+    step_weight: float = 1.0,
+    episode_weight: float = 1.0,
+    normalize_std: bool = True,
+) -> torch.Tensor:
+    """UI-S1's advantages for ``result.turns`` (``[N]``, in the same order).
+
+    Step returns stop accumulating at mismatches (:func:`rl.advantages.semi_online_returns`);
+    step-level groups are (group, recorded step index), episode-level groups the G
+    samples of a recorded episode, with the episode's total step reward.
+    """
+    by_ep = {t.episode_id: t for t in result.trajectories}
+    eps = sorted({t.episode_id for t in result.turns})
+    if not eps:
+        return torch.zeros(0)
+    T = max(len(by_ep[e].steps) for e in eps)
+    rew = torch.zeros(len(eps), T, dtype=torch.float64)
+    matched = torch.zeros(len(eps), T, dtype=torch.bool)
+    mask = torch.zeros(len(eps), T, dtype=torch.bool)
+    for b, e in enumerate(eps):
+        for st in by_ep[e].steps:
+            rew[b, st.index] = st.reward
+            matched[b, st.index] = bool(st.metadata.get("matched", False))
+            mask[b, st.index] = True
+    ret = semi_online_returns(rew, matched, mask, gamma=gamma)
+    ep_total = (rew * mask).sum(1)
+    row = {e: b for b, e in enumerate(eps)}
+    gids = {g: i for i, g in enumerate(sorted({t.group_id for t in result.turns}))}
+    idx = torch.tensor([row[t.episode_id] for t in result.turns])
+    steps = torch.tensor([t.step_index for t in result.turns])
+    rec_steps = torch.tensor(
+        [
+            by_ep[t.episode_id].steps[t.step_index].metadata.get("recorded_index", t.step_index)
+            for t in result.turns
+        ]
+    )
+    return semi_online_advantages(
+        ret[idx, steps],
+        ep_total[idx],
+        torch.tensor([gids[t.group_id] for t in result.turns]),
+        rec_steps,
+        step_weight=step_weight,
+        episode_weight=episode_weight,
+        normalize_std=normalize_std,
+    ).to(torch.float32)
+
+
+# -- semi-online evaluation (SOP) --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    """One recorded episode replayed without patches: how far the policy got."""
+
+    task_id: str
+    recorded_steps: int
+    matched_prefix: int
+
+    @property
+    def progress(self) -> float:
+        return self.matched_prefix / self.recorded_steps if self.recorded_steps else 0.0
+
+    @property
+    def success(self) -> bool:
+        return self.recorded_steps > 0 and self.matched_prefix == self.recorded_steps
+
+
+@dataclass(frozen=True)
+class SOPTaskResult:
+    task_id: str
+    episodes: int
+    progress: float
+    success: float
+
+
+@dataclass(frozen=True)
+class SOPResult:
+    """Semi-online performance: mean progress (share of recorded steps matched before the first
+    mismatch) and success (every step matched), overall and per task (mean over episodes)."""
+
+    episodes: int
+    progress: float
+    success: float
+    per_task: Mapping[str, SOPTaskResult]
+    outcomes: tuple[EpisodeOutcome, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "episodes": self.episodes,
+            "progress": self.progress,
+            "success": self.success,
+            "per_task": {k: v.__dict__ for k, v in self.per_task.items()},
+        }
+
+
+def sop_from_outcomes(outcomes: Sequence[EpisodeOutcome]) -> SOPResult:
+    """Aggregate per-episode outcomes into an :class:`SOPResult` (pure)."""
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs) if xs else 0.0
+
+    by_task: dict[str, list[EpisodeOutcome]] = {}
+    for o in outcomes:
+        by_task.setdefault(o.task_id, []).append(o)
+    per = {
+        k: SOPTaskResult(k, len(v), mean([o.progress for o in v]), mean([float(o.success) for o in v]))
+        for k, v in sorted(by_task.items())
+    }
+    return SOPResult(
+        len(outcomes),
+        mean([o.progress for o in outcomes]),
+        mean([float(o.success) for o in outcomes]),
+        per,
+        tuple(outcomes),
+    )
+
+
+def semi_online_eval(
+    policy: TurnPolicy,
+    episodes: Sequence[Trajectory],
+    *,
+    match: MatchConfig = MatchConfig(),
+    store: Any = None,
+    run_id: str | None = None,
+) -> SOPResult:
+    """Replay each recorded episode once, without patches (the first mismatch ends it).
+
+    Use a greedy policy for a reproducible figure.
+    """
+    res = run_semi_online(
+        policy,
+        episodes,
+        group_size=1,
+        patch=PatchConfig(mode="none", budget=0),
+        match=match,
+        store=store,
+        run_id=run_id,
+        keep_turns=False,
+    )
+    by_src = {t.metadata["recorded_episode"]: t for t in res.trajectories}
+    return sop_from_outcomes(
+        [
+            EpisodeOutcome(e.task.task_id, len(e.steps), int(by_src[e.episode_id].metadata["matched_prefix"]))
+            for e in episodes
+        ]
+    )

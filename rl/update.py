@@ -1,0 +1,96 @@
+"""The learner's update: PPO-clip steps over a batch of turns, in mini- and micro-batches."""
+
+from __future__ import annotations
+
+import random
+import zlib
+from typing import Any
+
+import torch
+
+from rl.config import TrainConfig
+
+__all__ = ["update"]
+
+
+def update(cfg: TrainConfig, policy: Any, ref: Any, opt: torch.optim.Optimizer, turns: list[Any],
+           adv: torch.Tensor, *, rng: random.Random | None = None) -> dict[str, float]:
+    """PPO steps over ``turns``: ``epochs`` shuffled passes, one optimiser step per mini-batch,
+    each mini-batch in micro-batches with gradient accumulation.
+
+    ``rng`` shuffles the turns (a seeded one makes the update reproducible); ``ref`` is the
+    reference policy of the KL term (None: no KL term).
+    """
+    rng = rng or random.Random(0)
+    from rl.losses import ppo_clip_loss
+
+    params = [p for p in policy.parameters() if p.requires_grad]
+    out = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "grad_norm": 0.0, "approx_kl_old": 0.0, "optimizer_steps": 0.0,
+           "early_stopped": 0.0}
+    n_mb = 0
+    order = list(range(len(turns)))
+    mini = cfg.mini_batch_size or len(turns)
+    for _ in range(cfg.epochs):
+        if out["early_stopped"]:
+            break
+        rng.shuffle(order)
+        for m in range(0, len(order), mini):
+            part = order[m:m + mini]
+            part_tokens = sum(len(turns[j].completion_ids) for j in part)
+            opt.zero_grad(set_to_none=True)
+            loss_sum = kl_old = 0.0
+            for i in range(0, len(part), cfg.micro_batch_size):
+                idx = part[i:i + cfg.micro_batch_size]
+                mb = [turns[j] for j in idx]
+                chats = [u.prompt for u in mb]
+                comps = [list(u.completion_ids) for u in mb]
+                sb = policy.score_batch(chats, comps, grad=True)
+                old = _place(sb.mask, [u.old_logprobs for u in mb], sb.logprobs.dtype)
+                ref_lp = None
+                if ref is not None and cfg.kl_coef > 0:
+                    ref_lp = ref.score_batch(chats, comps, grad=False).logprobs.detach()
+                loss, st = ppo_clip_loss(sb.logprobs, old, adv[idx].to(sb.logprobs.dtype), sb.mask,
+                                         clip_eps_low=cfg.clip_eps_low, clip_eps_high=cfg.clip_eps_high,
+                                         agg=cfg.loss_agg, ref_logp=ref_lp, kl_coef=cfg.kl_coef, kl_kind=cfg.kl_kind,
+                                         max_len=cfg.max_new_tokens,
+                                         group_ids=torch.tensor([_group_index(u.group_id) for u in mb]))
+                # Each micro-batch's share of the mini-batch, so accumulation equals one big batch.
+                share = (int(sb.mask.sum()) / max(part_tokens, 1)) if cfg.loss_agg == "token_mean" else len(mb) / len(part)
+                (loss * share).backward()
+                loss_sum += float(loss.detach()) * share
+                out["clip_frac"] += st.clip_frac
+                out["kl"] += st.kl
+                out["approx_kl_old"] += st.approx_kl_old
+                kl_old += st.approx_kl_old * len(mb) / len(part)
+                n_mb += 1
+            if cfg.max_kl_old and kl_old > cfg.max_kl_old:  # this mini-batch left the trust region
+                opt.zero_grad(set_to_none=True)
+                out["early_stopped"] = 1.0
+                break
+            gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            opt.step()
+            out["loss"] += loss_sum
+            out["grad_norm"] += float(gn)
+            out["optimizer_steps"] += 1
+    for k in ("clip_frac", "kl", "approx_kl_old"):
+        out[k] /= max(n_mb, 1)
+    for k in ("loss", "grad_norm"):  # means over the optimiser steps
+        out[k] /= max(out["optimizer_steps"], 1)
+    if out["optimizer_steps"]:
+        policy.mark_updated()  # one new policy version per update: what rollouts are tagged and lag-checked with
+    return out
+
+
+def _place(mask: torch.Tensor, rows: list[tuple[float, ...]], dtype: torch.dtype) -> torch.Tensor:
+    out = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    for b, r in enumerate(rows):
+        idx = mask[b].nonzero().flatten()
+        if len(idx) != len(r):
+            raise RuntimeError(f"{len(r)} behaviour log-probs for {len(idx)} completion tokens")
+        out[b, idx] = torch.tensor(r, dtype=dtype, device=mask.device)
+    return out
+
+
+def _group_index(group_id: str) -> int:
+    """A stable integer id of a group (``hash`` of a str changes between processes)."""
+    return zlib.crc32(group_id.encode()) & 0x7FFFFFFF

@@ -1,0 +1,552 @@
+"""Semi-online RL: matcher, rewards and advantages, the replay driver with patches, SOP."""
+
+import io
+import json
+
+import pytest
+import torch
+from PIL import Image
+
+from guiagent.store import Store, StoreReader
+from guiagent.types import (
+    Answer,
+    Click,
+    Drag,
+    Finish,
+    Key,
+    LongPress,
+    NavigateBack,
+    NavigateHome,
+    Observation,
+    OpenApp,
+    ParseError,
+    Scroll,
+    Step,
+    Swipe,
+    TaskSpec,
+    Trajectory,
+    Type,
+    Wait,
+)
+from rl.advantages import (
+    SemiOnlineRewardConfig,
+    grpo_advantages,
+    semi_online_advantages,
+    semi_online_returns,
+    semi_online_step_rewards,
+)
+from rl.agents import PolicyTurn
+from rl.semi_online import (
+    EpisodeOutcome,
+    MatchConfig,
+    PatchConfig,
+    match_action,
+    run_semi_online,
+    semi_online_eval,
+    semi_online_turn_advantages,
+    sop_from_outcomes,
+    text_similarity,
+)
+
+SIZE = (1000, 2000)
+BOX = (0.4, 0.4, 0.6, 0.5)  # enlarged 1.2x: x 0.38..0.62, y 0.39..0.51
+PX10 = MatchConfig(point_tolerance_px=10)
+
+# (pred, recorded, target_box, config, matched, kind_match, exact)
+CASES = [
+    # taps: the target box (enlarged 1.2x) or the point tolerance (0.04 normalised)
+    (Click(0.5, 0.45), Click(0.5, 0.45), None, MatchConfig(), True, True, True),
+    (Click(0.52, 0.45), Click(0.5, 0.45), None, MatchConfig(), True, True, False),
+    (Click(0.55, 0.45), Click(0.5, 0.45), None, MatchConfig(), False, True, False),
+    (Click(0.5, 0.48), Click(0.5, 0.45), None, MatchConfig(), True, True, False),
+    (Click(0.59, 0.49), Click(0.5, 0.45), BOX, MatchConfig(), True, True, False),
+    (Click(0.61, 0.45), Click(0.5, 0.45), BOX, MatchConfig(), True, True, False),  # inside the enlarged box
+    (Click(0.63, 0.45), Click(0.5, 0.45), BOX, MatchConfig(), False, True, False),
+    (Click(0.5, 0.515), Click(0.5, 0.45), BOX, MatchConfig(), False, True, False),
+    (
+        Click(0.5, 0.484),
+        Click(0.5, 0.45),
+        (0.45, 0.44, 0.46, 0.46),
+        MatchConfig(),
+        True,
+        True,
+        False,
+    ),  # box miss, point hit
+    (Click(0.505, 0.45), Click(0.5, 0.45), None, PX10, True, True, False),  # 5 px
+    (Click(0.5, 0.4545), Click(0.5, 0.45), None, PX10, True, True, False),  # 9 px
+    (Click(0.5, 0.456), Click(0.5, 0.45), None, PX10, False, True, False),  # 12 px
+    (Click(0.5005, 0.45), Click(0.5, 0.45), None, PX10, True, True, True),  # 0.5 px: exact
+    (LongPress(0.5, 0.45), Click(0.5, 0.45), None, MatchConfig(), False, False, False),
+    (LongPress(0.5, 0.45), LongPress(0.51, 0.45), None, MatchConfig(), True, True, False),
+    (Click(0.5, 0.45), LongPress(0.5, 0.45), None, MatchConfig(), False, False, False),
+    (ParseError("malformed", "x"), Click(0.5, 0.45), None, MatchConfig(), False, False, False),
+    (None, NavigateBack(), None, MatchConfig(), False, False, False),
+    # typed text: casefold, whitespace, containment, difflib ratio
+    (Type("Hello World"), Type("hello   world"), None, MatchConfig(), True, True, True),
+    (Type("hello"), Type("hello world"), None, MatchConfig(), True, True, False),
+    (Type("hello"), Type("hello world"), None, MatchConfig(text_containment=False), False, True, False),
+    (Type("welsh cake"), Type("Welsh cakes"), None, MatchConfig(text_containment=False), True, True, False),
+    (Type("pizza"), Type("Welsh cakes"), None, MatchConfig(), False, True, False),
+    (Type(""), Type("abc"), None, MatchConfig(), False, True, False),
+    (Type("abc", 0.1, 0.1), Type("abc"), None, MatchConfig(), True, True, True),
+    (Click(0.5, 0.5), Type("abc"), None, MatchConfig(), False, False, False),
+    # scroll / swipe by the direction the content moves
+    (Scroll("down"), Scroll("down"), None, MatchConfig(), True, True, True),
+    (Scroll("up"), Scroll("down"), None, MatchConfig(), False, True, False),
+    (
+        Swipe(0.5, 0.8, 0.5, 0.2),
+        Scroll("down"),
+        None,
+        MatchConfig(),
+        True,
+        True,
+        False,
+    ),  # finger up: reveals below
+    (Swipe(0.5, 0.2, 0.5, 0.8), Scroll("down"), None, MatchConfig(), False, True, False),
+    (Swipe(0.9, 0.5, 0.1, 0.5), Scroll("right"), None, MatchConfig(), True, True, False),
+    (Scroll("left"), Swipe(0.1, 0.5, 0.9, 0.55), None, MatchConfig(), True, True, False),
+    (Swipe(0.5, 0.2, 0.5, 0.8), Swipe(0.4, 0.3, 0.45, 0.9), None, MatchConfig(), True, True, True),
+    # apps, answers, keys, finishes, kind-only actions
+    (OpenApp("Zoho Meet"), OpenApp("zoho meeting"), None, MatchConfig(), True, True, False),
+    (OpenApp("Gmail"), OpenApp("Chrome"), None, MatchConfig(), False, True, False),
+    (Answer("42 apples"), Answer("42 Apples"), None, MatchConfig(), True, True, True),
+    (Answer("no"), Answer("yes, three"), None, MatchConfig(), False, True, False),
+    (Key("enter"), Key("Enter"), None, MatchConfig(), True, True, True),
+    (Key("Tab"), Key("Enter"), None, MatchConfig(), False, True, False),
+    (NavigateBack(), NavigateBack(), None, MatchConfig(), True, True, True),
+    (NavigateHome(), NavigateBack(), None, MatchConfig(), False, False, False),
+    (Wait(2), Wait(1), None, MatchConfig(), True, True, True),
+    (Finish("success"), Finish("success", "done"), None, MatchConfig(), True, True, True),
+    (Finish("failure"), Finish("success"), None, MatchConfig(), False, True, False),
+    (Answer("x"), Finish("success"), None, MatchConfig(), False, False, False),
+    (Drag(0.1, 0.1, 0.5, 0.5), Drag(0.11, 0.1, 0.5, 0.52), None, MatchConfig(), True, True, False),
+    (Drag(0.1, 0.1, 0.5, 0.5), Drag(0.1, 0.1, 0.9, 0.5), None, MatchConfig(), False, True, False),
+]
+
+
+@pytest.mark.parametrize("pred,rec,box,cfg,matched,kind,exact", CASES)
+def test_matcher_table(pred, rec, box, cfg, matched, kind, exact):
+    r = match_action(pred, rec, size=SIZE, target_box=box, config=cfg)
+    assert (r.matched, r.kind_match, r.exact) == (matched, kind, exact), r.reason
+    assert r.reason
+
+
+def test_matcher_table_is_large_and_text_similarity():
+    assert len(CASES) >= 40
+    assert text_similarity("  A  b ", "a b") == 1.0 and text_similarity("", "") == 1.0
+    assert 0.0 < text_similarity("cake", "cakes") < 1.0
+
+
+# -- rewards, returns, advantages ------------------------------------------------------------
+
+
+def test_step_rewards_by_hand():
+    f = torch.tensor([True, True, True, False, True])
+    k = torch.tensor([True, True, False, False, False])
+    m = torch.tensor([True, False, False, False, False])
+    r = semi_online_step_rewards(f, k, m)
+    assert r.tolist() == pytest.approx([0.1 + 0.9, 0.1 + 0.45, 0.1 + 0.09, 0.0, 0.19])
+    cfg = SemiOnlineRewardConfig(format_weight=0.0, action_weight=1.0, kind_score=0.25, parsed_score=0.0)
+    assert semi_online_step_rewards(f, k, m, cfg).tolist() == pytest.approx([1.0, 0.25, 0.0, 0.0, 0.0])
+
+
+def _loop_returns(rewards, matched, gamma):
+    """The reference definition as a plain loop over one episode."""
+    out, running = [0.0] * len(rewards), 0.0
+    for t in reversed(range(len(rewards))):
+        if matched[t]:
+            running = rewards[t] + gamma * running
+            out[t] = running
+        else:
+            running = 0.0
+            out[t] = rewards[t]
+    return out
+
+
+def test_returns_stop_at_mismatches_by_hand_and_against_a_loop():
+    r = torch.tensor([[1.0, 0.55, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
+    m = torch.tensor([[True, False, True, True], [True, True, True, False]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
+    out = semi_online_returns(r, m, mask, gamma=0.5)
+    # row 0: G3 = 1, G2 = 1 + .5 = 1.5, G1 = .55 (mismatch), G0 = 1 + .5 * 0 = 1
+    # row 1 (3 real steps): G2 = 1, G1 = 1.5, G0 = 1.75, padding 0
+    assert out.tolist() == [pytest.approx([1.0, 0.55, 1.5, 1.0]), pytest.approx([1.75, 1.5, 1.0, 0.0])]
+    g = torch.Generator().manual_seed(0)
+    R = torch.rand(6, 7, generator=g)
+    M = torch.rand(6, 7, generator=g) > 0.3
+    got = semi_online_returns(R, M, gamma=0.9)
+    for b in range(6):
+        assert got[b].tolist() == pytest.approx(_loop_returns(R[b].tolist(), M[b].tolist(), 0.9))
+
+
+def test_dual_level_advantages_by_hand_and_against_a_loop():
+    # one group, two samples of a 2-step episode
+    ret = torch.tensor([1.5, 1.0, 0.19, 0.19])
+    ep = torch.tensor([2.0, 2.0, 0.38, 0.38])
+    gid = torch.tensor([0, 0, 0, 0])
+    idx = torch.tensor([0, 1, 0, 1])
+    a = semi_online_advantages(ret, ep, gid, idx, step_weight=0.5, episode_weight=2.0, normalize_std=False)
+    # A_E = ±0.81, A_S(step 0) = ±0.655, A_S(step 1) = ±0.405
+    assert a.tolist() == pytest.approx(
+        [2 * 0.81 + 0.5 * 0.655, 2 * 0.81 + 0.5 * 0.405, -2 * 0.81 - 0.5 * 0.655, -2 * 0.81 - 0.5 * 0.405]
+    )
+    # std-normalised, random groups, against a plain loop
+    g = torch.Generator().manual_seed(1)
+    n = 40
+    ret, ep = torch.rand(n, generator=g), torch.rand(n, generator=g)
+    gid, idx = torch.randint(0, 3, (n,), generator=g), torch.randint(0, 4, (n,), generator=g)
+    got = semi_online_advantages(ret, ep, gid, idx, step_weight=0.7)
+    for i in range(n):
+        same_g = [j for j in range(n) if gid[j] == gid[i]]
+        same_s = [j for j in same_g if idx[j] == idx[i]]
+
+        def norm(vals, v):
+            t = torch.tensor(vals)
+            std = t.std().item() if len(vals) > 1 else 0.0
+            return (v - t.mean().item()) / (std + 1e-6)
+
+        want = norm([ep[j].item() for j in same_g], ep[i].item()) + 0.7 * norm(
+            [ret[j].item() for j in same_s], ret[i].item()
+        )
+        assert got[i].item() == pytest.approx(want, rel=1e-4, abs=1e-4)
+    assert torch.equal(semi_online_advantages(ret, ep, gid, idx, step_weight=0.0), grpo_advantages(ep, gid))
+
+
+# -- the driver ----------------------------------------------------------------------------
+
+
+def _png(color):
+    buf = io.BytesIO()
+    Image.new("RGB", (20, 40), color).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _episode(eid="rec1", task="t1"):
+    acts = [Click(0.5, 0.45), Type("hello"), Scroll("down"), Finish("success")]
+    steps = []
+    for i, a in enumerate(acts):
+        meta = {"target_box": list(BOX)} if i == 0 else {}
+        steps.append(
+            Step(i, Observation(_png((i * 40, 10, 200)), 20, 40), a, thought=f"recorded {i}", metadata=meta)
+        )
+    return Trajectory(
+        eid,
+        TaskSpec("import:test", task, 0, f"goal of {eid}"),
+        tuple(steps),
+        success=1.0,
+        agent="import:test",
+    )
+
+
+class ScriptedPolicy:
+    """Answers from per-sample scripts ({recorded screen index: action}); records what it saw."""
+
+    name = "scripted"
+
+    def __init__(self, scripts):
+        self.scripts = scripts  # indexed by the context's slot (the sample's number)
+        self.calls = []
+        self.histories = []
+
+    def act_batch(self, contexts, pool):
+        self.calls.append(len(contexts))
+        turns = []
+        for c in contexts:
+            self.histories.append((c.slot, tuple(c.history)))
+            rec_i = _SCREENS.index(c.observation.screenshot)
+            a = self.scripts[c.slot][rec_i]
+            text = "bad" if isinstance(a, ParseError) else f"act {a.kind}"
+            turns.append(
+                PolicyTurn(
+                    text,
+                    a,
+                    f"my thought {rec_i}",
+                    3,
+                    prompt={"sample": c.slot},
+                    completion_ids=(1, 2, 3),
+                    logprobs=(-0.1, -0.2, -0.3),
+                )
+            )
+        return turns
+
+
+_SCREENS = [_png((i * 40, 10, 200)) for i in range(4)]
+
+
+def _run(scripts, patch, **kw):
+    ep = _episode()
+    pol = ScriptedPolicy(scripts)
+    # one sample per run keeps the sample identity trivial
+    return pol, run_semi_online(pol, [ep], group_size=1, patch=patch, **kw)
+
+
+GOOD = {0: Click(0.5, 0.46), 1: Type("Hello"), 2: Swipe(0.5, 0.8, 0.5, 0.2), 3: Finish("success")}
+
+
+def test_all_matched_episode_succeeds_with_own_history(tmp_path):
+    store = Store.open(tmp_path)
+    run = store.create_run("semi")
+    pol, res = _run([GOOD], PatchConfig(), store=store, run_id=run)
+    store.close()
+    (t,) = res.trajectories
+    assert (
+        t.success == 1.0 and t.num_steps == 4 and t.metadata["progress"] == 1.0 and t.metadata["patches"] == 0
+    )
+    assert all(s.metadata["matched"] and not s.metadata.get("patched") for s in t.steps)
+    assert t.steps[-1].terminated and not any(s.terminated for s in t.steps[:-1])
+    # the history the policy saw is its own replies, not the recorded ones
+    last_hist = pol.histories[-1][1]
+    assert [s.thought for s in last_hist] == ["my thought 0", "my thought 1", "my thought 2"]
+    assert [s.action for s in last_hist] == [GOOD[0], GOOD[1], GOOD[2]]
+    assert len(res.turns) == 4 and all(tt.reward == pytest.approx(1.0) for tt in res.turns)
+    assert res.turns[0].completion_ids == (1, 2, 3) and res.turns[0].old_logprobs == (-0.1, -0.2, -0.3)
+    # stored with its step metadata, readable by the web UI's reader
+    back = StoreReader(tmp_path).load_trajectory(t.episode_id)
+    assert back.steps == t.steps and back.agent == "semi:scripted"
+    assert back.steps[0].metadata["target_box"] == list(BOX)
+
+
+@pytest.mark.parametrize("mode,thought", [("recorded", "recorded 1"), ("none", "")])
+def test_mismatch_is_patched_with_the_recorded_action(mode, thought):
+    script = {**GOOD, 1: Type("something else entirely")}
+    pol, res = _run([script], PatchConfig(mode=mode, budget=1))
+    (t,) = res.trajectories
+    assert t.num_steps == 4 and t.success == 0.0 and t.metadata["patches"] == 1
+    assert t.metadata["matched_prefix"] == 1 and t.metadata["progress"] == 0.25
+    s1 = t.steps[1]
+    # the stored (trained) step is the policy's own reply, marked as patched
+    assert s1.action == Type("something else entirely") and s1.metadata["patched"] is True
+    assert s1.metadata["matched"] is False and s1.metadata["kind_match"] is True
+    assert s1.metadata["recorded_action"] == {
+        "kind": "type",
+        "text": "hello",
+        "x": None,
+        "y": None,
+        "submit": False,
+    }
+    # the next turn's history holds the recorded action with the patch thought
+    hist = pol.histories[2][1]
+    assert hist[1].action == Type("hello") and hist[1].thought == thought
+    assert [tt.reward for tt in res.turns] == pytest.approx([1.0, 0.55, 1.0, 1.0])
+    assert res.turns[1].completion_ids == (1, 2, 3)  # trained on its own completion only
+
+
+def test_format_can_require_a_thought():
+    class NoThought(ScriptedPolicy):
+        def act_batch(self, contexts, pool):
+            from dataclasses import replace
+
+            return [replace(t, thought="") for t in super().act_batch(contexts, pool)]
+
+    _, res = _run([GOOD], PatchConfig())
+    assert res.turns[0].reward == pytest.approx(1.0)
+    res = run_semi_online(NoThought([GOOD]), [_episode()],
+                          rewards=SemiOnlineRewardConfig(format_requires_thought=True))
+    assert [t.reward for t in res.turns] == pytest.approx([0.9] * 4)
+
+
+def test_budget_exhausted_ends_the_episode_at_the_mismatch():
+    script = {**GOOD, 1: Click(0.1, 0.1), 2: Scroll("up")}
+    _, res = _run([script], PatchConfig(budget=1))
+    (t,) = res.trajectories
+    assert t.num_steps == 3 and t.metadata["patches"] == 1
+    assert t.steps[1].metadata.get("patched") and not t.steps[2].metadata.get("patched")
+    assert t.steps[2].terminated and t.steps[2].metadata["matched"] is False
+    _, res0 = _run([script], PatchConfig(budget=0))
+    assert res0.trajectories[0].num_steps == 2 and res0.trajectories[0].metadata["patches"] == 0
+    _, res_inf = _run([{**script, 3: Answer("x")}], PatchConfig(budget=-1))
+    assert res_inf.trajectories[0].num_steps == 4 and res_inf.trajectories[0].metadata["patches"] == 3
+
+
+def test_parse_error_gets_no_format_reward_and_policy_patch_uses_explainer():
+    script = {**GOOD, 0: ParseError("malformed", "no json", "bad")}
+    asked = []
+
+    def explainer(reqs):
+        asked.extend(reqs)
+        return [f"because {r.action.kind}" for r in reqs]
+
+    pol, res = _run([script], PatchConfig(mode="policy", budget=2), explainer=explainer)
+    (t,) = res.trajectories
+    assert t.steps[0].parse_error is not None and t.steps[0].action is None
+    assert res.turns[0].reward == 0.0 and res.turns[0].parse_ok is False
+    assert len(asked) == 1 and asked[0].action == Click(0.5, 0.45) and asked[0].goal == "goal of rec1"
+    assert pol.histories[1][1][0].thought == "because click" and pol.histories[1][1][0].action == Click(
+        0.5, 0.45
+    )
+    with pytest.raises(ValueError, match="explainer"):
+        run_semi_online(pol, [_episode()], patch=PatchConfig(mode="policy"))
+
+
+def test_groups_are_batched_per_turn_and_advantages_line_up():
+    eps = [_episode("a", "t1"), _episode("b", "t2")]
+    pol = ScriptedPolicy([GOOD] * 6)
+    res = run_semi_online(pol, eps, group_size=3, patch=PatchConfig(budget=0))
+    assert pol.calls == [6, 6, 6, 6]  # one generation call per turn index for 2 episodes x 3 samples
+    assert len({t.group_id for t in res.trajectories}) == 2 and len(res.trajectories) == 6
+    adv = semi_online_turn_advantages(res)
+    assert adv.shape == (len(res.turns),) and torch.allclose(adv, torch.zeros_like(adv))  # equal samples
+
+
+def test_turn_advantages_reward_the_sample_that_matched():
+    ep = _episode()
+    bad = {**GOOD, 1: Type("zzz qqq")}
+    pol = ScriptedPolicy([GOOD, bad])
+    res = run_semi_online(pol, [ep], group_size=2, patch=PatchConfig(budget=0))
+    assert sorted(t.num_steps for t in res.trajectories) == [2, 4]
+    adv = semi_online_turn_advantages(res, normalize_std=False)
+    good_ep = [t.episode_id for t in res.trajectories if t.num_steps == 4][0]
+    for tt, a in zip(res.turns, adv.tolist()):
+        if tt.step_index == 1:
+            assert (a > 0) == (tt.episode_id == good_ep)
+
+
+def test_bad_recorded_episodes_are_refused():
+    ep = _episode()
+    no_pixels = Trajectory(
+        "x", ep.task, (Step(0, Observation(None, 20, 40, screenshot_ref="0" * 64), Click(0.1, 0.1)),)
+    )
+    with pytest.raises(ValueError, match="screenshot"):
+        run_semi_online(ScriptedPolicy([GOOD]), [no_pixels])
+    with pytest.raises(ValueError, match="no steps"):
+        run_semi_online(ScriptedPolicy([GOOD]), [Trajectory("y", ep.task, ())])
+
+
+# -- SOP -------------------------------------------------------------------------------------
+
+
+def test_sop_aggregation_by_hand():
+    r = sop_from_outcomes([EpisodeOutcome("a", 4, 4), EpisodeOutcome("a", 4, 1), EpisodeOutcome("b", 2, 0)])
+    assert r.episodes == 3
+    assert r.progress == pytest.approx((1 + 0.25 + 0) / 3) and r.success == pytest.approx(1 / 3)
+    assert r.per_task["a"].progress == pytest.approx(0.625) and r.per_task["a"].success == 0.5
+    assert r.per_task["b"].episodes == 1 and r.per_task["b"].success == 0.0
+    assert sop_from_outcomes([]).progress == 0.0
+
+
+def test_semi_online_eval_stops_at_first_mismatch():
+    pol = ScriptedPolicy([GOOD, {**GOOD, 2: Scroll("up")}])
+    r = semi_online_eval(pol, [_episode("a", "t1"), _episode("b", "t2")])
+    assert r.per_task["t1"].success == 1.0 and r.per_task["t2"].progress == 0.5
+    assert r.progress == pytest.approx(0.75) and r.success == 0.5
+
+
+def test_tiny_model_semi_online_rollout(tiny_model_dir, tmp_path):
+    from rl.agents import load_model_policy
+    from rl.semi_online import ModelExplainer
+
+    real = [_episode("a", "t1")]
+    real = [
+        Trajectory(
+            e.episode_id,
+            e.task,
+            tuple(
+                Step(
+                    s.index,
+                    Observation(_big_png(i), 224, 448),
+                    s.action,
+                    thought=s.thought,
+                    metadata=s.metadata,
+                )
+                for i, s in enumerate(e.steps[:2])
+            ),
+            agent=e.agent,
+        )
+        for e in real
+    ]
+    policy = load_model_policy(tiny_model_dir, temperature=1.0, max_new_tokens=6, keep_chats=True)
+    store = Store.open(tmp_path)
+    run = store.create_run("semi")
+    res = run_semi_online(
+        policy,
+        real,
+        group_size=2,
+        patch=PatchConfig(mode="policy", budget=-1),
+        explainer=ModelExplainer(policy, max_new_tokens=4),
+        store=store,
+        run_id=run,
+    )
+    store.close()
+    # an untrained model matches nothing: every step is patched, every turn is kept for training
+    assert len(res.trajectories) == 2 and all(t.num_steps == 2 for t in res.trajectories)
+    assert all(
+        s.metadata["patched"] and "patch_thought" in s.metadata for t in res.trajectories for s in t.steps
+    )
+    assert len(res.turns) == 4 and all(tt.completion_ids and tt.prompt for tt in res.turns)
+    assert all(len(tt.completion_ids) == len(tt.old_logprobs) for tt in res.turns)
+    adv = semi_online_turn_advantages(res)
+    assert adv.shape == (4,) and torch.isfinite(adv).all()
+    assert StoreReader(tmp_path).count_episodes() == 2
+
+
+def _big_png(i):
+    buf = io.BytesIO()
+    Image.new("RGB", (224, 448), (i * 50, 100, 30)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+class ReplayPolicy:
+    """Says exactly what the recording did (a perfect policy for the pipeline check)."""
+
+    name = "replay"
+
+    def __init__(self, episodes):
+        self.by_screen = {s.observation.screenshot: s.action for e in episodes for s in e.steps}
+
+    def act_batch(self, contexts, pool):
+        return [PolicyTurn("x", self.by_screen[c.observation.screenshot]) for c in contexts]
+
+
+def test_imported_uis1_episodes_replay_through_semi_online(tmp_path):
+    from guiagent.datasets import import_dataset
+    from rl.semi_online import load_recorded_episodes
+
+    img = tmp_path / "img"
+    img.mkdir()
+    for i in range(3):
+        Image.new("RGB", (100, 200), (i * 60, 0, 0)).save(img / f"s{i}.png")
+    steps = [{"action_content": {"action": "click", "coordinate": [50, 100], "bbox": [40, 90, 60, 110]},
+              "screenshot": "img/s0.png"},
+             {"action_content": {"action": "type", "text": "hi"}, "screenshot": "img/s1.png"},
+             {"action_content": {"action": "terminate", "status": "success"}, "screenshot": "img/s2.png"}]
+    (tmp_path / "d.jsonl").write_text(json.dumps({"goal": "g", "is_successful": True, "steps": steps}) + "\n")
+    import_dataset("uis1", tmp_path / "d.jsonl", tmp_path / "run")
+    eps = load_recorded_episodes(tmp_path / "run")
+    assert len(eps) == 1 and eps[0].steps[0].metadata["target_box"] == pytest.approx([0.4, 0.45, 0.6, 0.55])
+    r = semi_online_eval(ReplayPolicy(eps), eps)
+    assert (r.progress, r.success, r.episodes) == (1.0, 1.0, 1)
+    # a tap inside the (enlarged) recorded box but 0.05 from the point still matches
+    res = run_semi_online(_ByIndex(eps), eps, patch=PatchConfig(budget=0))
+    assert res.trajectories[0].metadata["progress"] == 1.0
+
+
+class _ByIndex:
+    name = "by-index"
+
+    def __init__(self, eps):
+        self.script = {s.observation.screenshot: a for s, a in
+                       zip(eps[0].steps, [Click(0.55, 0.5), Type("HI"), Finish("success")])}
+
+    def act_batch(self, contexts, pool):
+        return [PolicyTurn("x", self.script[c.observation.screenshot]) for c in contexts]
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_oracle_demonstrations_replay_perfectly(tmp_path):
+    """Oracle demonstrations recorded in real Chromium, then replayed semi-online by a perfect policy."""
+    from emulators.pool import InProcessPool
+    from rl.agents import OraclePolicy
+    from rl.rollout import make_groups, run_rollout
+    from rl.semi_online import load_recorded_episodes
+
+    store = Store.open(tmp_path)
+    run = store.create_run("demos", env="webapps")
+    with InProcessPool("webapps", num_slots=2) as pool:
+        run_rollout(pool, OraclePolicy(), make_groups(["open_app", "settings_turn_on"], [3, 4], 1),
+                    store=store, run_id=run, suite="webapps")
+    store.close()
+    eps = load_recorded_episodes(tmp_path)
+    assert len(eps) == 2 and all(e.num_steps >= 1 for e in eps)
+    r = semi_online_eval(ReplayPolicy(eps), eps)
+    assert r.progress == 1.0 and r.success == 1.0 and set(r.per_task) == {"open_app", "settings_turn_on"}

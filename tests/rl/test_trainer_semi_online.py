@@ -1,0 +1,62 @@
+"""Semi-online and mixed training in the one trainer, and semi-online evaluation (SOP)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from guiagent.store import EpisodeFilter, StoreReader
+from rl.config import TrainConfig
+from rl.evaluate import EvalConfig, run_eval
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demos")
+    run_eval(EvalConfig(env="webapps", agent="oracle", episodes=2, tasks=("open_app", "settings_turn_on"), seed=0,
+                        out=str(out)))
+    return str(out)
+
+
+def test_mixed_mode_interleaves_semi_online_and_online_iterations(tiny_model_dir, demos, tmp_path):
+    from rl.trainer import train
+
+    out = tmp_path / "run"
+    r = train(TrainConfig(model=tiny_model_dir, mode="mixed", data=(demos,), tasks=("open_app", "settings_turn_on"),
+                          iterations=2, groups_per_iteration=1, group_size=2, slots=2, pool="inprocess",
+                          max_new_tokens=8, eval_episodes=0, filter_zero_variance=False, out=str(out), seed=1))
+    reader = StoreReader(out)
+    curves = reader.metrics(r.run_id)
+    assert [m.iteration for m in curves["semi_online"]] == [0]  # iteration 0 semi-online, 1 online
+    assert [m.iteration for m in curves["success_rate"]] == [0, 1]
+    assert 0.0 <= curves["semi/match_rate"][0].value <= 1.0
+    eps = reader.list_episodes(EpisodeFilter(run_id=r.run_id), limit=20).items
+    semi = [e for e in eps if e.metadata.get("mode") == "semi-online"]
+    assert len(semi) == 2 and len(eps) == 4  # G=2 replays of one recorded episode, then 2 live episodes
+    steps = reader.get_episode(semi[0].episode_id).steps
+    assert "recorded_action" in steps[0].metadata and "matched" in steps[0].metadata
+    assert r.last.get("optimizer_steps", 0) >= 1
+
+
+def test_semi_online_needs_data_and_says_so(tmp_path):
+    with pytest.raises(ValueError, match="--data"):
+        TrainConfig(mode="semi-online")
+    from rl.trainer import train
+
+    with pytest.raises(KeyError, match="no trajectory store"):
+        train(TrainConfig(mode="semi-online", data=(str(tmp_path / "none"),), out=str(tmp_path / "out")))
+    assert not (tmp_path / "out").exists()  # nothing created
+
+
+def test_eval_semi_online_reports_progress_and_success(tiny_model_dir, demos, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "guiagent", "eval", "--mode", "semi-online", "--data", demos,
+                        "--agent", "model", "--model", tiny_model_dir, "--out", str(tmp_path / "sop"), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["mode"] == "semi-online" and got["episodes"] == 2
+    assert 0.0 <= got["progress"] <= 1.0 and 0.0 <= got["success_rate"] <= got["progress"] + 1e-9
+    assert "progress" in r.stdout.splitlines()[0]
