@@ -186,7 +186,9 @@ def train_sft(policy: Any, examples: Sequence[SFTExample], cfg: SFTConfig, *, ou
     t0 = time.perf_counter()
     accum = cfg.batch_size // cfg.micro_batch_size
     progress = progress and sys.stderr.isatty()
-    bar = tqdm(range(cfg.steps), desc="sft", file=sys.stderr, disable=not progress)
+    # steps done, steps/s and time left on a terminal (guiagent.progress); log lines otherwise
+    bar = tqdm(range(cfg.steps), desc="sft", unit="step", file=sys.stderr, disable=not progress,
+               dynamic_ncols=True, smoothing=0.1)
     for step in bar:
         opt.zero_grad(set_to_none=True)
         step_loss = 0.0
