@@ -79,7 +79,7 @@ SUITE = WebAppsSuite()
 def __getattr__(name: str) -> Any:
     # the server pulls in Flask and httpx (~0.4 s): imported on first use, so listing the
     # task ids (Gymnasium registration on ``import emulators``) stays cheap
-    if name in ("AppServer", "AppClient"):
+    if name in ("AppServer", "AppClient", "shared_server", "stop_shared_server"):
         from . import server
         return getattr(server, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
