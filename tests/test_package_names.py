@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _python(args: list[str], fake_dir: Path, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake_dir), str(REPO)])}
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120,
+                          check=False)
 
 
 @pytest.mark.parametrize("name, files", [

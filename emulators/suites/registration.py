@@ -28,7 +28,7 @@ from typing import Any, Iterable
 
 import gymnasium
 
-from emulators.base import Device, GuiEnv
+from emulators.base import GuiEnv
 
 __all__ = ["register_envs", "make_gym_env", "shared_browser", "DEFAULT_SUITES"]
 

@@ -138,7 +138,7 @@ def test_typed_observation_rides_in_info():
         assert obs["screenshot"].shape == (typed.height, typed.width, 3)
         assert (obs["tree"], obs["url"], obs["goal"]) == (typed.tree, typed.url, info["task"].goal)
         assert obs["url"].endswith("/settings")
-        obs, reward, term, trunc, info = env.step("not an action")
+        obs, reward, term, _, info = env.step("not an action")
         assert "could not parse" in obs["last_action_error"] and info["step"].parse_error.code == "malformed"
         assert info["observation"].last_action_error == obs["last_action_error"] and (reward, term) == (0.0, False)
         # a dict works as well as its JSON text: tap the Wi-Fi switch, the page changes

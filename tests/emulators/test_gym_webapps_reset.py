@@ -41,7 +41,7 @@ def test_each_reset_loads_one_page(device, task_id, start):
     try:
         for seed in (1, 2, 2):
             seen.clear()
-            obs, info = env.reset(seed=seed)
+            obs, _ = env.reset(seed=seed)
             navigations = [url for nav, _, url in seen if nav]
             documents = [url for _, kind, url in seen if kind == "document"]
             assert len(navigations) == 1 and documents == navigations, (task_id, seed, seen)

@@ -119,5 +119,6 @@ def test_overwrite_replaces_and_leaves_no_temp(run, tmp_path, capsys):
 
 
 def test_listed_by_the_dispatcher():
-    out = subprocess.run([sys.executable, "-m", "guiagent", "--help"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-m", "guiagent", "--help"], capture_output=True, text=True, timeout=60,
+                         check=True)
     assert "export" in out.stdout
