@@ -6,7 +6,7 @@ Run::
     python bench/env_concurrency.py --envs 1 2 4 --seconds 10
 
 Model: one thread per env, each driving its own ``GuiEnv`` (a :class:`BrowserDevice`
-with its own browser context and page) in a loop of ``env.step(Click)`` on the
+with its own browser context and page) in a loop of ``env.step_typed(Click)`` on the
 local bench page (see ``bench/env_step.py``). The sync Playwright API is bound to
 the thread that started it, so each thread runs its own Playwright driver; all of
 them attach over CDP to **one** shared Chromium (contexts in one browser beat one
@@ -83,14 +83,14 @@ def worker(cdp_url: str, url: str, ready: threading.Barrier, go: threading.Event
     try:
         handle = connect_over_cdp(cdp_url)
         env = GuiEnv(BrowserDevice(BrowserConfig.desktop(home_url=url), browser=handle), CounterTask)
-        env.reset(seed=0)
+        env.reset_typed(seed=0)
         point = env.device.center("#btn")  # type: ignore[attr-defined]
-        env.step(Click(*point))  # warm-up
+        env.step_typed(Click(*point))  # warm-up
         ready.wait()
         go.wait()
         n = 0
         while not stop.is_set():
-            env.step(Click(*point))
+            env.step_typed(Click(*point))
             n += 1
         counts[slot] = n
         ready.wait()  # hold the context open while memory is read

@@ -8,7 +8,7 @@ Run::
 One Chromium, two contexts on the same local page (served on 127.0.0.1 by a real
 HTTP server started here) and the same viewport: the *raw* loop does
 ``mouse.click`` (``touchscreen.tap`` on the phone) + ``page.screenshot()``; the *env*
-step is :meth:`GuiEnv.step` with a :class:`BrowserDevice`: the action, settling,
+step is :meth:`GuiEnv.step_typed` with a :class:`BrowserDevice`: the action, settling,
 the observation (screenshot + ARIA tree + url) and the task's done/reward check.
 Steps alternate raw/env so both see the same machine load. Sizes: 1280x720 desktop
 and a 360x640 phone. The last stdout line is one JSON object; ``ratio_vs_raw`` is
@@ -101,7 +101,7 @@ def measure(handle, url: str, config: BrowserConfig, steps: int) -> dict:
     page.goto(url)
     device = BrowserDevice(config, browser=handle)
     env = GuiEnv(device, CounterTask)
-    env.reset(seed=0)
+    env.reset_typed(seed=0)
     cx, cy = device.center("#btn")
     bx, by = cx * w, cy * h
     raw, ours, tree_chars = [], [], 0
@@ -110,7 +110,7 @@ def measure(handle, url: str, config: BrowserConfig, steps: int) -> dict:
         page.touchscreen.tap(bx, by) if config.mobile else page.mouse.click(bx, by)
         shot = page.screenshot()
         t1 = time.perf_counter()
-        obs, *_ = env.step(Click(cx, cy))
+        obs, *_ = env.step_typed(Click(cx, cy))
         t2 = time.perf_counter()
         if i >= 5:  # warm-up
             raw.append((t1 - t0) * 1e3)

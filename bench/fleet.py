@@ -6,7 +6,7 @@ For each layout ``WORKERSxENVS`` (slots = workers * envs per worker) the Ray poo
 and an in-process pool with the same number of slots run one after the other.
 
 Ray overhead per batch call = the driver's wall time of a ``step`` call minus the
-slowest worker's own time inside ``GuiEnv.step`` (the sum of ``info.elapsed_ms``
+slowest worker's own time inside ``GuiEnv.step_typed`` (the sum of ``info.elapsed_ms``
 over its slots): serialisation, scheduling and transfer of the screenshots. The
 bare actor round trip (``ping``) is reported too.
 

@@ -308,8 +308,9 @@ def main() -> None:
               f"x{result['speedup_vs_trl_step']:.2f} vs TRL's full step; x{result['speedup_vs_trl_update_cpu']:.2f} "
               "in CPU seconds vs the update part")
     else:
-        print("reference, NOT measured side by side: FACTS.md has TRL 1.16 GRPOTrainer on this tiny model at "
-              "1.1-1.6 s a full step (batch 4, 4 generations, 16 new tokens, 448x448 images)")
+        print("reference, NOT measured side by side (docs/benchmarks.md, earlier reference figures): TRL 1.16 "
+              "GRPOTrainer on this tiny model took 1.1-1.6 s a full step (batch 4, 4 generations, 16 new tokens, "
+              "448x448 images)")
     print(f"load average (1, 5, 15 min): {' -> '.join(loads)}")
     print(json.dumps(result))
 

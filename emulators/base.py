@@ -6,9 +6,12 @@ Layers (after android_world's ``env/interface.py`` and ``task_eval.py``):
   knows nothing of rewards.
 * :class:`Task` sets a device up for one goal, evaluates it from device/app state,
   reports milestones for progress rewards and has a scripted ``oracle``.
-* :class:`GuiEnv` loops: ``reset(seed=...)`` samples the task's parameters from the
-  seed and sets it up; ``step(action)`` executes, observes and, when the episode
-  ends, evaluates.
+* :class:`GuiEnv` (a :class:`gymnasium.Env`) loops: ``reset(seed=...)`` samples the
+  task's parameters from the seed and sets it up; ``step(action)`` executes, observes
+  and, when the episode ends, evaluates. Its Gymnasium face returns dict observations
+  (``observation_space``) and takes JSON action strings (:class:`ActionText`); its
+  typed face (``reset_typed``/``step_typed``) returns :class:`~guiagent.types.Observation`.
+  See docs/gymnasium.md.
 
 Errors: :class:`ActionError` (the action cannot be carried out: off-screen,
 nothing focused, blocked navigation, unknown key) is *data*: it becomes the next
@@ -22,12 +25,18 @@ from __future__ import annotations
 import random
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
-from guiagent.types import Action, Answer, Finish, Observation, ParseError, TaskSpec, is_terminal
+import gymnasium
+import numpy as np
+from gymnasium import spaces
 
-__all__ = ["ActionError", "DeviceError", "Device", "Task", "GuiEnv", "StepInfo", "check_env", "dead_observation"]
+from guiagent.types import (Action, Answer, Finish, Observation, ParseError, TaskSpec, action_from_dict,
+                            is_terminal)
+
+__all__ = ["ActionError", "DeviceError", "Device", "Task", "GuiEnv", "StepInfo", "ActionText", "UnicodeText",
+           "check_env", "dead_observation", "decode_screenshot", "observation_space", "parse_action"]
 
 
 class ActionError(Exception):
@@ -96,9 +105,18 @@ class Task(ABC):
     def goal(self) -> str:
         return self.template.format(**self.params)
 
+    def reset_device(self, device: Device) -> None:
+        """Give the episode a clean device; :class:`GuiEnv` calls it just before :meth:`setup`.
+
+        The default is ``device.reset()``. A task whose start page is known before the
+        device resets (the webapps tasks) overrides it so the reset loads that page
+        directly instead of loading the device's home page first.
+        """
+        device.reset()
+
     @abstractmethod
     def setup(self, device: Device) -> str:
-        """Put the device/app into the task's start state; return the goal text."""
+        """Put the (freshly reset) device/app into the task's start state; return the goal text."""
 
     @abstractmethod
     def evaluate(self, device: Device, answer: str | None = None) -> float:
@@ -125,65 +143,245 @@ class Task(ABC):
 
 @dataclass(frozen=True)
 class StepInfo:
-    """Typed diagnostics of a step; ``info["step"]`` holds one of these."""
+    """Typed diagnostics of a step; ``info["step"]`` holds one of these.
+
+    ``elapsed_ms`` is wall-clock time, not data: it takes no part in equality, so two
+    replays of the same seed and actions give equal infos.
+    """
 
     action_error: str | None = None
     parse_error: ParseError | None = None
     device_error: str | None = None
     success: float | None = None
     milestones: tuple[bool, ...] = ()
-    elapsed_ms: float = 0.0
+    elapsed_ms: float = field(default=0.0, compare=False)
 
 
-class GuiEnv:
-    """Gymnasium-style environment over a :class:`Device` and a :class:`Task` class.
+class UnicodeText(spaces.Text):
+    """A :class:`gymnasium.spaces.Text` holding any string of at most ``max_length`` characters.
 
-    ``step`` accepts an :data:`~guiagent.types.Action` or a
-    :class:`~guiagent.types.ParseError` (the model's unparseable output): the
-    latter executes nothing and comes back as ``last_action_error``. The reward
-    is the task's evaluation on the step that ends the episode, 0 before; shaping
-    and penalties are composed downstream (``judge.compose``) from the typed info.
+    Page text and accessibility trees use all of Unicode; a charset listing every code
+    point would cost megabytes, so :meth:`contains` accepts any ``str`` of a valid length
+    while :meth:`sample` draws from printable ASCII.
+    """
+
+    def __init__(self, max_length: int, *, seed: int | np.random.Generator | None = None):
+        super().__init__(max_length, min_length=0, charset=_PRINTABLE, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+    def __repr__(self) -> str:
+        return f"UnicodeText({self.max_length})"
+
+
+_PRINTABLE = "".join(chr(c) for c in range(32, 127))
+#: key names :class:`ActionText` samples (every device maps these)
+_SAMPLE_KEYS = ("Enter", "Tab", "Escape", "Backspace", "ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight")
+
+
+class ActionText(spaces.Text):
+    """The action space: one action as a JSON object string, ``{"kind": "click", "x": 0.5, "y": 0.5}``.
+
+    The format is :func:`guiagent.types.action_to_dict` (points normalised to [0, 1]);
+    :meth:`contains` accepts exactly the strings :func:`parse_action` turns into an
+    :data:`~guiagent.types.Action`. :meth:`sample` draws *valid* actions (click, long
+    press, type, scroll, swipe, drag, key, back, home, short wait, answer, finish), so
+    a random agent and Gymnasium's ``check_env`` drive the device for real instead of
+    only exercising the parse-error path.
+    """
+
+    _KINDS = ("click", "click", "click", "long_press", "type", "scroll", "scroll", "swipe", "drag", "key",
+              "back", "home", "wait", "answer", "finish")
+
+    def __init__(self, max_length: int = 2048, *, seed: int | np.random.Generator | None = None):
+        super().__init__(max_length, min_length=2, charset=_PRINTABLE, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return (isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+                and not isinstance(parse_action(x), ParseError))
+
+    def sample(self, mask: Any = None, probability: Any = None) -> str:  # type: ignore[override]
+        import json
+        if mask is not None or probability is not None:
+            raise ValueError("ActionText.sample takes no mask")
+        rng = self.np_random
+
+        def unit() -> float:
+            return round(float(rng.uniform(0.02, 0.98)), 3)
+
+        def word() -> str:
+            return "".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz0123456789 "), size=int(rng.integers(1, 9))))
+
+        kind = str(rng.choice(self._KINDS))
+        d: dict[str, Any] = {"kind": kind}
+        if kind in ("click", "long_press"):
+            d.update(x=unit(), y=unit())
+            if kind == "long_press":
+                d["duration_ms"] = int(rng.integers(100, 700))
+        elif kind == "type":
+            d["text"] = word()
+        elif kind == "scroll":
+            d.update(direction=str(rng.choice(["up", "down", "left", "right"])), amount=round(float(rng.uniform(0.1, 0.9)), 2))
+        elif kind in ("swipe", "drag"):
+            d.update(x1=unit(), y1=unit(), x2=unit(), y2=unit())
+            if kind == "swipe":
+                d["duration_ms"] = int(rng.integers(50, 300))
+        elif kind == "key":
+            d["key"] = str(rng.choice(_SAMPLE_KEYS))
+        elif kind == "wait":
+            d["seconds"] = round(float(rng.uniform(0.0, 0.2)), 2)
+        elif kind == "answer":
+            d["text"] = word()
+        return json.dumps(d)
+
+    def __repr__(self) -> str:
+        return f"ActionText({self.max_length})"
+
+
+def parse_action(text: str) -> Action | ParseError:
+    """A JSON action string (``{"kind": ..., **fields}``) -> the typed action, or a :class:`ParseError`."""
+    import json
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError) as e:
+        return ParseError("malformed", f"not JSON: {e}", str(text)[:500])
+    if not isinstance(data, dict):
+        return ParseError("malformed", "an action is a JSON object", text[:500])
+    if not data.get("kind"):
+        return ParseError("no_action", "the object has no 'kind'", text[:500])
+    try:
+        return action_from_dict(data)
+    except ValueError as e:
+        code = "unknown_action" if "unknown action kind" in str(e) else "bad_arguments"
+        if code == "bad_arguments" and any(w in str(e) for w in ("[0, 1]", "coordinate")):
+            code = "bad_coordinates"
+        return ParseError(code, str(e), text[:500])
+    except TypeError as e:
+        return ParseError("bad_arguments", str(e), text[:500])
+
+
+#: longest strings the observation's text fields hold
+TEXT_LIMITS = {"goal": 4096, "tree": 1_000_000, "url": 8192, "last_action_error": 8192}
+
+
+def observation_space(width: int, height: int) -> spaces.Dict:
+    """The Gymnasium observation space of a ``width`` x ``height`` screen.
+
+    ``screenshot``: the frame as ``uint8`` RGB, shape ``(height, width, 3)``; ``goal``:
+    the task's instruction; ``tree``: the UI tree text (``""`` when the device gives
+    none); ``url``: the page or app location (``""`` when none); ``last_action_error``:
+    why the previous action could not be carried out (``""`` when it could).
+    """
+    return spaces.Dict({
+        "screenshot": spaces.Box(0, 255, (height, width, 3), np.uint8),
+        **{name: UnicodeText(limit) for name, limit in TEXT_LIMITS.items()},
+    })
+
+
+def decode_screenshot(obs: Observation) -> np.ndarray:
+    """The observation's PNG/JPEG bytes as a fresh ``uint8`` array ``(height, width, 3)``."""
+    import io
+    from PIL import Image
+    if obs.screenshot is None:
+        raise ValueError("the observation carries no pixels (loaded without them)")
+    with Image.open(io.BytesIO(obs.screenshot)) as im:
+        return np.array(im.convert("RGB"), dtype=np.uint8)
+
+
+class GuiEnv(gymnasium.Env):
+    """A :class:`gymnasium.Env` over a :class:`Device` and a :class:`Task` class.
+
+    Two faces over one episode loop:
+
+    * Gymnasium (:meth:`reset`, :meth:`step`): observations are dicts of
+      :func:`observation_space` (``screenshot`` as a ``uint8`` array, text fields as
+      strings); actions are JSON strings of :class:`ActionText` (typed actions and
+      :class:`~guiagent.types.ParseError` are accepted too). ``info["observation"]``
+      holds the typed :class:`~guiagent.types.Observation` of the same frame (image bytes
+      as captured, ``url``), ``info["task"]`` the :class:`~guiagent.types.TaskSpec`
+      (reset), ``info["step"]`` a :class:`StepInfo` (step).
+    * typed (:meth:`reset_typed`, :meth:`step_typed`): the same, returning the typed
+      ``Observation`` itself and decoding no pixels; the env fleet and the rollout
+      driver use this face.
+
+    A parse error executes nothing and comes back as ``last_action_error``. The
+    reward is the task's evaluation on the step that ends the episode, 0 before;
+    shaping and penalties are composed downstream (``judge.compose``) from the typed
+    info. ``reset(seed=s)`` fixes the task parameters; ``reset()`` draws the episode
+    seed from the env's ``np_random`` (so a seeded reset followed by unseeded ones is
+    reproducible). The env owns its device: :meth:`close` closes it.
 
     Example::
 
         env = GuiEnv(device, MyTask)
-        obs, info = env.reset(seed=0)
-        obs, reward, terminated, truncated, info = env.step(Click(0.5, 0.5))
+        obs, info = env.reset(seed=0)            # obs["screenshot"].shape == (H, W, 3)
+        obs, reward, terminated, truncated, info = env.step('{"kind": "click", "x": 0.5, "y": 0.5}')
+        typed_obs = info["observation"]          # guiagent.types.Observation
     """
 
-    def __init__(self, device: Device, task_cls: type[Task], *, max_steps: int | None = None):
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, device: Device, task_cls: type[Task], *, max_steps: int | None = None,
+                 render_mode: str | None = None):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
         self.device = device
         self.task_cls = task_cls
         self.max_steps = max_steps or task_cls.max_steps
+        self.render_mode = render_mode
         self.task: Task | None = None
-        self.spec: TaskSpec | None = None
+        #: the running episode's task instance (``spec`` is Gymnasium's EnvSpec, set by ``gymnasium.make``)
+        self.task_spec: TaskSpec | None = None
         self.steps = 0
         self.done = True
         self.answer: str | None = None
+        self._last: Observation | None = None
+        self.action_space = ActionText()
+        size = _screen_size(device)
+        # a device that learns its screen size only once connected (Android) gets its
+        # observation space on the first reset
+        self.observation_space = observation_space(*size) if size else observation_space(1, 1)
+        self._space_fixed = size is not None
 
-    def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None
-              ) -> tuple[Observation, dict[str, Any]]:
+    # --- typed face -----------------------------------------------------------------------
+
+    def reset_typed(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None
+                    ) -> tuple[Observation, dict[str, Any]]:
+        """Start an episode; returns the typed observation and ``{"task", "milestones"}``."""
+        super().reset(seed=seed)
         if self.task is not None:
             try:
                 self.task.teardown(self.device)
             except DeviceError:
                 pass
         if seed is None:
-            seed = random.SystemRandom().randrange(2**31)
+            seed = int(self.np_random.integers(2**31))
         params = dict((options or {}).get("params") or self.task_cls.sample_params(random.Random(seed)))
-        self.device.reset()
         self.task = self.task_cls(params)
+        self.task.reset_device(self.device)
         goal = self.task.setup(self.device)
-        self.spec = TaskSpec(self.task_cls.suite, self.task_cls.task_id, seed, goal, self.max_steps, params)
+        self.task_spec = TaskSpec(self.task_cls.suite, self.task_cls.task_id, seed, goal, self.max_steps, params)
         self.steps = 0
         self.done = False
         self.answer = None
         obs = self.device.observe()
-        return obs, {"task": self.spec, "milestones": tuple(self.task.milestones(self.device))}
+        self._last = obs
+        if not self._space_fixed:
+            self.observation_space = observation_space(obs.width, obs.height)
+            self._space_fixed = True
+        return obs, {"task": self.task_spec, "milestones": tuple(self.task.milestones(self.device))}
 
-    def step(self, action: Action | ParseError) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+    def step_typed(self, action: Action | ParseError | str | Mapping[str, Any]
+                   ) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+        """One step with a typed action (or its JSON text or dict); returns the typed observation."""
         if self.done or self.task is None:
             raise RuntimeError("step() called on a finished episode; call reset() first")
+        if isinstance(action, str):
+            action = parse_action(action)
+        elif isinstance(action, Mapping):
+            import json
+            action = parse_action(json.dumps(dict(action), default=str))
         t0 = time.perf_counter()
         self.steps += 1
         action_error: str | None = None
@@ -212,13 +410,53 @@ class GuiEnv:
         except DeviceError as e:
             self.done = True
             obs = dead_observation(str(e))
+            self._last = obs
             info = StepInfo(parse_error=parse_error, device_error=str(e),
                             elapsed_ms=(time.perf_counter() - t0) * 1e3)
             return obs, 0.0, False, True, {"step": info}
         self.done = terminated or truncated
+        self._last = obs
         info = StepInfo(action_error=action_error, parse_error=parse_error, success=success,
                         milestones=milestones, elapsed_ms=(time.perf_counter() - t0) * 1e3)
         return obs, reward, terminated, truncated, {"step": info}
+
+    # --- Gymnasium face -------------------------------------------------------------------
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Gymnasium ``reset``: a dict observation; ``info["observation"]`` is the typed one.
+
+        ``options={"params": {...}}`` sets the task parameters instead of sampling them.
+        """
+        obs, info = self.reset_typed(seed=seed, options=options)
+        return self.encode(obs), {**info, "observation": obs}
+
+    def step(self, action: str | Action | ParseError | Mapping[str, Any]
+             ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        """Gymnasium ``step``: ``action`` is a JSON action string (or a typed action, or its dict)."""
+        obs, reward, terminated, truncated, info = self.step_typed(action)
+        return self.encode(obs), float(reward), bool(terminated), bool(truncated), {**info, "observation": obs}
+
+    def encode(self, obs: Observation) -> dict[str, Any]:
+        """The typed observation as a member of :attr:`observation_space` (fresh arrays)."""
+        shape = self.observation_space["screenshot"].shape
+        if obs.width == 1 and obs.height == 1 and shape != (1, 1, 3):
+            frame = np.zeros(shape, np.uint8)  # a dead device's stand-in frame
+        else:
+            frame = decode_screenshot(obs)
+            if frame.shape != shape:
+                raise DeviceError(f"the device gave a {frame.shape[1]}x{frame.shape[0]} frame; "
+                                  f"the observation space is {shape[1]}x{shape[0]}")
+        return {"screenshot": frame, "goal": self.task_spec.goal if self.task_spec else "", "tree": obs.tree or "",
+                "url": obs.url or "", "last_action_error": obs.last_action_error or ""}
+
+    def render(self) -> np.ndarray | None:  # type: ignore[override]
+        """``render_mode="rgb_array"``: the last frame as ``uint8`` ``(H, W, 3)``; otherwise ``None``."""
+        if self.render_mode != "rgb_array" or self._last is None:
+            return None
+        return self.encode(self._last)["screenshot"]
+
+    # --- helpers ----------------------------------------------------------------------------
 
     def oracle_action(self) -> Action | None:
         if self.task is None:
@@ -227,6 +465,14 @@ class GuiEnv:
 
     def close(self) -> None:
         self.device.close()
+
+
+def _screen_size(device: Device) -> tuple[int, int] | None:
+    """The device's screenshot size in pixels when it is known without touching the device."""
+    size = getattr(device, "size", None)
+    if isinstance(size, tuple) and len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size):
+        return size
+    return None
 
 
 def _with_error(obs: Observation, error: str) -> Observation:
@@ -250,32 +496,37 @@ def dead_observation(reason: str, *, what: str = "device") -> Observation:
 
 
 def check_env(env: GuiEnv, *, seed: int = 0, max_oracle_steps: int | None = None) -> float:
-    """Conformance check for a :class:`GuiEnv` (after Gymnasium's ``env_checker``).
+    """The suite's own conformance check for a :class:`GuiEnv`; returns the oracle's success.
 
-    Checks the reset/step signatures and types, that a seed fixes the task
-    parameters and goal, that a parse error is reported and not executed, and that
-    the oracle solves the task. Returns the oracle's success. Raises
-    ``AssertionError`` with a message on any violation.
+    Complements Gymnasium's ``gymnasium.utils.env_checker.check_env`` (API, spaces,
+    seeding, determinism) with what is particular to GUI tasks: ``info`` carries a
+    :class:`TaskSpec` and the typed observation, a seed fixes the task parameters and
+    goal, a parse error is reported and not executed, and the oracle solves the task.
+    Drives the Gymnasium face (``reset``/``step``). Raises ``AssertionError`` with a
+    message on any violation.
     """
     obs, info = env.reset(seed=seed)
-    assert isinstance(obs, Observation), f"reset must return an Observation, got {type(obs)}"
-    assert isinstance(info, dict) and isinstance(info.get("task"), TaskSpec), "reset info needs a TaskSpec under 'task'"
-    assert obs.screenshot, "reset observation has no screenshot"
+    assert obs in env.observation_space, "reset's observation is not in the observation space"
+    typed = info.get("observation")
+    assert isinstance(typed, Observation), f"reset info needs the typed Observation, got {type(typed)}"
+    assert isinstance(info.get("task"), TaskSpec), "reset info needs a TaskSpec under 'task'"
+    assert typed.screenshot, "reset observation has no screenshot"
     spec1 = info["task"]
     _, info2 = env.reset(seed=seed)
     spec2 = info2["task"]
     assert (spec1.goal, dict(spec1.params)) == (spec2.goal, dict(spec2.params)), \
         "the same seed gave different task parameters"
-    obs, r, term, trunc, info = env.step(ParseError("malformed", "test"))
-    assert isinstance(obs, Observation) and obs.last_action_error, "a parse error must show as last_action_error"
+    obs, r, term, trunc, info = env.step("{not json")
+    assert obs["last_action_error"] and info["observation"].last_action_error, \
+        "a parse error must show as last_action_error"
     assert isinstance(r, float) and isinstance(term, bool) and isinstance(trunc, bool)
-    assert isinstance(info.get("step"), StepInfo)
+    assert isinstance(info.get("step"), StepInfo) and info["step"].parse_error is not None
     env.reset(seed=seed)
     success = 0.0
     limit = max_oracle_steps or env.max_steps
     for _ in range(limit):
         action = env.oracle_action()
-        assert action is not None, f"{env.spec.env_id}: the oracle got stuck"  # type: ignore[union-attr]
+        assert action is not None, f"{env.task_spec.env_id}: the oracle got stuck"  # type: ignore[union-attr]
         obs, r, term, trunc, info = env.step(action)
         assert info["step"].device_error is None, info["step"].device_error
         if term or trunc:

@@ -179,7 +179,7 @@ class EnvWorker:
                     slot.env = self.suite.make_env(req.task_id, device=slot.device)
                     slot.task_id = req.task_id
                 slot.env.max_steps = req.max_steps or slot.env.task_cls.max_steps
-                obs, info = slot.env.reset(seed=req.seed)
+                obs, info = slot.env.reset_typed(seed=req.seed)
             except DeviceError as e:
                 log.warning("slot %d: reset failed (%s); retrying on a fresh device", req.slot, e)
                 last = e
@@ -193,7 +193,7 @@ class EnvWorker:
     def _step_one(self, slot: _Slot, req: ActionRequest) -> EnvOutput:
         if slot.env is None or not slot.live:
             return error_output(req.slot, "no running episode in this slot; reset it first", self.worker_id)
-        obs, reward, terminated, truncated, info = slot.env.step(req.action)
+        obs, reward, terminated, truncated, info = slot.env.step_typed(req.action)
         step = info["step"]
         slot.live = not (terminated or truncated)
         return EnvOutput(slot=req.slot, observation=obs, reward=float(reward),

@@ -12,6 +12,8 @@ Example::
 
 from __future__ import annotations
 
+__guiagent__ = True
+
 from typing import Any
 
 from guiagent.types import Action, ParseError

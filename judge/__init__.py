@@ -1,0 +1,3 @@
+"""Rewards beyond task checks: progress potentials, reward composition, a VLM judge (docs/judge.md)."""
+
+__guiagent__ = True

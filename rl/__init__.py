@@ -1,0 +1,3 @@
+"""Online RL for GUI agents: rollouts, advantages, losses, SFT, the GRPO trainer (docs/training.md)."""
+
+__guiagent__ = True

@@ -197,6 +197,7 @@ def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalRe
         store.set_run_status(run_id, "failed")
         raise
     finally:
+        progress.close()
         if own_pool:
             pool.close()
         store.close()
@@ -253,17 +254,31 @@ def _run_semi_online(cfg: EvalConfig, policy: Any) -> EvalResult:
 
 
 class _Progress:
-    """Counts finished episodes per task and logs the running success rate every tenth."""
+    """Counts finished episodes per task and shows the running success rate.
+
+    When stderr is a terminal: a progress bar (episodes done, episodes/s, time left,
+    success so far). Otherwise (a pipe, a CI log) a log line every tenth of the run.
+    stdout is never touched, so ``--json`` output stays one clean line.
+    """
 
     def __init__(self, episodes: int, per_task: dict[str, list[float]]):
+        from guiagent.progress import progress_bar
+
         self.episodes, self.per_task, self.done = episodes, per_task, 0
+        self.bar = progress_bar(episodes, "eval", "episode")
 
     def __call__(self, traj: Any) -> None:
         self.per_task[traj.task.task_id].append(traj.success)
         self.done += 1
-        if self.done % max(1, self.episodes // 10) == 0 or self.done == self.episodes:
-            rate = sum(map(sum, self.per_task.values())) / self.done
+        rate = sum(map(sum, self.per_task.values())) / self.done
+        if not self.bar.disable:
+            self.bar.update(1)
+            self.bar.set_postfix(success=f"{rate:.2f}")
+        elif self.done % max(1, self.episodes // 10) == 0 or self.done == self.episodes:
             log.info("[%d/%d] success so far %.2f", self.done, self.episodes, rate)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int, seed: int,

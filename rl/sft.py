@@ -7,8 +7,8 @@ the assistant's tokens only, optionally up-weighting the action name and the
 coordinate digits ("action-aware" SFT): those are the few tokens that decide
 where the tap lands, and they drown among JSON punctuation otherwise.
 
-Recipe (FACTS.md, tiny models on CPU): AdamW, lr 1e-3, β2 0.98, 30 warm-up steps,
-cosine decay, batch 8.
+Recipe (measured on tiny models on CPU: docs/training.md, "Learning from scratch on
+CPU"): AdamW, lr 1e-3, β2 0.98, 30 warm-up steps, cosine decay, batch 8.
 """
 
 from __future__ import annotations
@@ -186,7 +186,9 @@ def train_sft(policy: Any, examples: Sequence[SFTExample], cfg: SFTConfig, *, ou
     t0 = time.perf_counter()
     accum = cfg.batch_size // cfg.micro_batch_size
     progress = progress and sys.stderr.isatty()
-    bar = tqdm(range(cfg.steps), desc="sft", file=sys.stderr, disable=not progress)
+    # steps done, steps/s and time left on a terminal (guiagent.progress); log lines otherwise
+    bar = tqdm(range(cfg.steps), desc="sft", unit="step", file=sys.stderr, disable=not progress,
+               dynamic_ncols=True, smoothing=0.1)
     for step in bar:
         opt.zero_grad(set_to_none=True)
         step_loss = 0.0

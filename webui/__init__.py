@@ -5,6 +5,8 @@ serves it. Data comes only through :class:`guiagent.store.StoreReader`. See
 ``docs/webui.md`` for the pages and the JSON API.
 """
 
+__guiagent__ = True
+
 from webui.app import AppConfig, create_app
 
 __all__ = ["AppConfig", "create_app"]

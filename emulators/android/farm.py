@@ -290,8 +290,12 @@ def status(endpoints: Sequence[EmulatorEndpoint], *, compose_file: Path | None =
 
 
 def up(spec: FarmSpec, state_dir: str | Path, *, timeout_s: float = 900, docker_host: str | None = None,
-       log: Callable[[str], None] = print, poll_s: float = 5.0) -> list[EmulatorEndpoint]:
+       log: Callable[[str], None] = print, poll_s: float = 5.0,
+       progress: Callable[[int, int], None] | None = None) -> list[EmulatorEndpoint]:
     """Start the farm and wait until every emulator is healthy; return the endpoints.
+
+    ``progress(booted, total)`` is called at every poll when given (a progress bar),
+    in place of the "N/M emulators booted" log line.
 
     Raises :class:`FarmError` (no engine, compose failed, timeout with the unhealthy names).
     """
@@ -314,7 +318,10 @@ def up(spec: FarmSpec, state_dir: str | Path, *, timeout_s: float = 900, docker_
         if dead:
             raise FarmError(f"emulator container(s) exited: {', '.join(dead)} "
                             f"(docker compose -p {spec.project} logs {dead[0]})")
-        log(f"farm: {len(ready)}/{len(endpoints)} emulators booted")
+        if progress is not None:
+            progress(len(ready), len(endpoints))
+        else:
+            log(f"farm: {len(ready)}/{len(endpoints)} emulators booted")
         if len(ready) == len(endpoints):
             break
         if time.monotonic() > deadline:

@@ -5,7 +5,8 @@ name (``webapps``, ``miniwob``, ``androidworld``) and imported lazily, so a
 missing optional dependency only matters for the suite that needs it.
 
 Env ids read ``guiagent/<suite>.<task_id>``; :func:`make` builds a
-:class:`~emulators.base.GuiEnv` from one.
+:class:`~emulators.base.GuiEnv` from one, and the same ids are registered with
+Gymnasium (:mod:`emulators.suites.registration`, ``gymnasium.make``).
 """
 
 from __future__ import annotations

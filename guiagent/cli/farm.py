@@ -102,7 +102,14 @@ def main(argv: list[str]) -> int:
             if cfg.dry_run:
                 sys.stdout.write(farm.render_compose(spec))
                 return 0
-            endpoints = farm.up(spec, state, timeout_s=cfg.timeout_s, docker_host=cfg.docker_host, log=log)
+            from guiagent.progress import is_terminal, progress_bar
+            # on a terminal a bar (booted emulators, rate, time left) replaces the per-poll lines
+            with progress_bar(spec.emulators, "farm up", "emulator") as bar:
+                def booted(n: int, total: int) -> None:
+                    bar.update(n - bar.n)
+                endpoints = farm.up(spec, state, timeout_s=cfg.timeout_s, docker_host=cfg.docker_host,
+                                    log=bar.write if is_terminal() else log,
+                                    progress=booted if is_terminal() else None)
             for ep in endpoints:
                 print(f"{ep.name}: adb {ep.adb_serial} (on the farm host: {ep.local_serial})  "
                       f"grpc {ep.grpc_address}")

@@ -3,7 +3,8 @@
 Loads a local folder or a hub id through the standard ``from_pretrained`` path.
 The processor is assembled here from the tokenizer and
 ``Qwen2VLImageProcessorPil``: ``AutoProcessor`` needs torchvision for the video
-processor, which CPU installs here do not have.
+processor, and the CPU install has none (scripts/setup.sh never installs it: its only
+wheel there is CUDA-linked and breaks transformers' processors; README, "Set-up").
 
 Two details decide whether log-probs are exact:
 

@@ -32,7 +32,7 @@ def run_oracle(env: GuiEnv, seed: int) -> float:
     env.reset(seed=seed)
     for _ in range(env.max_steps):
         action = env.oracle_action()
-        assert action is not None, f"{env.spec.env_id} seed {seed}: oracle stuck"
+        assert action is not None, f"{env.task_spec.env_id} seed {seed}: oracle stuck"
         _, reward, terminated, truncated, info = env.step(action)
         assert info["step"].action_error is None, info["step"].action_error
         if terminated or truncated:
@@ -71,7 +71,7 @@ def test_sample_params_come_from_the_rng():
 
 def test_observation_is_the_task_area(dev):
     env = env_for(dev, "click-test")
-    obs, info = env.reset(seed=0)
+    obs, info = env.reset_typed(seed=0)
     assert (obs.width, obs.height) == (160, 210)
     img = Image.open(io.BytesIO(obs.screenshot)).convert("RGB")
     assert img.size == (160, 210)
@@ -85,7 +85,7 @@ def test_observation_is_the_task_area(dev):
 
 def test_scale_enlarges_screenshots(shared_browser):
     with SUITE.make_device(browser=shared_browser, scale=2, tree="none") as device:
-        obs, _ = GuiEnv(device, SUITE.task_class("click-test")).reset(seed=0)
+        obs, _ = GuiEnv(device, SUITE.task_class("click-test")).reset_typed(seed=0)
         assert (obs.width, obs.height) == (320, 420)
         assert Image.open(io.BytesIO(obs.screenshot)).size == (320, 420)
 

@@ -63,7 +63,7 @@ class RecordingEnv(GuiEnv):
 def _check_task(task_id: str, seed: int, device) -> None:
     env = RecordingEnv(device, SUITE.task_class(task_id))
     success = check_env(env, seed=seed)
-    assert success == 1.0, f"{task_id} seed {seed}: the oracle did not solve {env.spec.goal!r}"
+    assert success == 1.0, f"{task_id} seed {seed}: the oracle did not solve {env.task_spec.goal!r}"
     assert env.before == 0.0, f"{task_id} seed {seed}: scored {env.before} before anything was done"
     trace = env.trace
     assert len({len(m) for m in trace}) == 1 and trace[0], f"{task_id}: milestones missing or changing length"
@@ -138,9 +138,9 @@ def test_open_app_action_and_unknown_app(device):
     env = GuiEnv(device, TASKS["open_app"], max_steps=10)
     env.reset(seed=3)
     target = env.task.params["app"]
-    obs, *_ , info = env.step(OpenApp("  Tasks app "))
+    obs, *_ , info = env.step_typed(OpenApp("  Tasks app "))
     assert obs.url.endswith("/tasks") and info["step"].action_error is None
-    obs, *_ , info = env.step(OpenApp("Camera"))
+    obs, *_ , info = env.step_typed(OpenApp("Camera"))
     assert "unknown app" in obs.last_action_error and "Contacts" in obs.last_action_error
     with pytest.raises(ActionError):
         device.execute(OpenApp("Camera"))

@@ -34,11 +34,13 @@ __all__ = ["html_dir", "page_names", "MiniWobTask", "make_task_class", "TASK_CLA
 @lru_cache(maxsize=1)
 def html_dir() -> Path:
     """``.../site-packages/miniwob/html`` (raises with install advice if missing)."""
-    try:
-        import miniwob
-    except ImportError:
-        raise RuntimeError("the miniwob suite needs the `miniwob` package: pip install miniwob") from None
-    path = Path(miniwob.__file__).parent / "html"
+    import importlib.util
+    # found, not imported: the package imports gymnasium's env registry (~0.3 s), and only
+    # its page files are needed
+    spec = importlib.util.find_spec("miniwob")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the miniwob suite needs the `miniwob` package: pip install miniwob")
+    path = Path(list(spec.submodule_search_locations)[0]) / "html"
     if not (path / "miniwob").is_dir():
         raise RuntimeError(f"miniwob is installed but has no task pages under {path}/miniwob")
     return path

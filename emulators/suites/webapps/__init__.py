@@ -24,7 +24,6 @@ from typing import Any
 
 from emulators.suites import Suite
 
-from .server import AppServer, AppClient, shared_server, stop_shared_server
 from .tasks import TASKS, WebTask
 
 __all__ = ["SUITE", "WebAppsSuite", "TASKS", "WebTask", "AppServer", "AppClient"]
@@ -47,6 +46,7 @@ class WebAppsSuite(Suite):
     @property
     def server_url(self) -> str:
         """Base url of the app server (started on first use)."""
+        from .server import shared_server
         return shared_server()[0].url
 
     def make_device(self, *, browser: Any = None, **options: Any):
@@ -59,6 +59,7 @@ class WebAppsSuite(Suite):
         """
         from emulators.browser import BrowserConfig, BrowserDevice
 
+        from .server import shared_server
         server = shared_server()[0]
         options.setdefault("reuse_context", True)
         # generous settling cap: on a loaded machine a save-then-navigate can outlast the default
@@ -68,7 +69,17 @@ class WebAppsSuite(Suite):
 
     def close(self) -> None:
         """Stop the app server (a later episode starts it again)."""
+        from .server import stop_shared_server
         stop_shared_server()
 
 
 SUITE = WebAppsSuite()
+
+
+def __getattr__(name: str) -> Any:
+    # the server pulls in Flask and httpx (~0.4 s): imported on first use, so listing the
+    # task ids (Gymnasium registration on ``import emulators``) stays cheap
+    if name in ("AppServer", "AppClient", "shared_server", "stop_shared_server"):
+        from . import server
+        return getattr(server, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

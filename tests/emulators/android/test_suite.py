@@ -150,14 +150,14 @@ def test_episode_through_gui_env(device):
     cls = wrap_task("ContactsAddContact", ContactsAddContact)
     env = GuiEnv(device, cls)
     ContactsAddContact.calls.clear()
-    obs, info = env.reset(seed=11)
+    obs, info = env.reset_typed(seed=11)
     spec = info["task"]
     assert spec.max_steps == 12 and spec.goal.startswith("Create a new contact for ")
     assert obs.screenshot[:4] == b"\x89PNG" and (obs.width, obs.height) == (360, 640)
     assert device.aw_env.resets == 1 and ContactsAddContact.calls == ["init"]
-    obs, r, term, trunc, _ = env.step(Click(0.5, 0.5))
+    obs, r, term, trunc, _ = env.step_typed(Click(0.5, 0.5))
     assert (r, term, trunc) == (0.0, False, False)
-    obs, r, term, trunc, _ = env.step(Answer(spec.params["number"]))
+    obs, r, term, trunc, _ = env.step_typed(Answer(spec.params["number"]))
     assert (r, term) == (1.0, True)  # the answer reached is_successful through interaction_cache
     env.reset(seed=12)
     assert ContactsAddContact.calls == ["init", "tear_down", "init"]
@@ -194,7 +194,7 @@ def test_real_androidworld_episode():
     device = SUITE.make_device(endpoint=endpoint)
     try:
         env = SUITE.make_env("ContactsAddContact", device=device)
-        obs, info = env.reset(seed=0)
+        obs, info = env.reset_typed(seed=0)
         assert obs.screenshot[:4] == b"\x89PNG" and info["task"].max_steps >= 10
         _, reward, terminated, _, _ = env.step(Answer(""))
         assert terminated and reward == 0.0

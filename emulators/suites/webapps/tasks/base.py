@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import random
 import re
+import uuid
+import weakref
 from typing import Any, ClassVar, Sequence
 from urllib.parse import parse_qs, urlsplit
 
 from emulators.base import ActionError, Device, Task
 from guiagent.types import Action, Click, Key, NavigateHome, Scroll, Type
 
-from ..server import shared_server
 from ..world import APP_TITLES, APPS, make_world
 
 __all__ = ["WebTask", "Route", "app_step", "norm", "digits", "parse_cents", "parse_count", "same_time",
-           "visited", "last_view", "resolve_app", "split_rel"]
+           "visited", "last_view", "resolve_app", "split_rel", "session_id"]
 
 #: one hop of a route: (page path relative to the session, selector to click on the page before)
 Route = Sequence[tuple[str, str | None]]
@@ -132,6 +133,23 @@ def resolve_app(name: str) -> str:
     raise ActionError(f"unknown app {name!r}; apps: {', '.join(APP_TITLES[s] for s in APPS)}")
 
 
+_DEVICE_TOKENS: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+
+
+def session_id(device: Any, world_seed: int) -> str:
+    """``<device token><world seed>``: one session per device at a time, the same id for the same seed.
+
+    The token is drawn once per device object, so concurrent episodes on different
+    devices (a GRPO group runs one seed on several) never collide, while a seeded
+    reset repeated on one device gives identical urls (Gymnasium's determinism checks
+    compare observations, urls included).
+    """
+    token = _DEVICE_TOKENS.get(device)
+    if token is None:
+        token = _DEVICE_TOKENS.setdefault(device, uuid.uuid4().hex[:8])
+    return f"{token}{world_seed:08x}"
+
+
 def app_step(slug: str) -> tuple[str, str]:
     return (slug, f'a.app-icon[data-app="{slug}"]')
 
@@ -147,6 +165,7 @@ class WebTask(Task):
         super().__init__(params)
         self.sid: str | None = None
         self._client = None
+        self._reset_on: Device | None = None
 
     # --- sampling and set-up -----------------------------------------------------------------
 
@@ -171,24 +190,42 @@ class WebTask(Task):
     def start_page(self) -> str:
         return self.start
 
-    def setup(self, device: Device) -> str:
+    def reset_device(self, device: Device) -> None:
+        """Create this episode's server session and load its start page: one page load.
+
+        The session id is fixed by the device and the world seed (see :func:`session_id`),
+        so the same seed on the same device gives the same urls, and two devices never
+        share a session. The device's reset loads ``home_url``; pointing it at the start
+        page for that one load (and at the session's launcher afterwards, for
+        ``NavigateHome``) makes the start page the first and only page of the history.
+        """
         if not hasattr(device, "goto") or not hasattr(device, "home_url"):
             raise TypeError(f"webapps tasks need a BrowserDevice, got {type(device).__name__}")
+        from ..server import shared_server  # Flask and httpx load on first use
         server, client = shared_server()
         if self.sid is not None:
             client.delete(self.sid)
-        self._client = client
-        self.sid = client.create(self.initial_state())
-        home = server.session_url(self.sid)
-        device.home_url = home  # type: ignore[attr-defined]
-        device.open_app_handler = lambda name: device.goto(home + resolve_app(name))  # type: ignore[attr-defined]
         if getattr(device, "allowed_origins", None) is not None and not any(
                 server.url.startswith(o) for o in device.allowed_origins):  # type: ignore[attr-defined]
             raise ValueError(f"the device may not load the app server {server.url}; allow that origin "
                              "(the suite's make_device does) or leave allowed_origins empty")
-        device.reset()  # a fresh history whose first page is this session's launcher
-        if self.start_page():
-            device.goto(home + self.start_page())  # type: ignore[attr-defined]
+        self._client = client
+        self.sid = session_id(device, int(self.params["seed"]))
+        client.reset(self.sid, self.initial_state())
+        home = server.session_url(self.sid)
+        device.open_app_handler = lambda name: device.goto(home + resolve_app(name))  # type: ignore[attr-defined]
+        device.home_url = home + self.start_page()  # type: ignore[attr-defined]
+        try:
+            device.reset()
+        finally:
+            device.home_url = home  # type: ignore[attr-defined]
+        self._reset_on = device
+
+    def setup(self, device: Device) -> str:
+        """The start state is made by :meth:`reset_device`; called on its own, ``setup`` does that too."""
+        if self._reset_on is not device:
+            self.reset_device(device)
+        self._reset_on = None
         return self.goal
 
     def teardown(self, device: Device) -> None:

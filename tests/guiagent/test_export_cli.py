@@ -1,0 +1,124 @@
+"""``guiagent export``: a real SQLite store exported through the command, read back with
+``datasets`` and pyarrow; bad input gets one line and writes nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import datasets
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from guiagent.cli.main import main
+from guiagent.store import Store
+from guiagent.types import action_from_dict
+from tests.guiagent.test_store_fixtures import make_traj
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("export-cli") / "run"
+    trajs = [make_traj(0, steps=3), make_traj(1, steps=4, success=0.0), make_traj(2, steps=2, group_id="g")]
+    with Store.open(run_dir) as store:
+        run_id = store.create_run("cli-export")
+        for t in trajs:
+            store.write_trajectory(run_id, t)
+    return run_dir, run_id, trajs
+
+
+def _run(args, capsys):
+    code = main(["export", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_hf_round_trip_with_card(run, tmp_path, capsys):
+    run_dir, run_id, trajs = run
+    out = tmp_path / "ds"
+    code, stdout, _ = _run([run_dir, "--format", "hf", "--out", out, "--json"], capsys)
+    assert code == 0
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    want = [(t, s) for t in trajs for s in t.steps]
+    assert summary == {"out": str(out), "format": "hf", "rows": len(want), "episodes": 3}
+    ds = datasets.load_from_disk(str(out))
+    assert len(ds) == len(want) and isinstance(ds.features["screenshot"], datasets.Image)
+    for row, (t, s) in zip(ds, want):
+        assert (row["episode_id"], row["step_index"], row["run_id"]) == (t.episode_id, s.index, run_id)
+        assert (None if row["action"] is None else action_from_dict(json.loads(row["action"]))) == s.action
+        assert Image.open(io.BytesIO(s.observation.screenshot)).tobytes() == row["screenshot"].tobytes()
+    card = (out / "README.md").read_text()
+    assert card.startswith("---\ntags:")
+    assert "- episodes: 3" in card and f"- steps (rows): {len(want)}" in card
+    assert "- success rate: 66.7% (2/3" in card
+    assert f"| {trajs[0].task.suite} | {trajs[0].task.task_id} |" in card
+    assert "| `screenshot` | image |" in card and "| `action` | string |" in card
+    assert "- agents: " in card and "episodes)" in card
+
+
+def test_parquet_round_trip_successful_only(run, tmp_path, capsys):
+    run_dir, _, trajs = run
+    out = tmp_path / "pq"
+    code, _, err = _run([run_dir, "--format", "parquet", "--out", out, "--successful-only"], capsys)
+    assert code == 0 and "wrote" in err
+    rows = pq.read_table(out / "steps.parquet").to_pylist()
+    want = [(t, s) for t in trajs if t.success >= 0.5 for s in t.steps]
+    assert [(r["episode_id"], r["step_index"]) for r in rows] == [(t.episode_id, s.index) for t, s in want]
+    assert rows[0]["screenshot"] == want[0][1].observation.screenshot  # bytes as stored
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "steps.parquet"]
+    assert "success rate: 100.0%" in (out / "README.md").read_text()
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing_run", "no such run directory"),
+    ("not_a_store", "no trajectory store"),
+    ("out_not_empty", "exists and is not empty"),
+    ("out_is_file", "is a file"),
+    ("no_out", "--out DIR is required"),
+    ("unknown_run_id", "cli-none"),
+    ("nothing_matches", "no finished episodes match"),
+])
+def test_bad_input_one_line_nothing_written(run, tmp_path, capsys, case, message):
+    run_dir, _, _ = run
+    out = tmp_path / "out"
+    args = [run_dir, "--format", "hf", "--out", out]
+    if case == "missing_run":
+        args[0] = tmp_path / "nope"
+    elif case == "not_a_store":
+        (tmp_path / "empty").mkdir()
+        args[0] = tmp_path / "empty"
+    elif case == "out_not_empty":
+        out.mkdir()
+        (out / "keep.txt").write_text("mine")
+    elif case == "out_is_file":
+        out.write_text("a file")
+    elif case == "no_out":
+        args = [run_dir]
+    elif case == "unknown_run_id":
+        args += ["--run-id", "cli-none"]
+    elif case == "nothing_matches":
+        args += ["--task-id", "no_such_task"]
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    code, stdout, err = _run(args, capsys)
+    assert code == 2 and stdout == ""
+    assert len(err.strip().splitlines()) == 1 and message in err and "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written, nothing removed
+
+
+def test_overwrite_replaces_and_leaves_no_temp(run, tmp_path, capsys):
+    run_dir, _, _ = run
+    out = tmp_path / "ds"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    assert _run([run_dir, "--format", "parquet", "--out", out, "--overwrite"], capsys)[0] == 0
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "steps.parquet"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+
+
+def test_listed_by_the_dispatcher():
+    out = subprocess.run([sys.executable, "-m", "guiagent", "--help"], capture_output=True, text=True, timeout=60,
+                         check=True)
+    assert "export" in out.stdout
