@@ -201,6 +201,9 @@ class TrainConfig:
     min_entropy: float = 0.0
     """alarm (logged, stored as the metric alarm/entropy) when the sampled entropy per token falls
     below this (0: off)"""
+    log_to: tuple[Literal["tensorboard", "wandb"], ...] = ()
+    """also log every metric to TensorBoard (RUN_DIR/tensorboard) and/or W&B (offline unless WANDB_MODE
+    says otherwise); the store always gets them"""
     threads: int = 0
     """torch CPU threads (0: torch's default)"""
     json: bool = False

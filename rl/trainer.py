@@ -39,6 +39,7 @@ from rl.checkpoint import (
 )
 from rl.config import TINY_MAX_PIXELS, TRAIN_SEED_RANGE, WARM_START_TASKS, TrainConfig
 from judge.settings import make_judge
+from rl.loggers import make_loggers
 from rl.optim import build_optimizer, estimate_memory_for
 
 __all__ = ["TrainConfig", "TrainResult", "Trainer", "train", "write_summary"]
@@ -131,6 +132,11 @@ class _LockedTurnPolicy:
     def act_batch(self, contexts: Any, pool: Any) -> Any:
         with self.lock:
             return self.inner.act_batch(contexts, pool)
+
+
+def state_name(cfg: TrainConfig, state: TrainerState) -> str:
+    """The run's name in TensorBoard and W&B: ``<algo>-<env>-<run id>``."""
+    return f"{cfg.algo}-{cfg.env}-{state.run_id}"
 
 
 class _AdaptersOff:
@@ -250,6 +256,9 @@ class Trainer:
             model_dir, settings=self.settings, policy=self.rollout_policy, temperature=cfg.temperature,
             top_p=cfg.top_p, min_p=cfg.min_p, max_new_tokens=cfg.max_new_tokens, keep_chats=True), self.lock)
         self.judge = make_judge(cfg.judge, out)
+        from guiagent.config import to_mapping as _mapping
+        self.loggers = make_loggers(("store", *cfg.log_to), out, state_name(cfg, self.state), _mapping(cfg),
+                                    store=self.store, run_id=self.state.run_id)
         if cfg.rollout == "async":
             from rl.rollout import AsyncRollout
 
@@ -396,7 +405,7 @@ class Trainer:
             self._keep_best(metrics["eval_success"], it + 1)
         # Metrics before the checkpoint: a kill in between repeats the iteration, whose metrics
         # then replace these; the other order would lose them.
-        self.store.log_metrics(state.run_id, it, {k: v for k, v in metrics.items() if math.isfinite(v)})
+        self.loggers.log(it, metrics)
         save_checkpoint(self.out, self.policy, self.opt, state)
         self.history.append(metrics)
         log.info(self._line(it, metrics))
@@ -531,6 +540,8 @@ class Trainer:
             self.async_rollout.close()
         if getattr(self, "judge", None) is not None:
             self.judge.close()
+        if getattr(self, "loggers", None) is not None:
+            self.loggers.close()
         if self.pool is not None:
             self.pool.close()
         if self.store is not None:

@@ -18,7 +18,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "model": ("guiagent.cli.model", "build models (init a tiny local Qwen2.5-VL-architecture model)"),
     "sft": ("guiagent.cli.sft", "supervised fine-tuning on stored successful trajectories"),
     "train": ("guiagent.cli.train", "RL (GRPO family): online, semi-online on recorded trajectories, or both"),
-    "train": ("guiagent.cli.train", "online RL (GRPO family) on a suite"),
     "export": ("guiagent.cli.export", "export a run's steps as a Hugging Face dataset or Parquet"),
     "ui": ("guiagent.cli.ui", "web UI: trajectory replay and training dashboards"),
     "farm": ("guiagent.cli.farm", "Android emulator farm: up, down, status"),

@@ -126,7 +126,9 @@ def test_dynamic_sampling_rounds_and_adaptive_kl_coefficient(tiny_model_dir, tmp
     result = train(TrainConfig(model=tiny_model_dir, tasks=("go_home",), iterations=1, groups_per_iteration=1,
                                group_size=2, slots=2, pool="inprocess", max_new_tokens=8, eval_episodes=0,
                                min_informative_groups=99, max_sampling_rounds=2, filter_zero_variance=False,
-                               kl_coef=0.05, kl_target=0.01, kl_horizon=10, out=str(out), seed=2))
+                               kl_coef=0.05, kl_target=0.01, kl_horizon=10, out=str(out), seed=2,
+                               log_to=("tensorboard",)))
+    assert list((out / "tensorboard").rglob("events.out.tfevents*"))  # --log-to: the same metrics in TensorBoard
     assert result.last["groups"] == 2.0
     assert result.last["kl_coef"] == 0.05 and result.last["kl"] == pytest.approx(0.0, abs=1e-6)
     beta = json.loads((out / "checkpoint" / "trainer_state.json").read_text())["state"]["kl_coef"]
