@@ -33,8 +33,23 @@ fi
 # The CPU wheel of torch first, then the package with torch held at that version.
 "$PY" -m pip install -q -c constraints/cpu.txt "torch==2.13.0"
 "$PY" -m pip install -q -c constraints/cpu.txt -e ".${extra}"
-# Appium 3 + its fake driver (npm, project-local) for the Android transport tests.
-if [ "${1:-}" = "--dev" ]; then bash scripts/setup_appium.sh; fi
+# --dev: the Android transport tests' tools: the adb client (Debian) and Appium 3 + its fake
+# driver (npm, project-local).
+if [ "${1:-}" = "--dev" ]; then
+  if ! command -v adb >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      echo "setup: installing Debian's adb client (Android transport tests)" >&2
+      (apt-get install -y -qq adb >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq adb >/dev/null; }) \
+        || echo "setup: could not install adb; its tests will skip (apt-get install adb)" >&2
+    elif command -v sudo >/dev/null && command -v apt-get >/dev/null; then
+      sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq adb >/dev/null 2>&1 \
+        || echo "setup: could not install adb; its tests will skip (apt-get install adb)" >&2
+    else
+      echo "setup: no adb client and no apt-get; the adb tests will skip (install Android's platform-tools)" >&2
+    fi
+  fi
+  bash scripts/setup_appium.sh
+fi
 if "$PY" -m pip show torchvision >/dev/null 2>&1; then
   echo "setup: warning: torchvision is installed; on a CPU-only machine its CUDA-linked wheel breaks transformers' processors (pip uninstall torchvision)" >&2
 fi

@@ -183,7 +183,8 @@ def test_log_mode_stores_verdicts_without_a_reward_part(pool, tmp_path, judge_se
 
 def test_learner_turns_and_advantages_read_the_judged_rewards(pool, tiny_model_dir, judge_server, monkeypatch,
                                                               tmp_path):
-    from rl.trainer import TrainConfig, compute_advantages
+    from rl.batching import compute_advantages
+    from rl.config import TrainConfig
 
     judge = _judge(judge_server, monkeypatch, tmp_path, "verdict-success", weight=0.5)
     policy = load_model_policy(tiny_model_dir, temperature=1.0, max_new_tokens=8, keep_chats=True)
