@@ -24,7 +24,7 @@ Decisions (see docs/grounding.md):
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, Mapping
+from typing import Literal, Mapping
 
 from guiagent.types import (
     SCROLL_DIRECTIONS, Action, Answer, Click, DoubleClick, Drag, Finish, Hover, Key, LongPress, NavigateBack,

@@ -12,11 +12,12 @@ Evaluation seeds start at 1,000,000 by default, a range training never samples
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 from guiagent.config import to_mapping
 
@@ -190,17 +191,13 @@ def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalRe
     if own_pool:
         pool = InProcessPool(env_name, num_slots=cfg.slots, device_options=dict(cfg.device))
     try:
-        res = run_rollout(pool, policy, episode_plan(ids, cfg.episodes, cfg.seed, cfg.max_steps),
-                          store=store, run_id=run_id, suite=env_name, keep_turns=False, on_episode=progress)
-        store.set_run_status(run_id, "finished")
-    except BaseException:
-        store.set_run_status(run_id, "failed")
-        raise
+        with _closing_run(store, run_id):
+            res = run_rollout(pool, policy, episode_plan(ids, cfg.episodes, cfg.seed, cfg.max_steps),
+                              store=store, run_id=run_id, suite=env_name, keep_turns=False, on_episode=progress)
     finally:
         progress.close()
         if own_pool:
             pool.close()
-        store.close()
     total = len(res.trajectories)
     return EvalResult(
         episodes=total, success_rate=sum(t.success for t in res.trajectories) / max(total, 1),
@@ -213,36 +210,34 @@ def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalRe
     )
 
 
-def _run_semi_online(cfg: EvalConfig, policy: Any) -> EvalResult:
-    """Semi-online evaluation (SOP) of ``cfg.data``'s recorded episodes; stored like any eval run."""
-    import time
-
-    from guiagent.store import EpisodeFilter, Store
-    from guiagent.store.schema import db_path
-    from rl.semi_online import load_recorded_episodes, semi_online_eval
-
-    episodes: list[Any] = []
-    for d in cfg.data:
-        if not db_path(Path(d)).is_file():
-            raise KeyError(f"--data {d}: no trajectory store there")
-        episodes += [t for t in load_recorded_episodes(d, EpisodeFilter(outcome="success"))
-                     if not cfg.tasks or t.task.task_id in cfg.tasks]
-    episodes = episodes[:cfg.episodes]
-    if not episodes:
-        raise KeyError(f"--data {' '.join(cfg.data)}: no successful recorded episode to replay")
-    policy = policy or make_policy(cfg)
-    store = Store.open(cfg.out)
-    run_id = store.create_run(cfg.name or f"sop-{cfg.env}", env=cfg.env, algo="eval-semi-online",
-                              model=cfg.model or cfg.agent, config=to_mapping(cfg))
-    t0 = time.perf_counter()
+@contextlib.contextmanager
+def _closing_run(store: Any, run_id: str) -> Iterator[None]:
+    """The run is ``finished`` when the block ends, ``failed`` when it raises; the store is closed."""
     try:
-        sop = semi_online_eval(policy, episodes, store=store, run_id=run_id)
+        yield
         store.set_run_status(run_id, "finished")
     except BaseException:
         store.set_run_status(run_id, "failed")
         raise
     finally:
         store.close()
+
+
+def _run_semi_online(cfg: EvalConfig, policy: Any) -> EvalResult:
+    """Semi-online evaluation (SOP) of ``cfg.data``'s recorded episodes; stored like any eval run."""
+    import time
+
+    from guiagent.store import Store
+    from rl.semi_online import recorded_episodes, semi_online_eval
+
+    episodes = recorded_episodes(cfg.data, cfg.tasks)[:cfg.episodes]
+    policy = policy or make_policy(cfg)
+    store = Store.open(cfg.out)
+    run_id = store.create_run(cfg.name or f"sop-{cfg.env}", env=cfg.env, algo="eval-semi-online",
+                              model=cfg.model or cfg.agent, config=to_mapping(cfg))
+    t0 = time.perf_counter()
+    with _closing_run(store, run_id):
+        sop = semi_online_eval(policy, episodes, store=store, run_id=run_id)
     seconds = time.perf_counter() - t0
     steps = sum(len(e.steps) for e in episodes)
     return EvalResult(

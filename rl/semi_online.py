@@ -417,6 +417,29 @@ def load_recorded_episodes(run_dir: Any, filter: Any = None, *, limit: int | Non
     return out
 
 
+def recorded_episodes(data: Sequence[str], tasks: Sequence[str] = ()) -> list[Trajectory]:
+    """The successful recorded episodes of the stores ``data`` (of ``tasks`` when given), with pixels.
+
+    ``KeyError`` (one line) names a folder without a store, or says that nothing is left to replay.
+    """
+    from pathlib import Path
+
+    from guiagent.store import EpisodeFilter
+    from guiagent.store.schema import db_path
+
+    episodes: list[Trajectory] = []
+    for d in data:
+        if not db_path(Path(d)).is_file():
+            raise KeyError(f"--data {d}: no trajectory store there (record one with guiagent eval --agent oracle "
+                           "--out DIR, or import one with guiagent data import)")
+        got = load_recorded_episodes(d, EpisodeFilter(outcome="success"))
+        episodes += [t for t in got if not tasks or t.task.task_id in tasks]
+    if not episodes:
+        raise KeyError(f"--data {' '.join(data)}: no successful recorded episode"
+                       + (f" of {list(tasks)}" if tasks else "") + " to replay")
+    return episodes
+
+
 def run_semi_online(
     policy: TurnPolicy,
     episodes: Sequence[Trajectory],

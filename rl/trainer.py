@@ -84,21 +84,9 @@ def write_summary(result: TrainResult) -> None:
 
 def load_recorded(cfg: TrainConfig) -> list[Any]:
     """The recorded episodes of ``--data`` (of ``--tasks`` when given); ``KeyError`` says what is missing."""
-    from guiagent.store import EpisodeFilter
-    from guiagent.store.schema import db_path
-    from rl.semi_online import load_recorded_episodes
+    from rl.semi_online import recorded_episodes
 
-    episodes: list[Any] = []
-    for d in cfg.data:
-        if not db_path(Path(d)).is_file():
-            raise KeyError(f"--data {d}: no trajectory store there (record one with guiagent eval --agent oracle "
-                           "--out DIR, or import one with guiagent data import)")
-        got = load_recorded_episodes(d, EpisodeFilter(outcome="success"))
-        episodes += [t for t in got if not cfg.tasks or t.task.task_id in cfg.tasks]
-    if not episodes:
-        raise KeyError(f"--data {' '.join(cfg.data)}: no successful recorded episode"
-                       + (f" of {list(cfg.tasks)}" if cfg.tasks else "") + " to replay")
-    return episodes
+    return recorded_episodes(cfg.data, cfg.tasks)
 
 
 def resolve_tasks(cfg: TrainConfig) -> list[str]:

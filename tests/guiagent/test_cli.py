@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from guiagent.cli.main import COMMANDS, main
+from guiagent.cli.main import main
 from guiagent.config import ConfigError, from_mapping, load_yaml, parse_config, to_mapping
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,6 @@ from emulators.pool import InProcessPool
 from guiagent.store import EpisodeFilter, StoreReader
 from rl.agents import load_model_policy
 from rl.rollout import make_groups, run_rollout
-from judge.compose import RewardConfig
 from rl.batching import compute_advantages
 from rl.config import TrainConfig
 from rl.update import update

@@ -60,3 +60,23 @@ def test_eval_semi_online_reports_progress_and_success(tiny_model_dir, demos, tm
     assert got["mode"] == "semi-online" and got["episodes"] == 2
     assert 0.0 <= got["progress"] <= 1.0 and 0.0 <= got["success_rate"] <= got["progress"] + 1e-9
     assert "progress" in r.stdout.splitlines()[0]
+
+
+def test_the_embedded_default_runs_its_stages_on_a_tiny_budget(tmp_path):
+    """No --model: a tiny model, SFT warm start on oracle demonstrations, semi-online RL on those
+    demonstrations, then online RL, with held-out success after each stage (README command (a))."""
+    from rl.trainer import train
+
+    out = tmp_path / "default"
+    cfg = TrainConfig(out=str(out), warm_start_demos=6, warm_start_steps=10, iterations=2, groups_per_iteration=1,
+                      group_size=2, slots=2, pool="inprocess", eval_episodes=2, max_new_tokens=8,
+                      filter_zero_variance=False)
+    assert cfg.mode == "staged"
+    from dataclasses import replace
+
+    r = train(replace(cfg, semi=replace(cfg.semi, iterations=1)))
+    curves = StoreReader(out).metrics(r.run_id)
+    assert [m.iteration for m in curves["semi_online"]] == [0]
+    assert [m.iteration for m in curves["eval_success"]] == [0]  # held-out after the semi-online stage
+    assert r.eval_curve.keys() == {"1"} and 0.0 <= r.success_after <= 1.0 and 0.0 <= r.success_before <= 1.0
+    assert (out / "sft" / "config.json").is_file() and (out / "demos" / "store.sqlite").is_file()
