@@ -8,9 +8,11 @@ Pipeline (each step is a ``guiagent`` command, printed before it runs; finished 
 1. a tiny model (``model init --size tiny --max-pixels 100352``);
 2. oracle demonstrations on training seeds (``--seed 0``) of the fixed-layout webapps tasks;
 3. ``sft`` for the largest step in ``--steps``, a checkpoint every 40 steps;
-4. held-out oracle demonstrations (seeds from 1,000,000) to replay semi-online;
+4. held-out oracle demonstrations on other held-out instances than the online evaluation's
+   (seeds from 2,000,000; the online evaluation uses seeds from 1,000,000) to replay semi-online;
 5. for each checkpoint in ``--steps``: online held-out success (``eval --agent model``) and
    semi-online progress and success (``eval --mode semi-online`` on the held-out demonstrations).
+   Each checkpoint's figures are kept in ``OUT/figures-<step>.json`` and reused.
 
 Prints a table and Spearman's rank correlation of SOP progress / SOP success with online
 success, then one JSON line.
@@ -84,19 +86,24 @@ def main() -> None:
     if not (sft / "checkpoints" / f"step-{last}" / "config.json").is_file():
         sh(["sft", "--data", str(out / "demos"), "--model", str(out / "tiny"), "--compact-prompt", "--out", str(sft),
             "--train.steps", str(last), "--train.checkpoint-every", "40"])
-    held = out / "heldout-demos"
+    held = out / "heldout-demos-2m"
     if not (held / "store.sqlite").is_file():
-        sh(["eval", "--env", "webapps", "--agent", "oracle", "--episodes", str(a.sop_episodes), "--out", str(held),
-            *tasks])
+        sh(["eval", "--env", "webapps", "--agent", "oracle", "--seed", "2000000", "--episodes", str(a.sop_episodes),
+            "--out", str(held), *tasks])
     rows = []
     for step in a.steps:
         ck = sft / "checkpoints" / f"step-{step}"
+        saved = out / f"figures-{step}.json"
+        if saved.is_file():
+            rows.append(json.loads(saved.read_text()))
+            continue
         online = sh(["eval", "--env", "webapps", "--agent", "model", "--model", str(ck), "--episodes",
                      str(a.eval_episodes), "--slots", "4", "--out", str(out / f"eval-{step}"), *tasks])
         sop = sh(["eval", "--mode", "semi-online", "--data", str(held), "--agent", "model", "--model", str(ck),
-                  "--episodes", str(a.sop_episodes), "--out", str(out / f"sop-{step}")])
+                  "--episodes", str(a.sop_episodes), "--out", str(out / f"sop2m-{step}")])
         rows.append({"step": step, "online_success": online["success_rate"], "sop_progress": sop["progress"],
                      "sop_success": sop["success_rate"]})
+        saved.write_text(json.dumps(rows[-1]))
         print(f"step {step:4d}: online {online['success_rate']:.3f}  SOP progress {sop['progress']:.3f}  "
               f"SOP success {sop['success_rate']:.3f}", flush=True)
     on = [r["online_success"] for r in rows]
