@@ -181,7 +181,7 @@ def test_kl_reference_stays_the_starting_policy_across_resumes(tiny_model_dir, t
     cfg = _tiny_cfg(tiny_model_dir, out, kl_coef=0.05)
     train(cfg)
     start = load_transformers(tiny_model_dir).state_dict()
-    for target in (2, 3):  # two resumes, each one more iteration
+    for target in (2,):  # a resume (the reference path is read from the checkpoint each time)
         t = Trainer(dataclasses.replace(cfg, resume=str(out), iterations=target))
         result = t.run()
         assert result.iterations == target and t.state.model_dir == tiny_model_dir
