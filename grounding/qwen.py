@@ -179,6 +179,15 @@ def _mobile_rows() -> list[ActionSpec]:
     ]
 
 
+def _point_spec(name: str, cls: type, verb: str) -> ActionSpec:
+    """A computer_use action at one (x, y) pixel ``coordinate`` of the resized screen."""
+    where = " to" if cls is Hover else " at"
+    return ActionSpec(name, (cls,), ("coordinate",),
+                      f"{verb}{where} a specified (x, y) pixel coordinate on the screen.",
+                      lambda a, c: cls(*c.point(_need(a, "coordinate", name), "coordinate")),
+                      lambda a, c: {"coordinate": list(c.model(a.x, a.y))})
+
+
 def _computer_rows() -> list[ActionSpec]:
     def dec_key(a, c):
         keys = _need(a, "keys", "key")
@@ -219,22 +228,10 @@ def _computer_rows() -> list[ActionSpec]:
                    "then performs key releases in reverse order.",
                    dec_key, lambda a, c: {"keys": model_key_parts(a.key)}),
         ActionSpec("type", (Type,), ("text",), "Type a string of text on the keyboard.", _dec_type, _enc_type),
-        ActionSpec("left_click", (Click,), ("coordinate",),
-                   "Click the left mouse button at a specified (x, y) pixel coordinate on the screen.",
-                   lambda a, c: Click(*c.point(_need(a, "coordinate", "left_click"), "coordinate")),
-                   lambda a, c: {"coordinate": list(c.model(a.x, a.y))}),
-        ActionSpec("double_click", (DoubleClick,), ("coordinate",),
-                   "Double-click the left mouse button at a specified (x, y) pixel coordinate on the screen.",
-                   lambda a, c: DoubleClick(*c.point(_need(a, "coordinate", "double_click"), "coordinate")),
-                   lambda a, c: {"coordinate": list(c.model(a.x, a.y))}),
-        ActionSpec("right_click", (RightClick,), ("coordinate",),
-                   "Click the right mouse button at a specified (x, y) pixel coordinate on the screen.",
-                   lambda a, c: RightClick(*c.point(_need(a, "coordinate", "right_click"), "coordinate")),
-                   lambda a, c: {"coordinate": list(c.model(a.x, a.y))}),
-        ActionSpec("mouse_move", (Hover,), ("coordinate",),
-                   "Move the cursor to a specified (x, y) pixel coordinate on the screen.",
-                   lambda a, c: Hover(*c.point(_need(a, "coordinate", "mouse_move"), "coordinate")),
-                   lambda a, c: {"coordinate": list(c.model(a.x, a.y))}),
+        _point_spec("left_click", Click, "Click the left mouse button"),
+        _point_spec("double_click", DoubleClick, "Double-click the left mouse button"),
+        _point_spec("right_click", RightClick, "Click the right mouse button"),
+        _point_spec("mouse_move", Hover, "Move the cursor"),
         ActionSpec("left_click_drag", (Drag,), ("coordinate", "coordinate2"),
                    "Click at coordinate and drag the cursor to coordinate2.",
                    dec_drag, lambda a, c: {"coordinate": list(c.model(a.x1, a.y1)),

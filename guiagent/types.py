@@ -64,53 +64,47 @@ class _ActionBase:
 
 
 @dataclass(frozen=True)
-class Click(_ActionBase):
+class _PointAction(_ActionBase):
+    """An action at one point of the screen (x, y normalised to [0, 1])."""
+
+    coord_fields: ClassVar[tuple[str, ...]] = ("x", "y")
+    x: float
+    y: float
+
+
+@dataclass(frozen=True)
+class Click(_PointAction):
     """Tap (touch) or left-click at a point."""
 
     kind: ClassVar[str] = "click"
-    coord_fields: ClassVar[tuple[str, ...]] = ("x", "y")
-    x: float
-    y: float
 
 
 @dataclass(frozen=True)
-class DoubleClick(_ActionBase):
+class DoubleClick(_PointAction):
     """Double click (mouse) or double tap (touch) at a point: open files and desktop icons, select a word."""
 
     kind: ClassVar[str] = "double_click"
-    coord_fields: ClassVar[tuple[str, ...]] = ("x", "y")
-    x: float
-    y: float
 
 
 @dataclass(frozen=True)
-class RightClick(_ActionBase):
+class RightClick(_PointAction):
     """Right mouse click at a point (context menus); touch devices have no right button."""
 
     kind: ClassVar[str] = "right_click"
-    coord_fields: ClassVar[tuple[str, ...]] = ("x", "y")
-    x: float
-    y: float
 
 
 @dataclass(frozen=True)
-class Hover(_ActionBase):
+class Hover(_PointAction):
     """Move the mouse pointer to a point without clicking (menus and tooltips that open on hover)."""
 
     kind: ClassVar[str] = "hover"
-    coord_fields: ClassVar[tuple[str, ...]] = ("x", "y")
-    x: float
-    y: float
 
 
 @dataclass(frozen=True)
-class LongPress(_ActionBase):
+class LongPress(_PointAction):
     """Press and hold at a point (context menus, selection)."""
 
     kind: ClassVar[str] = "long_press"
-    coord_fields: ClassVar[tuple[str, ...]] = ("x", "y")
-    x: float
-    y: float
     duration_ms: int = 800
 
 

@@ -13,12 +13,29 @@ tie-breaker of keyset pagination) and a public string ``id``.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
+from typing import Any, Iterator
 
 from guiagent.store.errors import StoreError
 
-__all__ = ["SCHEMA_VERSION", "DB_NAME", "BLOBS_DIR", "connect_rw", "connect_ro", "db_path", "schema_version"]
+
+@contextlib.contextmanager
+def closed_on_error(resource: Any, what: str) -> Iterator[None]:
+    """Close ``resource`` if the block fails; an SQLite error becomes ``StoreError("<what> (<error>)")``."""
+    try:
+        yield
+    except sqlite3.Error as e:
+        resource.close()
+        raise StoreError(f"{what} ({e})") from None
+    except BaseException:
+        resource.close()
+        raise
+
+
+__all__ = ["SCHEMA_VERSION", "DB_NAME", "BLOBS_DIR", "connect_rw", "connect_ro", "db_path", "schema_version",
+           "closed_on_error"]
 
 #: 1: first release. 2: runs know their writer (host, pid, process start, heartbeat) and may be
 #: ``interrupted``; episodes record their writer's process start (a recycled PID is not "alive").
@@ -27,7 +44,7 @@ DB_NAME = "store.sqlite"
 BLOBS_DIR = "blobs"
 BUSY_TIMEOUT_MS = 30_000
 
-_RUNS_V2 = "runs_v2 " + """(
+_RUNS_COLUMNS = """(
     id           TEXT PRIMARY KEY,
     name         TEXT NOT NULL,
     env          TEXT NOT NULL DEFAULT '',
@@ -43,24 +60,9 @@ _RUNS_V2 = "runs_v2 " + """(
     writer_start INTEGER,                   -- that process's start time (Linux clock ticks), or NULL
     heartbeat    REAL                       -- last write into the run by any process
 )"""
+_RUNS_V2 = "runs_v2 " + _RUNS_COLUMNS
 
-_DDL = """
-CREATE TABLE IF NOT EXISTS runs (
-    id           TEXT PRIMARY KEY,
-    name         TEXT NOT NULL,
-    env          TEXT NOT NULL DEFAULT '',
-    algo         TEXT NOT NULL DEFAULT '',
-    model        TEXT NOT NULL DEFAULT '',
-    config       TEXT NOT NULL DEFAULT '{}',
-    status       TEXT NOT NULL DEFAULT 'running'
-                 CHECK (status IN ('running', 'finished', 'failed', 'interrupted')),
-    created_at   REAL NOT NULL,
-    updated_at   REAL NOT NULL,
-    writer_host  TEXT,                      -- who runs it (the process that created or resumed it)
-    writer_pid   INTEGER,
-    writer_start INTEGER,                   -- that process's start time (Linux clock ticks), or NULL
-    heartbeat    REAL                       -- last write into the run by any process
-);
+_DDL = "CREATE TABLE IF NOT EXISTS runs " + _RUNS_COLUMNS + """;
 CREATE INDEX IF NOT EXISTS runs_created ON runs (created_at);
 
 CREATE TABLE IF NOT EXISTS episodes (
@@ -194,7 +196,7 @@ def connect_rw(run_dir: str | Path, *, fsync: bool = False) -> sqlite3.Connectio
                               timeout=BUSY_TIMEOUT_MS / 1000)
     except sqlite3.Error as e:
         raise StoreError(f"cannot open {path}: {e}") from None
-    try:
+    with closed_on_error(con, f"{path} is not a usable trajectory store"):
         con.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         if con.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
             raise StoreError(f"could not switch {path} to WAL mode (is it on a network filesystem?)")
@@ -205,12 +207,6 @@ def connect_rw(run_dir: str | Path, *, fsync: bool = False) -> sqlite3.Connectio
             _migrate(con, path)
         _migrate_steps_metadata(con)
         con.execute("PRAGMA foreign_keys = ON")
-    except sqlite3.Error as e:
-        con.close()
-        raise StoreError(f"{path} is not a usable trajectory store ({e})") from None
-    except BaseException:
-        con.close()
-        raise
     return con
 
 
@@ -309,17 +305,11 @@ def connect_ro(run_dir: str | Path) -> sqlite3.Connection:
                               timeout=BUSY_TIMEOUT_MS / 1000)
     except sqlite3.Error as e:
         raise StoreError(f"cannot open {path}: {e}") from None
-    try:
+    with closed_on_error(con, f"{path} is not a readable trajectory store"):
         con.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         con.execute("PRAGMA query_only = ON")
         version = _check_version(con, path)  # also fails at once on a file that is not a database
         if version == 0:
             raise StoreError(f"{path} is empty or still being created")
-    except sqlite3.Error as e:
-        con.close()
-        raise StoreError(f"{path} is not a readable trajectory store ({e})") from None
-    except BaseException:
-        con.close()
-        raise
     return con
 

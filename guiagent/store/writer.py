@@ -33,7 +33,7 @@ from guiagent.store import _codec
 from guiagent.store._proc import HOST, process_start, writer_alive
 from guiagent.store.blobs import BlobStore
 from guiagent.store.errors import EpisodeClosed, EpisodeNotFound, RunNotFound, StoreError
-from guiagent.store.schema import BLOBS_DIR, connect_rw
+from guiagent.store.schema import BLOBS_DIR, closed_on_error, connect_rw
 from guiagent.types import Observation, Step, TaskSpec, Trajectory
 
 __all__ = ["Store", "EpisodeWriter", "check_run_id", "STALE_S"]
@@ -118,15 +118,9 @@ class Store:
         run_dir = Path(run_dir)
         con = connect_rw(run_dir, fsync=fsync)
         store = cls(run_dir, con, BlobStore(run_dir / BLOBS_DIR, fsync=fsync))
-        if recover:
-            try:
+        if recover:  # a file that opens but is corrupt further in fails here, closed
+            with closed_on_error(store, f"{run_dir / 'store.sqlite'} is not a usable trajectory store"):
                 store.recovered = store.recover()
-            except sqlite3.DatabaseError as e:  # a file that opens but is corrupt further in
-                store.close()
-                raise StoreError(f"{run_dir / 'store.sqlite'} is not a usable trajectory store ({e})") from None
-            except BaseException:
-                store.close()
-                raise
         return store
 
     def close(self) -> None:

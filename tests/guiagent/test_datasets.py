@@ -98,6 +98,13 @@ AC_ACTIONS = [
 ]
 
 
+
+def _import_cli(*args: str) -> subprocess.CompletedProcess:
+    """``guiagent data import ARGS`` in a fresh process."""
+    return subprocess.run([sys.executable, "-m", "guiagent", "data", "import", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
 def test_androidcontrol_episodes_map_to_typed_actions(tmp_path):
     src = tmp_path / "android_control-00000-of-00020"
     write_tfrecord(src, [ac_example(7, AC_ACTIONS), ac_example(8, AC_ACTIONS[:2], w=120, h=240)])
@@ -501,45 +508,11 @@ def test_out_dir_is_never_clobbered_and_cli_errors_are_one_line(tmp_path):
     with pytest.raises(DatasetError, match="already exists and is not empty"):
         import_dataset("uis1", src, out, images_dir=str(tmp_path / "images"))
     assert (out / "keep.txt").read_text() == "mine" and len(list(out.iterdir())) == 1
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "guiagent",
-            "data",
-            "import",
-            "--format",
-            "uis1",
-            str(src),
-            "--out",
-            str(tmp_path / "new"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    p = _import_cli("--format", "uis1", str(src), "--out", str(tmp_path / "new"))
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert p.stderr.strip().count("\n") == 0 and "not found" in p.stderr
     assert not (tmp_path / "new").exists()
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "guiagent",
-            "data",
-            "import",
-            "--format",
-            "uis1",
-            str(src),
-            "--out",
-            str(tmp_path / "new"),
-            "--images",
-            str(tmp_path / "images"),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    p = _import_cli("--format", "uis1", str(src), "--out", str(tmp_path / "new"), "--images",
+                    str(tmp_path / "images"), "--json")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout.strip().splitlines()[-1])["episodes"] == 2

@@ -105,17 +105,22 @@ def _stored(tmp_path, episode_id):
         reader.close()
 
 
-def test_judge_score_enters_the_last_steps_reward_parts_before_it_is_stored(pool, tmp_path, judge_server,
-                                                                          monkeypatch):
-    judge = _judge(judge_server, monkeypatch, tmp_path, "verdict-success", weight=0.5)
-    store = Store.open(tmp_path)
+def _judged_oracle_rollout(pool, run_dir, judge, *, seed: int, group_size: int):
+    """One group of oracle ``go_home`` episodes judged inside the rollout, stored in ``run_dir``."""
+    store = Store.open(run_dir)
     run = store.create_run("judged", env="webapps")
     try:
-        res = run_rollout(pool, OraclePolicy(), make_groups(["go_home"], [7], group_size=3), store=store,
-                          run_id=run, suite="webapps", judge=judge)
+        return run_rollout(pool, OraclePolicy(), make_groups(["go_home"], [seed], group_size=group_size),
+                           store=store, run_id=run, suite="webapps", judge=judge)
     finally:
         store.close()
         judge.close()
+
+
+def test_judge_score_enters_the_last_steps_reward_parts_before_it_is_stored(pool, tmp_path, judge_server,
+                                                                          monkeypatch):
+    judge = _judge(judge_server, monkeypatch, tmp_path, "verdict-success", weight=0.5)
+    res = _judged_oracle_rollout(pool, tmp_path, judge, seed=7, group_size=3)
     assert len(res.trajectories) == 3 and res.judge_missing == 0 and len(res.verdicts) == 3
     for t in res.trajectories:
         last = t.steps[-1]
@@ -143,14 +148,7 @@ def test_judge_score_enters_the_last_steps_reward_parts_before_it_is_stored(pool
 def test_a_missing_verdict_is_recorded_and_the_episode_keeps_its_rule_reward(pool, tmp_path, judge_server,
                                                                             monkeypatch, served, kind, extra):
     judge = _judge(judge_server, monkeypatch, tmp_path, served, **extra)
-    store = Store.open(tmp_path)
-    run = store.create_run("judged", env="webapps")
-    try:
-        res = run_rollout(pool, OraclePolicy(), make_groups(["go_home"], [8], group_size=2), store=store,
-                          run_id=run, suite="webapps", judge=judge)
-    finally:
-        store.close()
-        judge.close()
+    res = _judged_oracle_rollout(pool, tmp_path, judge, seed=8, group_size=2)
     assert len(res.trajectories) == 2 and res.aborted == 0
     assert res.judge_missing == 2 and res.judge_missing_reasons == {kind: 2}
     for t in res.trajectories:
