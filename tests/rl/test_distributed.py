@@ -6,24 +6,16 @@ time); the Ray launcher is checked under ``-m slow``.
 
 from __future__ import annotations
 
-import io
 
 import pytest
 import torch
+
+from tests.images import noise_png as png
 
 from rl.distributed import DistSettings, free_port, loss_scale, shard_indices
 
 #: max |g_ddp - g_single| relative to max |g_single| per tensor (fp32 sums in another order; measured ~1e-7)
 GRAD_RTOL = 1e-4
-
-
-def png(w: int, h: int, seed: int) -> bytes:
-    from PIL import Image
-
-    g = torch.Generator().manual_seed(seed)
-    buf = io.BytesIO()
-    Image.fromarray((torch.rand((h, w, 3), generator=g) * 255).to(torch.uint8).numpy()).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 def batch():

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import io
 import warnings
 
 import pytest
 import torch
-from PIL import Image
+
+from tests.images import noise_png as png
 
 from guiagent.policy import message
 from guiagent.policy.hf import LoraSettings, load_transformers, qwen2_5_vl_3b_config, resolve_precision
@@ -18,13 +18,6 @@ from rl.optim import (GiB, MasterWeightAdamW, OptimConfig, build_optimizer, esti
 AUTOCAST_TOL = 0.02
 #: mean of the same over all tokens (measured 1.4e-3)
 AUTOCAST_MEAN_TOL = 0.005
-
-
-def png(w: int, h: int, seed: int) -> bytes:
-    g = torch.Generator().manual_seed(seed)
-    buf = io.BytesIO()
-    Image.fromarray((torch.rand((h, w, 3), generator=g) * 255).to(torch.uint8).numpy()).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 def batch():
