@@ -170,20 +170,42 @@ class SemiOnlineRewardConfig:
     kind_score: float = 0.5
     parsed_score: float = 0.1
     format_requires_thought: bool = False
+    point_sigma: float = 0.0
+    """> 0: a point action of the right kind that missed scores between ``kind_score`` and
+    ``match_score`` by a Gaussian of its distance to the target, ``exp(-d² / 2σ²)`` (σ in
+    normalised screen units), so a near miss earns more than a far one (a dense signal toward
+    the target, after GUI-G²'s Gaussian point rewards); 0: UI-S1's flat ``kind_score``"""
+
+    def __post_init__(self) -> None:
+        if self.point_sigma < 0:
+            raise ValueError("point_sigma must be >= 0")
 
 
 def semi_online_step_rewards(format_ok: torch.Tensor, kind_match: torch.Tensor, matched: torch.Tensor,
-                             config: SemiOnlineRewardConfig = SemiOnlineRewardConfig()) -> torch.Tensor:
+                             config: SemiOnlineRewardConfig = SemiOnlineRewardConfig(), *,
+                             distance: torch.Tensor | None = None) -> torch.Tensor:
     """Per-step rewards from format validity, kind match and match (any equal shapes, bool).
+
+    ``distance``: the point actions' normalised distance to their target (NaN where the
+    step has none); used when ``config.point_sigma > 0``.
 
     >>> semi_online_step_rewards(torch.tensor([1, 1, 1, 0]).bool(), torch.tensor([1, 1, 0, 0]).bool(),
     ...                          torch.tensor([1, 0, 0, 0]).bool())
     tensor([1.0000, 0.5500, 0.1900, 0.0000])
+    >>> semi_online_step_rewards(torch.tensor([1, 1]).bool(), torch.tensor([1, 1]).bool(),
+    ...                          torch.tensor([0, 0]).bool(), SemiOnlineRewardConfig(point_sigma=0.1),
+    ...                          distance=torch.tensor([0.1, float("nan")]))
+    tensor([0.8229, 0.5500])
     """
     c = config
     f, k, m = format_ok.bool(), kind_match.bool(), matched.bool()
+    kind = torch.full(f.shape, c.kind_score)
+    if c.point_sigma > 0 and distance is not None:
+        d = distance.to(torch.float32)
+        near = torch.exp(-d.square() / (2 * c.point_sigma ** 2))
+        kind = torch.where(torch.isnan(d), kind, c.kind_score + (c.match_score - c.kind_score) * near)
     score = torch.where(m & k, torch.tensor(c.match_score),
-                        torch.where(k, torch.tensor(c.kind_score),
+                        torch.where(k, kind,
                                     torch.where(f, torch.tensor(c.parsed_score), torch.tensor(0.0))))
     return c.format_weight * f.to(score.dtype) + c.action_weight * score
 

@@ -31,6 +31,9 @@ class TurnContext:
     history: Sequence[Step]
     observation: Observation
     slot: int
+    key: str = ""
+    """a stable name of the episode (its group and member): with the turn index, it picks the
+    episode's own sampling stream, whichever slot or batch the turn lands in"""
 
 
 @dataclass(frozen=True)
@@ -105,19 +108,33 @@ class ModelPolicy:
 
     name = "model"
 
-    def __init__(self, model_agent: Any, sampling: Any = None):
+    def __init__(self, model_agent: Any, sampling: Any = None, seed: int | None = None):
         self.agent = model_agent
         self.sampling = sampling
+        self.seed = seed
+        """when set (the trainer sets one per iteration), each turn samples from its own stream,
+        seeded by (seed, the episode's key, the turn index): replies do not depend on batching"""
 
     @property
     def version(self) -> int:
         return int(getattr(self.agent.policy, "version", 0))
 
+    def _sampling_for(self, contexts: Sequence[TurnContext]) -> Any:
+        import dataclasses
+
+        from guiagent.policy.base import turn_seed
+
+        base = self.sampling or self.agent.sampling
+        if self.seed is None or base.temperature == 0:
+            return self.sampling
+        seeds = tuple(turn_seed(self.seed, c.key or f"slot{c.slot}", len(c.history)) for c in contexts)
+        return dataclasses.replace(base, seeds=seeds)
+
     def act_batch(self, contexts: Sequence[TurnContext], pool: Any) -> list[PolicyTurn]:
         from guiagent.policy.agent import AgentInput
 
         decisions = self.agent.act([AgentInput(c.spec.goal, c.observation, tuple(c.history)) for c in contexts],
-                                   self.sampling)
+                                   self._sampling_for(contexts))
         version = self.version
         return [PolicyTurn(d.response, d.result, d.thought, version, d.chat or None,
                            tuple(d.generation.token_ids), tuple(d.generation.logprobs)) for d in decisions]

@@ -52,6 +52,12 @@ class EpisodeRequest:
     seed: int
     group_id: str = ""
     max_steps: int | None = None
+    member: int = 0
+    """which of its group's G episodes this is (with ``group_id``, the key of its sampling stream)"""
+
+    @property
+    def key(self) -> str:
+        return f"{self.group_id}#{self.member}" if self.group_id else f"{self.task_id}:{self.seed}#{self.member}"
 
 
 @dataclass(frozen=True)
@@ -122,7 +128,7 @@ def make_groups(task_ids: Sequence[str], seeds: Sequence[int], group_size: int, 
     out = []
     for k, (task_id, seed) in enumerate(zip(task_ids, seeds)):
         gid = f"{task_id}:{seed}:{tag}-{k}" if tag is not None else f"{task_id}:{seed}:{uuid.uuid4().hex[:8]}"
-        out += [EpisodeRequest(task_id, seed, gid, max_steps) for _ in range(group_size)]
+        out += [EpisodeRequest(task_id, seed, gid, max_steps, member=m) for m in range(group_size)]
     return out
 
 
@@ -213,7 +219,8 @@ def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeReq
         return Trajectory(ep.episode_id, ep.spec, tuple(ep.steps), success=success,
                           status="aborted" if status == "aborted" else "completed", abort_reason=reason,
                           final_observation=final_obs, agent=policy.name, group_id=ep.req.group_id or None,
-                          metadata={"policy_versions": sorted({s.policy_version for s in ep.steps})})
+                          metadata={"policy_versions": sorted({s.policy_version for s in ep.steps}),
+                                    "member": ep.req.member})
 
     def finish(slot: int, status: str, success: float, reason: str | None, final_obs: Observation) -> None:
         ep = live.pop(slot)
@@ -292,7 +299,7 @@ def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeReq
     start(list(range(pool.num_slots)))
     while live:
         slots = sorted(live)
-        ctxs = [TurnContext(live[s].spec, tuple(live[s].steps), live[s].obs, s) for s in slots]
+        ctxs = [TurnContext(live[s].spec, tuple(live[s].steps), live[s].obs, s, live[s].req.key) for s in slots]
         turns = timed("policy_seconds", policy.act_batch, ctxs, pool)
         outs: list[EnvOutput] = timed("env_seconds", pool.step,
                                       [ActionRequest(s, t.action) for s, t in zip(slots, turns)])

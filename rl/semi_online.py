@@ -124,6 +124,9 @@ class MatchResult:
     kind_match: bool
     exact: bool
     reason: str
+    distance: float | None = None
+    """point actions: the normalised distance from the policy's point to the recorded target (0
+    inside the target box, else to the box's edge, or to the recorded point without a box)"""
 
 
 _WS = re.compile(r"\s+")
@@ -188,6 +191,13 @@ def _in_box(x: float, y: float, box: Sequence[float], enlarge: float) -> bool:
     return cx - hw <= x <= cx + hw and cy - hh <= y <= cy + hh
 
 
+def _box_gap(x: float, y: float, box: Sequence[float], enlarge: float) -> float:
+    """Normalised distance from a point to the (enlarged) box; 0 inside."""
+    x0, y0, x1, y1 = (float(v) for v in box)
+    cx, cy, hw, hh = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) * enlarge / 2, (y1 - y0) * enlarge / 2
+    return math.hypot(max(0.0, abs(x - cx) - hw), max(0.0, abs(y - cy) - hh))
+
+
 _KIND_FAMILY = {"swipe": "scroll"}
 
 
@@ -215,13 +225,15 @@ def match_action(
         close, d = _point_close(px, py, gx, gy, size, config)
         exact = math.hypot((px - gx) * size[0], (py - gy) * size[1]) <= 1.0
         if target_box is not None and _in_box(px, py, target_box, config.box_enlarge):
-            return MatchResult(True, True, exact, "point inside the target box")
+            return MatchResult(True, True, exact, "point inside the target box", 0.0)
         unit = "px" if config.point_tolerance_px is not None else "(normalised)"
+        gap = math.hypot(px - gx, py - gy) if target_box is None else _box_gap(px, py, target_box, config.box_enlarge)
         return MatchResult(
             close,
             True,
             exact and close,
             f"point distance {d:.3f} {unit}" + ("" if target_box is None else ", outside the target box"),
+            0.0 if close else gap,
         )
     if kind == "drag":
         c1, d1 = _point_close(pred.x1, pred.y1, recorded.x1, recorded.y1, size, config)  # type: ignore[union-attr]
@@ -488,7 +500,8 @@ def run_semi_online(
             break
         # slot = the sample's stable number (episode-major: episode k's samples are k*G .. k*G+G-1)
         ctxs = [
-            TurnContext(s.episode.task, tuple(s.history), s.episode.steps[s.cursor].observation, i)
+            TurnContext(s.episode.task, tuple(s.history), s.episode.steps[s.cursor].observation, i,
+                        f"{s.episode.episode_id}#{i % group_size}")
             for i, s in live
         ]
         live = [s for _, s in live]
@@ -511,6 +524,7 @@ def run_semi_online(
                     torch.tensor([m.kind_match]),
                     torch.tensor([m.matched]),
                     rewards,
+                    distance=None if m.distance is None else torch.tensor([m.distance]),
                 )[0]
             )
             res.env_steps += 1
@@ -519,6 +533,7 @@ def run_semi_online(
                 "kind_match": m.kind_match,
                 "exact": m.exact,
                 "match_reason": m.reason,
+                **({"distance": round(m.distance, 4)} if m.distance is not None else {}),
                 "recorded_action": action_to_dict(rec.action),
                 "recorded_index": rec.index,
                 "recorded_episode": s.episode.episode_id,

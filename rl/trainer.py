@@ -309,7 +309,10 @@ class Trainer:
 
         cfg = self.cfg
         rng = random.Random(cfg.seed * 7919 + iteration)  # the data cursor: iteration i -> its groups
-        torch.manual_seed(cfg.seed * 7919 + iteration)  # the sampling of this iteration's replies
+        torch.manual_seed(cfg.seed * 7919 + iteration)
+        # every turn samples from its own stream: (this seed, its episode's group and member, the
+        # turn index), so a reply does not depend on batching, slot order or the pool kind
+        self.sampler.inner.seed = cfg.seed * 7919 + iteration
         if self.is_semi_online(iteration):
             return self._replay(rng)
         result = None

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TextPart", "ImagePart", "Message", "Chat", "ChatError", "BackendError", "SamplingParams",
     "Generation", "ScoreBatch", "Policy", "TrainablePolicy", "check_chat", "text_part", "image_part",
-    "message", "chat_images", "to_pil", "to_png",
+    "message", "chat_images", "to_pil", "to_png", "turn_seed",
 ]
 
 
@@ -145,7 +145,13 @@ def to_png(image: "bytes | Image.Image") -> bytes:
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample. ``temperature=0`` is greedy; ``seed`` makes sampling reproducible."""
+    """How to sample. ``temperature=0`` is greedy; ``seed`` makes sampling reproducible.
+
+    ``seeds``: one seed per chat of the batch. Each chat then samples from its own random
+    stream, so its reply depends on its seed and its prompt only — not on which other chats
+    share the batch, in which order, nor on the process's global random state (the rollout
+    driver derives them from the episode and the turn; see :func:`turn_seed`).
+    """
 
     max_new_tokens: int = 256
     temperature: float = 1.0
@@ -155,6 +161,7 @@ class SamplingParams:
     model is sure (format tokens) and keeps the alternatives where it is not (coordinates)"""
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    seeds: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.max_new_tokens <= 0:
@@ -167,6 +174,25 @@ class SamplingParams:
             raise ValueError(f"min_p must lie in [0, 1), got {self.min_p}")
         if isinstance(self.stop, str):
             raise ValueError("stop must be a tuple of strings, e.g. stop=('</tool_call>',)")
+        if self.seeds is not None and not all(isinstance(x, int) and 0 <= x < 2**63 for x in self.seeds):
+            raise ValueError("seeds must be integers in [0, 2**63)")
+
+    def for_rows(self, n: int) -> "tuple[int, ...] | None":
+        """The per-chat seeds for a batch of ``n`` chats (None: no per-chat seeds)."""
+        if self.seeds is None:
+            return None
+        if len(self.seeds) != n:
+            raise ValueError(f"{len(self.seeds)} seeds for a batch of {n} chats")
+        return tuple(self.seeds)
+
+
+def turn_seed(base: int, key: str, turn: int) -> int:
+    """A 63-bit seed for one turn of one episode: stable across processes and Python versions
+    (``hash()`` is salted per process, so it is not used)."""
+    import hashlib
+
+    digest = hashlib.blake2b(f"{base}|{key}|{turn}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
 
 
 @dataclass(frozen=True)

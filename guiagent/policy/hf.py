@@ -473,22 +473,29 @@ class TransformersPolicy:
         from transformers import GenerationConfig
 
         encs = [self.encoder.encode(c) for c in chats]
+        row_seeds = sampling.for_rows(len(encs))
         batch = self._collate(encs)
         greedy = sampling.temperature == 0
+        # per-chat seeds: each row samples from its own generator (Gumbel-max over the warped
+        # scores, picked by greedy search), so a reply does not depend on the rest of the batch
+        per_row = row_seeds is not None and not greedy
+        warped = not greedy and not per_row
         gen_config = GenerationConfig(
-            max_new_tokens=sampling.max_new_tokens, do_sample=not greedy,
-            temperature=None if greedy else sampling.temperature, top_p=None if greedy else sampling.top_p,
-            min_p=None if greedy or not sampling.min_p else sampling.min_p, top_k=None, repetition_penalty=None, eos_token_id=self.eos_ids, pad_token_id=self.pad_id,
+            max_new_tokens=sampling.max_new_tokens, do_sample=warped,
+            temperature=sampling.temperature if warped else None, top_p=sampling.top_p if warped else None,
+            min_p=sampling.min_p if warped and sampling.min_p else None, top_k=None, repetition_penalty=None,
+            eos_token_id=self.eos_ids, pad_token_id=self.pad_id,
             stop_strings=list(sampling.stop) or None, output_logits=True, return_dict_in_generate=True,
             suppress_tokens=self.suppressed_ids or None,
         )
+        processors = _row_seeded_sampler(sampling, row_seeds, self.device) if per_row else None
         rng = contextlib.nullcontext()
         if sampling.seed is not None:
             rng = torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])
         with rng, torch.inference_mode(), self._compute():
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
-            out = self.model.generate(**batch, generation_config=gen_config,
+            out = self.model.generate(**batch, generation_config=gen_config, logits_processor=processors,
                                       tokenizer=self.tokenizer if sampling.stop else None)
         plen = batch["input_ids"].shape[1]
         new = out.sequences[:, plen:].cpu()
@@ -680,3 +687,33 @@ def build_random_model(config: Any, out: str | os.PathLike, *, tokenizer_from: s
         if Path(tokenizer_from, f).is_file():
             shutil.copy(Path(tokenizer_from, f), out / f)
     return out
+
+
+class _GumbelRows:
+    """Adds Gumbel noise drawn from one generator per row; the argmax of the result is a sample
+    of the (already warped) distribution. Finished rows keep drawing, from their own stream only."""
+
+    def __init__(self, seeds: Sequence[int], device: torch.device):
+        self.gens = [torch.Generator(device="cpu").manual_seed(int(x)) for x in seeds]
+        self.device = device
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        v = scores.shape[-1]
+        u = torch.stack([torch.rand(v, generator=g, dtype=torch.float64) for g in self.gens])
+        gumbel = -torch.log(-torch.log(u.clamp_min(1e-300)))
+        return scores.float() + gumbel.to(device=scores.device, dtype=torch.float32)
+
+
+def _row_seeded_sampler(sampling: SamplingParams, seeds: Sequence[int], device: torch.device) -> Any:
+    """transformers' own temperature / top-p / min-p warpers, then per-row Gumbel noise."""
+    from transformers.generation.logits_process import (
+        LogitsProcessorList, MinPLogitsWarper, TemperatureLogitsWarper, TopPLogitsWarper,
+    )
+
+    steps: list[Any] = [TemperatureLogitsWarper(sampling.temperature)]
+    if sampling.top_p < 1.0:
+        steps.append(TopPLogitsWarper(sampling.top_p))
+    if sampling.min_p:
+        steps.append(MinPLogitsWarper(sampling.min_p))
+    steps.append(_GumbelRows(seeds, device))
+    return LogitsProcessorList(steps)

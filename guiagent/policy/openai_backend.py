@@ -166,8 +166,11 @@ class OpenAIPolicy:
         """One request per chat, at most ``max_concurrency`` in flight; results in input order."""
         for c in chats:
             check_chat(c)
-        # seed + i: a group of identical chats must still get different samples
-        per = [sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + i)
+        # per-chat seeds when given, else seed + i: a group of identical chats must still get
+        # different samples
+        rows = sampling.for_rows(len(chats))
+        per = [dataclasses.replace(sampling, seed=rows[i], seeds=None) if rows is not None else
+               sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + i)
                for i in range(len(chats))]
         return list(self._pool.map(self._one, chats, per))
 

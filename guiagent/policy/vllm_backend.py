@@ -188,10 +188,12 @@ class VLLMPolicy:
             return []
         prompts = self.prompts(chats)
         self.wake_up()
+        rows = sampling.for_rows(len(prompts))  # per-chat seeds win over seed + i
         params = [vllm.SamplingParams(
             max_tokens=sampling.max_new_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
             min_p=sampling.min_p,
-            seed=None if sampling.seed is None else sampling.seed + i, stop=list(sampling.stop) or None,
+            seed=rows[i] if rows is not None else (None if sampling.seed is None else sampling.seed + i),
+            stop=list(sampling.stop) or None,
             logprobs=0, include_stop_str_in_output=True, skip_special_tokens=True)
             for i in range(len(prompts))]
         outs = self.llm.generate(prompts, params, use_tqdm=False)

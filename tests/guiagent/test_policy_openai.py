@@ -246,3 +246,14 @@ def test_group_of_identical_chats_gets_distinct_seeds(client_env):
         again = p.generate([c, c, c], SamplingParams(max_new_tokens=8, temperature=1.0, seed=5))
     assert len({g.token_ids for g in gens}) > 1
     assert [g.token_ids for g in gens] == [g.token_ids for g in again]
+
+
+def test_per_chat_seeds_travel_one_per_request(client_env):
+    c = chat(3)
+    with OpenAIPolicy(client_env.url, model="tiny", api_key_env="GUIAGENT_TEST_KEY") as p:
+        gens = p.generate([c, c], SamplingParams(max_new_tokens=8, temperature=1.0, seeds=(41, 42)))
+        swapped = p.generate([c, c], SamplingParams(max_new_tokens=8, temperature=1.0, seeds=(42, 41)))
+        [alone] = p.generate([c], SamplingParams(max_new_tokens=8, temperature=1.0, seed=42))
+    assert gens[0].token_ids != gens[1].token_ids
+    assert [g.token_ids for g in swapped] == [gens[1].token_ids, gens[0].token_ids]
+    assert alone.token_ids == gens[1].token_ids  # the request carried seed 42, not 41 + 1

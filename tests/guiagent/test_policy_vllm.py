@@ -82,6 +82,16 @@ def test_vllm_seeded_and_grouped_sampling(engine):
 
 
 @pytest.mark.gpu
+def test_vllm_per_chat_seeds_do_not_depend_on_the_batch(engine):
+    from guiagent.policy import SamplingParams
+
+    c = chats()[0]
+    a = engine.generate([c, c], SamplingParams(max_new_tokens=8, temperature=1.0, seeds=(41, 42)))
+    b = engine.generate([c], SamplingParams(max_new_tokens=8, temperature=1.0, seeds=(42,)))
+    assert a[1].token_ids == b[0].token_ids
+
+
+@pytest.mark.gpu
 def test_vllm_in_place_weight_update_changes_outputs(engine, model_dir):
     from guiagent.policy import SamplingParams
     from guiagent.policy.hf import load_transformers

@@ -70,6 +70,23 @@ def test_model_policy_turns_carry_tokens_and_logprobs(pool, tiny_model_dir):
             assert isinstance(s.parse_error, ParseError) and s.reward_parts["parse"] < 0
 
 
+def test_seeded_replies_do_not_depend_on_batching_or_order(pool, tiny_model_dir):
+    """Each turn samples from its own stream (seed, episode key, turn): the same requests run in
+    another order — other batches, other slots — give every episode the same replies."""
+    policy = load_model_policy(tiny_model_dir, temperature=1.0, max_new_tokens=10)
+    reqs = make_groups(["go_home", "open_app"], [5, 6], group_size=3, max_steps=2, tag="t")
+
+    def replies(requests, seed):
+        policy.seed = seed
+        res = run_rollout(pool, policy, requests)
+        return {(t.group_id, t.metadata["member"]): tuple(s.response for s in t.steps) for t in res.trajectories}
+
+    a, b = replies(reqs, 7), replies(reqs[::-1], 7)
+    assert len(a) == 6 and a == b
+    assert replies(reqs, 8) != a
+    assert len(set(a.values())) > 1  # the members of a group sample differently
+
+
 # -- the judge in the rollout ------------------------------------------------------------------------
 # A real OpenAI-compatible judge server on 127.0.0.1 (tests/judge/judge_server.py) whose served model
 # name picks its behaviour: a fixed verdict, garbage, HTTP 429, or an answer after the timeout.

@@ -3,6 +3,8 @@
 import io
 import json
 
+import math
+
 import pytest
 import torch
 from PIL import Image
@@ -148,6 +150,32 @@ def test_step_rewards_by_hand():
     assert r.tolist() == pytest.approx([0.1 + 0.9, 0.1 + 0.45, 0.1 + 0.09, 0.0, 0.19])
     cfg = SemiOnlineRewardConfig(format_weight=0.0, action_weight=1.0, kind_score=0.25, parsed_score=0.0)
     assert semi_online_step_rewards(f, k, m, cfg).tolist() == pytest.approx([1.0, 0.25, 0.0, 0.0, 0.0])
+
+
+def test_point_distance_reward_by_hand():
+    """σ = 0.1: a miss at distance σ scores 0.5 + 0.5·e^(-1/2) = 0.80327 of the action part, one at
+    2σ 0.5 + 0.5·e^(-2) = 0.56767; a match keeps 1.0; steps without a distance (NaN) keep 0.5."""
+    cfg = SemiOnlineRewardConfig(point_sigma=0.1)
+    t = torch.tensor
+    r = semi_online_step_rewards(t([True] * 4), t([True] * 4), t([False, False, True, False]), cfg,
+                                 distance=t([0.1, 0.2, 0.0, float("nan")]))
+    assert r.tolist() == pytest.approx([0.1 + 0.9 * 0.80327, 0.1 + 0.9 * 0.56767, 1.0, 0.1 + 0.45], abs=1e-4)
+    # off by default (UI-S1's flat kind score), and the distance changes nothing then
+    assert semi_online_step_rewards(t([True]), t([True]), t([False]), distance=t([0.0])).tolist() == \
+        pytest.approx([0.55])
+    with pytest.raises(ValueError):
+        SemiOnlineRewardConfig(point_sigma=-1)
+
+
+def test_matcher_reports_the_distance_to_the_target():
+    size = (1000, 1000)
+    far = match_action(Click(0.9, 0.5), Click(0.5, 0.5), size=size)
+    assert not far.matched and far.distance == pytest.approx(0.4)
+    box = (0.4, 0.45, 0.6, 0.55)  # enlarged by 1.2 about its centre: x 0.38..0.62, y 0.44..0.56
+    beside = match_action(Click(0.72, 0.60), Click(0.5, 0.5), size=size, target_box=box)
+    assert beside.distance == pytest.approx(math.hypot(0.10, 0.04))
+    assert match_action(Click(0.5, 0.52), Click(0.5, 0.5), size=size, target_box=box).distance == 0.0
+    assert match_action(Type("x"), Type("x"), size=size).distance is None
 
 
 def _loop_returns(rewards, matched, gamma):
