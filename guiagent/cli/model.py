@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
 
 from guiagent.cli._common import emit_json, log, validate_out_dir
+from guiagent.config import Flat
+from guiagent.policy.tiny import TinyModelSpec
 
 USAGE = """usage: guiagent model init --size tiny|small --out DIR [--family qwen2_5_vl|qwen3_vl] [--seed N] [--json]
 
@@ -28,18 +29,9 @@ class ModelInitConfig:
 
     out: str = ""
     """folder to write the model to (created; files in it are overwritten)"""
-    size: Literal["tiny", "small"] = "tiny"
-    """tiny: ~2.3M parameters (text 192x3, vision 128x2); small: ~9M"""
-    family: Literal["qwen2_5_vl", "qwen3_vl"] = "qwen2_5_vl"
-    """architecture family"""
-    seed: int = 0
-    """seed of the tokenizer corpus and the weight initialisation"""
-    vocab_size: int = 2048
-    """upper bound on the BPE vocabulary (the small corpus may yield fewer tokens)"""
-    min_pixels: int = 28 * 28 * 4
-    """image processor lower pixel limit (written to preprocessor_config.json)"""
-    max_pixels: int = 28 * 28 * 256
-    """image processor upper pixel limit: 256 visual tokens at most"""
+    spec: Flat[TinyModelSpec] = field(default_factory=TinyModelSpec)
+    """what to build (its fields are this command's --size, --family, --seed, --vocab-size,
+    --min-pixels, --max-pixels)"""
     check: bool = True
     """reload the saved folder and generate a few tokens to prove it works"""
     json: bool = False
@@ -48,18 +40,15 @@ class ModelInitConfig:
     def __post_init__(self) -> None:
         if not self.out:
             raise ValueError("--out DIR is required (the folder to write the model to)")
-        if not (0 < self.min_pixels <= self.max_pixels):
-            raise ValueError("need 0 < --min-pixels <= --max-pixels")
 
 
 def init(cfg: ModelInitConfig) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from guiagent.policy.tiny import TinyModelSpec, build_tiny_model
+    from guiagent.policy.tiny import build_tiny_model
 
     t0 = time.perf_counter()
-    spec = TinyModelSpec(size=cfg.size, family=cfg.family, seed=cfg.seed, vocab_size=cfg.vocab_size,
-                         min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
-    log(f"building {cfg.family} {cfg.size} (seed {cfg.seed}) in {cfg.out}")
+    spec = cfg.spec
+    log(f"building {spec.family} {spec.size} (seed {spec.seed}) in {cfg.out}")
     info = build_tiny_model(spec, cfg.out)
     info["build_s"] = round(time.perf_counter() - t0, 2)
     if cfg.check:

@@ -136,12 +136,17 @@ class TinyModelSpec:
     """What to build. ``size``: ``tiny`` (~2-3M parameters) or ``small`` (~10M)."""
 
     size: Literal["tiny", "small"] = "tiny"
+    """tiny: ~2.3M parameters (text 192x3, vision 128x2); small: ~9M"""
     family: Literal["qwen2_5_vl", "qwen3_vl"] = "qwen2_5_vl"
+    """architecture family"""
     seed: int = 0
+    """seed of the tokenizer corpus and the weight initialisation"""
     vocab_size: int = 2048
-    #: pixel limits written to preprocessor_config.json (the image processor's size)
+    """upper bound on the BPE vocabulary (the small corpus may yield fewer tokens)"""
     min_pixels: int = 28 * 28 * 4
+    """image processor lower pixel limit (written to preprocessor_config.json)"""
     max_pixels: int = 28 * 28 * 256
+    """image processor upper pixel limit (256 visual tokens at most by default)"""
 
     def __post_init__(self) -> None:
         if self.size not in _SIZES:
@@ -150,8 +155,10 @@ class TinyModelSpec:
             raise ValueError(f"family must be 'qwen2_5_vl' or 'qwen3_vl', got {self.family!r}")
         if self.vocab_size < 512:
             raise ValueError("vocab_size must be at least 512 (256 bytes + merges + special tokens)")
-        if not (0 < self.min_pixels <= self.max_pixels):
-            raise ValueError("need 0 < min_pixels <= max_pixels")
+        if self.min_pixels <= 0:
+            raise ValueError(f"min_pixels must be positive, got {self.min_pixels}")
+        if self.max_pixels < self.min_pixels:
+            raise ValueError(f"max_pixels ({self.max_pixels}) must be >= min_pixels ({self.min_pixels})")
 
 
 # text hidden, layers, heads, kv heads, intermediate | vision hidden, depth, heads, intermediate

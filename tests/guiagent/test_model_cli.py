@@ -12,6 +12,7 @@ import pytest
 from guiagent.cli import model as model_cli
 from guiagent.config import ConfigError
 from guiagent.policy import SamplingParams, load_policy, message
+from guiagent.policy.tiny import TinyModelSpec
 
 
 def test_model_init_builds_reloads_and_generates(tmp_path):
@@ -47,7 +48,7 @@ def test_same_seed_builds_the_same_weights(tmp_path):
     from safetensors.torch import load_file
 
     for name in ("a", "b"):
-        model_cli.init(model_cli.ModelInitConfig(out=str(tmp_path / name), seed=5, check=False))
+        model_cli.init(model_cli.ModelInitConfig(out=str(tmp_path / name), spec=TinyModelSpec(seed=5), check=False))
     a, b = load_file(tmp_path / "a" / "model.safetensors"), load_file(tmp_path / "b" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert (tmp_path / "a" / "tokenizer.json").read_text() == (tmp_path / "b" / "tokenizer.json").read_text()
@@ -63,5 +64,24 @@ def test_bad_flags_are_rejected_with_a_reason(tmp_path, capsys):
     assert model_cli.main(["frobnicate"]) == 2
     from guiagent.config import from_mapping
 
-    with pytest.raises(ConfigError, match="min-pixels"):  # YAML goes through the same checks
+    with pytest.raises(ConfigError, match=r"max_pixels \(5\) must be >= min_pixels"):  # YAML: the same checks
         from_mapping(model_cli.ModelInitConfig, {"out": str(tmp_path), "min_pixels": 10, "max_pixels": 5})
+
+
+def test_one_schema_the_library_spec_is_the_commands(tmp_path, capsys):
+    """`model init` nests TinyModelSpec: its fields are the command's flags and YAML keys, with help."""
+    from guiagent.config import ConfigError, from_mapping, parse_config
+
+    cfg = parse_config(model_cli.ModelInitConfig, ["--out", str(tmp_path), "--size", "small", "--max-pixels", "50176"])
+    assert cfg.spec == TinyModelSpec(size="small", max_pixels=50176)
+    y = tmp_path / "c.yaml"
+    y.write_text("out: x\nfamily: qwen3_vl\nseed: 3\n")
+    assert parse_config(model_cli.ModelInitConfig, ["--config", str(y)]).spec == TinyModelSpec(family="qwen3_vl", seed=3)
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['colour'\].*'max_pixels'"):
+        from_mapping(model_cli.ModelInitConfig, {"out": "x", "colour": 1})
+    with pytest.raises(SystemExit):
+        parse_config(model_cli.ModelInitConfig, ["--help"])
+    out = capsys.readouterr().out
+    for flag in ("--size", "--family", "--seed", "--vocab-size", "--min-pixels", "--max-pixels", "--out"):
+        assert flag in out
+    assert "image processor upper pixel limit" in out and "--spec" not in out
