@@ -339,6 +339,30 @@ class Store:
             con.executemany("INSERT OR REPLACE INTO metrics (run_id, name, iteration, value, time) "
                             "VALUES (?, ?, ?, ?, ?)", rows)
 
+    def add_step_credit(self, rows: Iterable[tuple[str, int, float, float | None, float | None, Mapping[str, Any]]],
+                        *, iteration: int, algo: str) -> int:
+        """Record the credit a trainer gave to steps in one iteration: rows of ``(episode_id, step
+        index, advantage, value or None, return or None, detail)``. Re-recording a (step,
+        iteration) replaces it. Steps of episodes this store does not hold (a replay buffer's
+        demonstrations from another run directory) are skipped; returns how many rows were written."""
+        out = []
+        pks: dict[str, int | None] = {}
+        with self._tx() as con:
+            for eid, idx, adv, value, ret, detail in rows:
+                if eid not in pks:
+                    row = con.execute("SELECT pk FROM episodes WHERE id = ?", (eid,)).fetchone()
+                    pks[eid] = None if row is None else int(row[0])
+                pk = pks[eid]
+                if pk is None:
+                    continue
+                out.append((pk, int(idx), int(iteration), algo, _codec.number(adv, "advantage"),
+                            None if value is None else _codec.number(value, "value"),
+                            None if ret is None else _codec.number(ret, "return"),
+                            _codec.json_mapping(detail, "credit detail")))
+            con.executemany("INSERT OR REPLACE INTO step_credit (episode_pk, idx, iteration, algo, advantage, "
+                            "value, ret, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", out)
+        return len(out)
+
     def put_blob(self, data: bytes) -> str:
         """Store image bytes once; return their hash (for observations that carry only a ref)."""
         return self.blobs.put(data)[0]
