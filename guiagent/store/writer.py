@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sqlite3
@@ -355,10 +356,11 @@ class Store:
                 pk = pks[eid]
                 if pk is None:
                     continue
-                out.append((pk, int(idx), int(iteration), algo, _codec.number(adv, "advantage"),
-                            None if value is None else _codec.number(value, "value"),
-                            None if ret is None else _codec.number(ret, "return"),
-                            _codec.json_mapping(detail, "credit detail")))
+                nums = [None if x is None else _codec.number(x, what) for x, what in
+                        ((adv, "advantage"), (value, "value"), (ret, "return"))]
+                if nums[0] is None or any(x is not None and not math.isfinite(x) for x in nums):
+                    raise StoreError(f"step credit of {eid!r} step {idx} must be finite numbers, got {nums}")
+                out.append((pk, int(idx), int(iteration), algo, *nums, _codec.json_mapping(detail, "credit detail")))
             con.executemany("INSERT OR REPLACE INTO step_credit (episode_pk, idx, iteration, algo, advantage, "
                             "value, ret, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", out)
         return len(out)
