@@ -136,33 +136,102 @@ def test_turn_features_read_the_policys_last_prompt_state(tiny_model_dir):
     assert torch.allclose(one[0], f[1], atol=1e-4)  # left padding does not change a row
 
 
-@pytest.mark.browser
-def test_ppo_and_awr_runs_store_credit_and_checkpoint_critic_and_replay(tiny_model_dir, tmp_path):
-    from rl.evaluate import EvalConfig, run_eval
+def _demo_store(run_dir, n: int) -> list[str]:
+    store = Store.open(run_dir)
+    run = store.create_run("demos")
+    ids = []
+    for k in range(n):
+        t = _episode(f"demo-{k}", [_screen(0), _screen(1 + k % 2)], [0.0, 1.0], group=None)
+        store.write_trajectory(run, t)
+        ids.append(t.episode_id)
+    store.close()
+    return ids
+
+
+def test_awr_trains_offline_from_stored_runs_and_keeps_its_replay_buffer_in_checkpoints(tiny_model_dir, tmp_path):
+    from guiagent.policy.hf import load_transformers
+    from rl.agents import AgentSettings
     from rl.trainer import train
 
-    common = dict(model=tiny_model_dir, tasks=("settings_dark_theme",), groups_per_iteration=1, group_size=2,
-                  slots=2, pool="inprocess", max_new_tokens=8, eval_episodes=0, filter_zero_variance=False, seed=1)
-    ppo = train(TrainConfig(algo="ppo", iterations=1, horizon_schedule="0:2", out=str(tmp_path / "ppo"), **common))
+    demos = tmp_path / "demos"
+    _demo_store(demos, 3)
+    out = tmp_path / "awr"
+    cfg = TrainConfig(model=tiny_model_dir, algo="awr", tasks=("settings_dark_theme",), iterations=1,
+                      offline_iterations=2, data=(str(demos),), eval_episodes=0, max_new_tokens=8, out=str(out),
+                      replay_episodes=2, seed=1)
+    r = train(cfg)  # offline: no rollout, no env is started
+    assert r.last["replay"] == 3.0 and r.last["replay_turns"] >= 2 and math.isfinite(r.last["loss"])
+    assert math.isfinite(r.last["value_loss"]) and r.last["optimizer_steps"] == 1.0
+    ckpt = out / "checkpoint"
+    assert (ckpt / "critic.safetensors").is_file()
+    state_file = ckpt / "trainer_state.json"
+    raw = json.loads(state_file.read_text())
+    assert [eid for _, eid in raw["state"]["replay"]] == ["demo-0", "demo-1", "demo-2"]
+    raw["state"]["replay"] = raw["state"]["replay"][:2]  # the resumed run must take the buffer from here
+    state_file.write_text(json.dumps(raw))
+    saved_head = TurnCritic()
+    saved_head.load(ckpt)
+    r2 = train(TrainConfig(resume=str(out), iterations=2))
+    assert r2.iterations == 2 and r2.last["replay"] == 2.0
+
+    # online episodes join the buffer and are read back from the run's own store
+    policy = load_transformers(tiny_model_dir)
+    store = Store.open(tmp_path / "online")
+    run = store.create_run("awr")
+    online = _episode("online-0", [_screen(0), _screen(1)], [0.0, 1.0], group="g")
+    store.write_trajectory(run, online)
+    state = TrainerState(replay=[[str(demos.resolve()), "demo-0"]])
+    credit = Credit(TrainConfig(algo="awr", model="m", replay_episodes=2), tmp_path / "online", state,
+                    AgentSettings.load(tiny_model_dir) or AgentSettings())
+    turns, w, stats = credit.batch(RolloutResult(trajectories=[online]), policy, 0, store=store)
+    assert [p[1] for p in state.replay] == ["demo-0", "online-0"] and stats["replay"] == 2.0
+    assert len(turns) == 4 and (w > 0).all() and all(u.old_logprobs == (0.0,) * len(u.completion_ids) for u in turns)
+    assert credit.fit()["value_loss"] >= 0.0
+    store.close()
+    credit_rows = StoreReader(tmp_path / "online").step_credit("online-0")
+    assert len(credit_rows) == 2 and all(c.value is not None and "awr_weight" in c.detail for c in credit_rows)
+
+
+def test_ppo_credit_is_gae_over_the_critics_values_and_the_critic_fits_after(tiny_model_dir, tmp_path):
+    from guiagent.policy.hf import load_transformers
+    from guiagent.policy.prompting import build_chat
+    from grounding import get_format
+    from rl.advantages import gae
+
+    policy = load_transformers(tiny_model_dir)
+    fmt = get_format("json")
+    a = _episode("A", [_screen(0), _screen(1)], [0.0, 1.0])
+    b = _episode("B", [_screen(0), _screen(2), _screen(1)], [0.0, -0.1, 0.0])
+    turns = [TrainTurn(t.group_id, t.episode_id, s.index, build_chat(t.task.goal, t.steps[:s.index], s.observation, fmt),
+                       (1, 2), (-0.5, -1.0), s.reward, 0, True) for t in (a, b) for s in t.steps]
+    credit = Credit(TrainConfig(algo="ppo", model="m", gamma=0.9, gae_lambda=0.8, adv_norm="none"), tmp_path,
+                    TrainerState())
+    got, adv, _ = credit.batch(RolloutResult(trajectories=[a, b], turns=turns), policy, 0)
+    values = credit.critic.values(credit.critic.features(policy, [u.prompt for u in got])).double()
+    v = {(u.episode_id, u.step_index): float(x) for u, x in zip(got, values)}
+    for t in (a, b):  # the turn advantages are GAE over each episode's rewards and the critic's values
+        r = torch.tensor([[s.reward for s in t.steps]], dtype=torch.float64)
+        vv = torch.tensor([[v[(t.episode_id, s.index)] for s in t.steps]], dtype=torch.float64)
+        want, _ = gae(r, vv, torch.ones_like(r), gamma=0.9, lam=0.8)
+        mine = [float(x) for u, x in zip(got, adv) if u.episode_id == t.episode_id]
+        assert mine == pytest.approx(want[0].tolist(), abs=1e-4)
+    m = credit.fit()
+    assert math.isfinite(m["value_loss"]) and credit.fit() == {}  # fitted once per batch
+
+
+@pytest.mark.slow  # a trainer run on a browser (~30 s on an idle machine; minutes on a loaded one)
+@pytest.mark.browser
+def test_ppo_run_stores_credit_checkpoints_its_critic_and_follows_the_horizon(tiny_model_dir, tmp_path):
+    from rl.trainer import train
+
+    ppo = train(TrainConfig(model=tiny_model_dir, algo="ppo", tasks=("settings_dark_theme",), iterations=1,
+                            groups_per_iteration=1, group_size=2, slots=2, pool="inprocess", max_new_tokens=8,
+                            eval_episodes=0, horizon_schedule="0:2", out=str(tmp_path / "ppo"), seed=1))
     assert (tmp_path / "ppo" / "checkpoint" / "critic.safetensors").is_file()
     assert math.isfinite(ppo.last["value_loss"]) and ppo.last["episode_length"] <= 2  # the horizon schedule
     reader = StoreReader(tmp_path / "ppo")
-    [ep, *_] = reader.list_episodes().items
-    credit = reader.step_credit(ep.episode_id)
-    assert credit and all(c.value is not None and c.ret is not None and c.algo == "ppo" for c in credit)
-    reader.close()
-
-    demos = tmp_path / "demos"
-    run_eval(EvalConfig(env="webapps", agent="oracle", episodes=2, out=str(demos), tasks=("settings_dark_theme",),
-                        seed=0, slots=2))
-    out = tmp_path / "awr"
-    awr = train(TrainConfig(algo="awr", iterations=2, offline_iterations=1, data=(str(demos),), out=str(out),
-                            **common))
-    state = json.loads((out / "checkpoint" / "trainer_state.json").read_text())["state"]
-    assert len(state["replay"]) == 4  # 2 demonstrations + the online iteration's 2 episodes
-    assert sum(d == str(demos.resolve()) for d, _ in state["replay"]) == 2
-    assert (out / "checkpoint" / "critic.safetensors").is_file() and awr.last["replay"] == 4.0
-    assert math.isfinite(awr.last["loss"])
-    resumed = train(TrainConfig(resume=str(out), iterations=3))
-    state = json.loads((out / "checkpoint" / "trainer_state.json").read_text())["state"]
-    assert len(state["replay"]) == 6 and resumed.iterations == 3
+    eps = reader.list_episodes().items
+    assert len(eps) == 2 and all(e.num_steps <= 2 for e in eps)
+    credit = reader.step_credit(eps[0].episode_id)
+    assert len(credit) == eps[0].num_steps
+    assert all(c.value is not None and c.ret is not None and c.algo == "ppo" for c in credit)
