@@ -273,6 +273,8 @@ class TrainConfig:
         if self.algo == "awr" and self.entropy_modulation:
             raise ValueError("--entropy-modulation needs the sampling log-probs of each reply; awr trains on "
                              "replayed and demonstrated turns that have none")
+        if self.algo == "awr" and self.kl_coef > 0:
+            raise ValueError("--kl-coef is a term of the PPO-clip loss; awr's weighted regression has none: drop it")
         if self.algo != "awr" and self.offline_iterations:
             raise ValueError("--offline-iterations is for --algo awr")
         if (self.critic_lr <= 0 or self.critic_epochs <= 0 or self.awr_beta <= 0 or self.awr_max_weight <= 0

@@ -235,3 +235,16 @@ def test_ppo_run_stores_credit_checkpoints_its_critic_and_follows_the_horizon(ti
     credit = reader.step_credit(eps[0].episode_id)
     assert len(credit) == eps[0].num_steps
     assert all(c.value is not None and c.ret is not None and c.algo == "ppo" for c in credit)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(algo="ppo", mode="semi-online", data=("x",)), "trains on online rollouts"),
+    (dict(algo="awr", entropy_modulation=0.5), "entropy-modulation"),
+    (dict(algo="awr", kl_coef=0.1), "kl-coef"),
+    (dict(algo="grpo", offline_iterations=1), "offline-iterations"),
+    (dict(algo="ppo", gae_lambda=1.5), "gae-lambda"),
+    (dict(algo="gigpo", anchor_tolerance=1.0), "anchor-tolerance"),
+])
+def test_config_rejects_combinations_that_cannot_work(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(model="m", **kwargs)
