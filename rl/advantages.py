@@ -7,7 +7,10 @@ differ in size (e.g. after an aborted episode was dropped).
 References: GRPO (Shao et al., 2024, DeepSeekMath), Dr. GRPO (Liu et al., 2025,
 "Understanding R1-Zero-like training"), DAPO's dynamic sampling (Yu et al., 2025),
 GAE (Schulman et al., 2016), AWR (Peng et al., 2019), UI-S1's semi-online
-step + episode advantages (Lu et al., 2025).
+step + episode advantages (Lu et al., 2025), GiGPO's anchor-state step groups (Feng et
+al., 2025, "Group-in-Group Policy Optimization for LLM Agent Training"), Dr. MAS's
+per-agent (here: per-task) normalisation, AEM's response-level entropy modulation
+(Zhao et al., 2026).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ __all__ = [
     "group_stats", "grpo_advantages", "nonzero_variance_mask", "discounted_returns", "gae",
     "step_group_advantages", "semi_online_advantages",
     "SemiOnlineRewardConfig", "semi_online_step_rewards", "semi_online_returns", "scale_negative_advantages",
-    "awr_weights",
+    "awr_weights", "anchor_groups", "tolerant_anchor_groups", "gigpo_advantages", "normalize_per_key",
+    "whiten", "aem_modulation",
 ]
 
 
@@ -284,3 +288,138 @@ def scale_negative_advantages(adv: torch.Tensor, success_rate: torch.Tensor | fl
 def awr_weights(adv: torch.Tensor, *, beta: float = 1.0, max_weight: float = 20.0) -> torch.Tensor:
     """Advantage-weighted regression weights ``w = min(exp(A/β), w_max)``."""
     return torch.exp(adv / beta).clamp(max=max_weight)
+
+
+def anchor_groups(state_ids: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """GiGPO's anchor-state step groups: the turns of one episode group that acted on the same state.
+
+    Two turns share a step group when they belong to the same episode group (same task and
+    seed) and their states are equal (``state_ids`` equal: e.g. the content hash of the
+    screenshot, which the store already uses as the blob name), whatever their step index.
+
+    Args:
+        state_ids: ``[N]`` long, one id per distinct state.
+        group_ids: ``[N]`` long, the episode group of each turn.
+    Returns:
+        ``[N]`` long step-group ids (0..K-1, in order of first appearance).
+
+    >>> anchor_groups(torch.tensor([5, 6, 5, 5]), torch.tensor([0, 0, 0, 1]))
+    tensor([0, 1, 0, 2])
+    """
+    if state_ids.shape != group_ids.shape or state_ids.dim() != 1:
+        raise ValueError(f"state_ids and group_ids must both be [N]; got {tuple(state_ids.shape)}, "
+                         f"{tuple(group_ids.shape)}")
+    seen: dict[tuple[int, int], int] = {}
+    out = [seen.setdefault((int(g), int(s)), len(seen)) for g, s in zip(group_ids.tolist(), state_ids.tolist())]
+    return torch.tensor(out, dtype=torch.long)
+
+
+def tolerant_anchor_groups(thumbs: torch.Tensor, group_ids: torch.Tensor, *, tol: float = 0.01,
+                           pixel_delta: float = 0.06) -> torch.Tensor:
+    """Anchor-state step groups that also join screens differing only in a few pixels (a clock,
+    a blinking cursor): GiGPO's similarity grouping, for images.
+
+    Within each episode group, turns are taken in order; a turn joins the first cluster whose
+    representative (its first member) differs from it in at most ``tol`` of the pixels, a
+    pixel differing when ``|a − b| > pixel_delta``; else it starts a new cluster.
+
+    Args:
+        thumbs: ``[N, H, W]`` float in [0, 1], small grey thumbnails of the screens.
+        group_ids: ``[N]`` long.
+        tol: largest share of differing pixels for two screens to be the same state.
+    Returns:
+        ``[N]`` long step-group ids.
+    """
+    if thumbs.dim() != 3 or thumbs.shape[0] != group_ids.shape[0]:
+        raise ValueError(f"thumbs must be [N, H, W] with N = len(group_ids); got {tuple(thumbs.shape)}")
+    out = torch.empty(thumbs.shape[0], dtype=torch.long)
+    reps: dict[int, list[tuple[int, int]]] = {}  # episode group -> [(representative row, cluster id)]
+    k = 0
+    for i, g in enumerate(group_ids.tolist()):
+        for row, cid in reps.setdefault(g, []):
+            if float(((thumbs[i] - thumbs[row]).abs() > pixel_delta).float().mean()) <= tol:
+                out[i] = cid
+                break
+        else:
+            reps[g].append((i, k))
+            out[i] = k
+            k += 1
+    return out
+
+
+def gigpo_advantages(episode_rewards: torch.Tensor, episode_groups: torch.Tensor, turn_episode: torch.Tensor,
+                     step_returns: torch.Tensor, step_groups: torch.Tensor, *, step_weight: float = 1.0,
+                     normalize_std: bool = False, eps: float = 1e-6) -> torch.Tensor:
+    """GiGPO's group-in-group advantage ``A = A^E + ω · A^S`` per turn.
+
+    ``A^E``: the episode's total reward normalised within its episode group (GRPO, each
+    episode counted once); ``A^S``: the turn's discounted return normalised within its
+    anchor-state step group (:func:`anchor_groups`): the turns, of any episode of the group,
+    that acted on the same screen. A step group of one turn has ``A^S = 0``.
+    ``normalize_std=False`` is the reference implementation's default (``mean_norm``:
+    subtract the mean only).
+
+    Args:
+        episode_rewards: ``[E]`` total reward of each episode.
+        episode_groups: ``[E]`` episode group of each episode.
+        turn_episode: ``[N]`` long, the episode (0..E-1) of each turn.
+        step_returns: ``[N]`` the turn's discounted return ``Σ_k γ^k r_{t+k}``.
+        step_groups: ``[N]`` anchor-state step group of each turn.
+    Returns:
+        ``[N]``.
+    """
+    a_ep = grpo_advantages(episode_rewards, episode_groups, normalize_std=normalize_std, eps=eps)
+    a_step = grpo_advantages(step_returns, step_groups, normalize_std=normalize_std, eps=eps)
+    return a_ep[turn_episode].to(a_step.dtype) + step_weight * a_step
+
+
+def normalize_per_key(adv: torch.Tensor, keys: torch.Tensor, *, center: bool = True, eps: float = 1e-6
+                      ) -> torch.Tensor:
+    """Advantages normalised by the statistics of their own key (Dr. MAS: per agent; here per task).
+
+    ``A'_i = (A_i − μ_k) / (σ_k + ε)`` with ``μ_k, σ_k`` over the samples of ``i``'s key
+    (``center=False``: ``A_i / (σ_k + ε)``, a rescaling that keeps signs). In a multi-task
+    batch, tasks whose rewards spread widely no longer drown the others' gradients.
+
+    >>> normalize_per_key(torch.tensor([2., 0., 0.2, 0.]), torch.tensor([0, 0, 1, 1]), eps=0.0)
+    tensor([ 0.7071, -0.7071,  0.7071, -0.7071])
+    """
+    mean, std, _ = group_stats(adv, keys)
+    return ((adv - mean) if center else adv) / (std + eps)
+
+
+def whiten(adv: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
+    """Batch whitening ``(A − mean) / (std + ε)`` (PPO's usual advantage normalisation)."""
+    if adv.numel() < 2:
+        return adv - adv.mean() if adv.numel() else adv
+    return (adv - adv.mean()) / (adv.std() + eps)
+
+
+def aem_modulation(adv: torch.Tensor, surprisal: torch.Tensor, group_ids: torch.Tensor, *, alpha: float = 0.5,
+                   max_scale: float = 2.0) -> torch.Tensor:
+    """Response-level entropy modulation of advantages (after AEM).
+
+    The entropy change an update causes is driven by the product of a response's advantage
+    and its *relative response surprisal* ``u_i = (s_i − mean_g s) / (std_g s + ε)``, with
+    ``s_i`` the response's mean per-token negative log-likelihood (response level, not token
+    level: one number per reply, which is what the environment acts on), standardised
+    within its group. ``A'_i = A_i · clamp(1 + α · sign(A_i) · u_i, 1/max_scale, max_scale)``:
+
+    * ``α > 0`` strengthens updates that raise entropy (reward surprising good replies, punish
+      confident bad ones more gently): exploration;
+    * ``α < 0`` strengthens updates that lower entropy: exploitation;
+    * ``α = 0`` leaves the advantages unchanged.
+
+    The sign of every advantage is kept. A schedule of ``α`` from positive to negative gives
+    the paper's exploration-to-exploitation transition.
+
+    Args:
+        adv: ``[N]``; surprisal: ``[N]`` mean token NLL of each reply; group_ids: ``[N]``.
+    Returns:
+        ``[N]``.
+    """
+    if max_scale < 1.0:
+        raise ValueError(f"max_scale must be >= 1, got {max_scale}")
+    u = normalize_per_key(surprisal.to(adv.dtype), group_ids)
+    scale = (1.0 + alpha * torch.sign(adv) * u).clamp(1.0 / max_scale, max_scale)
+    return adv * scale

@@ -27,7 +27,7 @@ import shutil
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -62,6 +62,8 @@ class TrainerState:
     best_iteration: int | None = None
     rollbacks: int = 0
     """how often a stability guard rolled the run back"""
+    replay: list = dataclasses.field(default_factory=list)
+    """--algo awr: the replay buffer, as [run directory, episode id] pairs (the episodes stay in their stores)"""
 
 
 def checkpoint_dir(out: Path) -> Path:
@@ -74,11 +76,17 @@ def _fault(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def save_checkpoint(out: Path, policy: Any, opt: torch.optim.Optimizer, state: TrainerState) -> None:
-    """Write the checkpoint to a fresh folder, then swap it in: a kill never leaves a torn one."""
+def save_checkpoint(out: Path, policy: Any, opt: torch.optim.Optimizer, state: TrainerState, *,
+                    extra: Callable[[Path], None] | None = None) -> None:
+    """Write the checkpoint to a fresh folder, then swap it in: a kill never leaves a torn one.
+
+    ``extra(folder)`` writes more weights into the folder before it is marked whole (the
+    critic's ``critic.safetensors``)."""
     tmp = out / "checkpoint.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     policy.save(tmp)
+    if extra is not None:
+        extra(tmp)
     torch.save({"optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state()}, tmp / OPTIM_FILE)
     version, internal, gauss = random.getstate()
     (tmp / STATE_FILE).write_text(json.dumps({"state": dataclasses.asdict(state),

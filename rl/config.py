@@ -72,8 +72,48 @@ class TrainConfig:
     guiagent eval --agent oracle, or guiagent data import); episodes of --tasks only, when given"""
     semi: SemiOnlineSettings = field(default_factory=SemiOnlineSettings)
     """semi-online settings (--semi.patch.mode, --semi.gamma, ...)"""
-    algo: Literal["grpo", "dr_grpo"] = "grpo"
-    """grpo: std-normalised group advantages, token-mean loss; dr_grpo: no std, constant-length normaliser"""
+    algo: Literal["grpo", "dr_grpo", "gigpo", "ppo", "awr"] = "grpo"
+    """grpo: std-normalised group advantages, token-mean loss; dr_grpo: no std, constant-length normaliser;
+    gigpo: episode advantage + step advantage within anchor-state groups (same screen); ppo: a
+    turn-level critic on the policy's hidden state, GAE over turns; awr: advantage-weighted
+    regression over a replay buffer that starts from --data (or the warm start's demos), see
+    rl/algos.py"""
+    step_weight: float = 1.0
+    """gigpo: ω, the weight of the step-level (anchor-state) advantage"""
+    gigpo_norm: Literal["mean", "mean_std"] = "mean"
+    """gigpo: subtract the group mean only (the reference code's default) or also divide by the std"""
+    anchor_match: Literal["exact", "tolerant"] = "exact"
+    """gigpo: anchor states are equal screenshot hashes (exact) or screens whose thumbnails differ in at
+    most --anchor-tolerance of their pixels (tolerant: a clock, a cursor)"""
+    anchor_tolerance: float = 0.01
+    """gigpo --anchor-match tolerant: largest share of differing thumbnail pixels"""
+    gae_lambda: float = 0.95
+    """ppo: λ of GAE over turns"""
+    critic_lr: float = 1e-3
+    """ppo, awr: Adam learning rate of the value head"""
+    critic_epochs: int = 4
+    """ppo, awr: passes of the value head over each iteration's turns"""
+    value_clip: float = 0.2
+    """ppo, awr: ε of the clipped value loss (0: plain squared error)"""
+    awr_beta: float = 1.0
+    """awr: temperature β of the weights exp(A/β)"""
+    awr_max_weight: float = 20.0
+    """awr: cap of the weights"""
+    replay_size: int = 2048
+    """awr: episodes the replay buffer keeps (oldest leave first)"""
+    replay_episodes: int = 0
+    """awr: episodes sampled from the buffer each iteration (0: --groups-per-iteration x --group-size)"""
+    offline_iterations: int = 0
+    """awr: the first N iterations train on the buffer only (no rollouts): offline, then online"""
+    horizon_schedule: str = ""
+    """step budget growing over iterations: ITERATION:STEPS pairs, e.g. 0:3,4:5,8:0 (0: the task's own);
+    empty: the tasks' own budgets throughout"""
+    adv_norm: Literal["auto", "none", "batch", "per-task"] = "auto"
+    """advantage normalisation on top of the method's: per-task (Dr. MAS: each task's own mean and std),
+    batch (whitening), none; auto: batch for ppo, none otherwise"""
+    entropy_modulation: float = 0.0
+    """AEM's α: scale each reply's advantage by 1 + α·sign(A)·(relative response surprisal), clamped to
+    [1/2, 2] (> 0 favours exploration, < 0 exploitation; 0: off)"""
     tasks: tuple[str, ...] = ()
     """task ids to train on (default: the fixed-layout family for webapps, else every task)"""
     model: str = ""
@@ -224,6 +264,28 @@ class TrainConfig:
             raise ValueError("--kl-target and --max-kl-old must be >= 0, --kl-horizon positive")
         if self.kl_target > 0 and self.kl_coef <= 0:
             raise ValueError("--kl-target adapts β from --kl-coef: give a positive --kl-coef too")
+        if self.algo in ("gigpo", "ppo", "awr"):
+            if self.mode == "auto":
+                self.mode = "online"
+            elif self.mode != "online":
+                raise ValueError(f"--algo {self.algo} trains on online rollouts: drop --mode {self.mode} "
+                                 "(awr reads recorded runs through --data without it)")
+        if self.algo == "awr" and self.entropy_modulation:
+            raise ValueError("--entropy-modulation needs the sampling log-probs of each reply; awr trains on "
+                             "replayed and demonstrated turns that have none")
+        if self.algo == "awr" and self.kl_coef > 0:
+            raise ValueError("--kl-coef is a term of the PPO-clip loss; awr's weighted regression has none: drop it")
+        if self.algo != "awr" and self.offline_iterations:
+            raise ValueError("--offline-iterations is for --algo awr")
+        if (self.critic_lr <= 0 or self.critic_epochs <= 0 or self.awr_beta <= 0 or self.awr_max_weight <= 0
+                or self.replay_size <= 0 or self.replay_episodes < 0 or self.offline_iterations < 0
+                or self.value_clip < 0 or not 0 <= self.gae_lambda <= 1 or not 0 <= self.anchor_tolerance < 1):
+            raise ValueError("--critic-lr, --critic-epochs, --awr-beta, --awr-max-weight and --replay-size must be "
+                             "positive; --replay-episodes, --offline-iterations and --value-clip >= 0; "
+                             "--gae-lambda in [0, 1]; --anchor-tolerance in [0, 1)")
+        from rl.algos import parse_horizon_schedule
+
+        parse_horizon_schedule(self.horizon_schedule)  # a malformed schedule fails before anything starts
         if self.mode == "auto":
             self.mode = "staged" if not self.model and not self.resume else "online"
         if self.mode in ("semi-online", "mixed") and not self.data:

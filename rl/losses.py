@@ -16,7 +16,7 @@ import torch
 
 __all__ = [
     "AGGREGATIONS", "aggregate", "kl_estimate", "ppo_clip_loss", "PolicyLossStats", "entropy_from_logits",
-    "value_loss", "AdaptiveKL",
+    "value_loss", "AdaptiveKL", "awr_loss",
 ]
 
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm",
@@ -153,6 +153,27 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
         v_clip = old_values + (values - old_values).clamp(-clip_eps, clip_eps)
         err = torch.max(err, (v_clip - returns) ** 2)
     return 0.5 * aggregate(err, mask, "token_mean")
+
+
+def awr_loss(logp: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor, *, agg: str = "token_mean",
+             max_len: int | None = None) -> tuple[torch.Tensor, PolicyLossStats]:
+    """Advantage-weighted regression's actor loss ``ℓ = −w · log π(a|s)`` per token, then :func:`aggregate`.
+
+    ``w = min(exp(A/β), w_max)`` (:func:`rl.advantages.awr_weights`) is one weight per turn
+    (``[B]``) or per token (``[B, L]``); it is a constant (no gradient flows into it). Unlike
+    PPO there is no ratio to the behaviour policy, so the same loss trains on demonstrations
+    and on the replay of older policies' turns (off-policy).
+
+    Args:
+        logp: ``[B, L]`` log-probs of the taken tokens (with grad).
+        weights: ``[B]`` or ``[B, L]``, ≥ 0.
+        mask: ``[B, L]``.
+    """
+    if weights.dim() == 1:
+        weights = weights[:, None].expand_as(logp)
+    loss = aggregate(-weights.detach() * logp, mask, agg, max_len=max_len)
+    stats = PolicyLossStats(pg_loss=float(loss.detach()), kl=0.0, clip_frac=0.0, approx_kl_old=0.0, ratio_mean=1.0)
+    return loss, stats
 
 
 class AdaptiveKL:

@@ -1,10 +1,10 @@
-"""Online RL trainer (GRPO family), read top to bottom.
+"""Online RL trainer (GRPO family, GiGPO, PPO with a turn-level critic, AWR), read top to bottom.
 
     setup      config, run directory, model (tiny + SFT warm start when none is given),
                KL reference (the starting policy, for the whole run), optimiser, store, env
                pool; restore the checkpoint when resuming
     loop       rollout (G episodes per task and seed; rewards composed per step in the
-               rollout) → advantages → update → stability guards → weight sync →
+               rollout) → advantages (rl/algos.py, per --algo) → update → critic fit → guards → sync →
                checkpoint → held-out evaluation every N iterations (the best model kept) →
                metrics
     cleanup    final model, held-out evaluation, run status, pool and store closed
@@ -207,6 +207,13 @@ class Trainer:
             self.recorded = load_recorded(cfg)
         self.first_iteration = self.state.iteration
         self.settings = AgentSettings.load(self.state.model_dir) or AgentSettings.load(model_dir) or AgentSettings()
+        from rl.algos import Credit  # per --algo: critic, replay buffer, advantages (rl/algos.py)
+
+        self.credit = Credit(cfg, out, self.state, self.settings)
+        if restored is not None:
+            self.credit.load(ckpt)
+        else:
+            self.credit.seed_replay(cfg.data or ([str(out / "demos")] if (out / "demos").is_dir() else []))
         self.policy = self._load_policy(model_dir, resumed=restored is not None)
         # The KL reference is the starting policy for the whole run, also after any number of resumes.
         self.ref = self._reference() if cfg.kl_coef > 0 else None
@@ -315,11 +322,16 @@ class Trainer:
         self.sampler.inner.seed = cfg.seed * 7919 + iteration
         if self.is_semi_online(iteration):
             return self._replay(rng)
+        if self.credit.offline(iteration):  # awr's offline start: the replay buffer only
+            from rl.rollout import RolloutResult
+
+            return RolloutResult()
         result = None
         for rnd in range(max(1, cfg.max_sampling_rounds) if cfg.min_informative_groups else 1):
             picks = [rng.choice(self.tasks) for _ in range(cfg.groups_per_iteration)]
             seeds = [rng.randrange(TRAIN_SEED_RANGE) for _ in picks]
             more = run_rollout(self.env_pool(), self.sampler, make_groups(picks, seeds, cfg.group_size,
+                                                                    max_steps=self.credit.max_steps(iteration),
                                                                     tag=f"i{iteration}r{rnd}"),
                                rewards=cfg.rewards, store=self.store, run_id=self.state.run_id, suite=cfg.env,
                                judge=self.judge)
@@ -344,7 +356,7 @@ class Trainer:
     def iterate(self) -> None:
         """One iteration: rollout → advantages → update → guards → sync → checkpoint → eval → metrics."""
         from judge.calibration import rollout_judge_metrics
-        from rl.batching import compute_advantages, rollout_metrics
+        from rl.batching import rollout_metrics
         from rl.losses import AdaptiveKL
         from rl.update import update
 
@@ -362,7 +374,7 @@ class Trainer:
         else:  # the judge's weighted score is already a stored reward part of the last step
             if self.judge is not None:
                 metrics.update(rollout_judge_metrics(result))
-            turns, adv, adv_stats = compute_advantages(cfg, result)
+            turns, adv, adv_stats = self.credit.batch(result, self.policy, it, store=self.store)
         metrics.update(adv_stats)
         t1 = time.perf_counter()
         if turns:
@@ -372,6 +384,7 @@ class Trainer:
             if cfg.kl_target > 0:  # adaptive β: a soft trust region around the reference
                 state.kl_coef = AdaptiveKL(beta, cfg.kl_target, cfg.kl_horizon).update(metrics["kl"], len(turns))
             metrics["kl_coef"] = beta
+        metrics.update(self.credit.fit())  # the critic (ppo, awr) after the actor
         tripped = self._guards(metrics)
         if tripped and cfg.guard_action == "rollback" and state.rollbacks < MAX_CONSECUTIVE_ROLLBACKS:
             self._rollback(tripped)
@@ -397,7 +410,7 @@ class Trainer:
         # Metrics before the checkpoint: a kill in between repeats the iteration, whose metrics
         # then replace these; the other order would lose them.
         self.loggers.log(it, metrics)
-        save_checkpoint(self.out, self.policy, self.opt, state)
+        save_checkpoint(self.out, self.policy, self.opt, state, extra=self.credit.save)
         self.history.append(metrics)
         log.info(self._line(it, metrics))
 
@@ -513,7 +526,7 @@ class Trainer:
         self.after = self.evaluate("after")
         if self.cfg.eval_every or self.state.best_success is not None:
             self._keep_best(self.after, self.state.iteration)
-            save_checkpoint(self.out, self.policy, self.opt, self.state)  # best_* recorded for a later resume
+            save_checkpoint(self.out, self.policy, self.opt, self.state, extra=self.credit.save)  # best_* for a resume
         best = self.out / "model-best"
         s = self.state
         return TrainResult(

@@ -22,7 +22,7 @@ def update(cfg: TrainConfig, policy: Any, ref: Any, opt: torch.optim.Optimizer, 
     reference policy of the KL term (None: no KL term).
     """
     rng = rng or random.Random(0)
-    from rl.losses import ppo_clip_loss
+    from rl.losses import awr_loss, ppo_clip_loss
 
     params = [p for p in policy.parameters() if p.requires_grad]
     out = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "grad_norm": 0.0, "approx_kl_old": 0.0, "optimizer_steps": 0.0,
@@ -54,6 +54,9 @@ def update(cfg: TrainConfig, policy: Any, ref: Any, opt: torch.optim.Optimizer, 
                                          agg=cfg.loss_agg, ref_logp=ref_lp, kl_coef=cfg.kl_coef, kl_kind=cfg.kl_kind,
                                          max_len=cfg.max_new_tokens,
                                          group_ids=torch.tensor([_group_index(u.group_id) for u in mb]))
+                if cfg.algo == "awr":  # advantage-weighted regression: adv holds the weights exp(A/β), no ratio
+                    loss, st = awr_loss(sb.logprobs, adv[idx].to(sb.logprobs.dtype), sb.mask, agg=cfg.loss_agg,
+                                        max_len=cfg.max_new_tokens)
                 # Each micro-batch's share of the mini-batch, so accumulation equals one big batch.
                 share = (int(sb.mask.sum()) / max(part_tokens, 1)) if cfg.loss_agg == "token_mean" else len(mb) / len(part)
                 (loss * share).backward()

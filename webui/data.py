@@ -21,7 +21,7 @@ from webui.overlay import overlay_shapes
 
 __all__ = [
     "BadQuery", "ListQuery", "parse_list_query", "run_json", "summary_json", "step_json",
-    "judgement_json", "detail_json", "metrics_json", "chart_groups", "task_stats_json", "num", "int_arg",
+    "judgement_json", "credit_by_step", "detail_json", "metrics_json", "chart_groups", "task_stats_json", "num", "int_arg",
     "integer", "broken_json",
 ]
 
@@ -103,6 +103,19 @@ def semi_online_json(r: StepRecord) -> dict[str, Any] | None:
             "reason": str(meta.get("match_reason", "")), "patch_thought": str(meta.get("patch_thought", "")),
             "recorded_index": meta.get("recorded_index"),
             "overlay": overlay_shapes(recorded, r.width, r.height)}
+
+
+def credit_by_step(rows: Any) -> dict[int, list[dict[str, Any]]]:
+    """The credit trainers gave each step (``StoreReader.step_credit``), latest iteration first."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for c in rows:
+        out.setdefault(c.index, []).append({
+            "iteration": c.iteration, "algo": c.algo, "advantage": num(c.advantage), "value": num(c.value),
+            "return": num(c.ret), "detail": {k: num(v) if isinstance(v, (int, float)) else v
+                                             for k, v in c.detail.items()}})
+    for v in out.values():
+        v.sort(key=lambda r: -r["iteration"])
+    return out
 
 
 def judgement_json(j: JudgementRecord) -> dict[str, Any]:

@@ -14,13 +14,13 @@ from guiagent.store.export import export_hf_dataset, export_parquet
 from guiagent.store.reader import StoreReader
 from guiagent.store.records import (
     SORT_KEYS, SUCCESS_THRESHOLD, EpisodeDetail, EpisodeFilter, EpisodePage, EpisodeSummary,
-    JudgementRecord, MetricPoint, RunInfo, StepRecord, TaskStats,
+    JudgementRecord, MetricPoint, RunInfo, StepCredit, StepRecord, TaskStats,
 )
 from guiagent.store.writer import EpisodeWriter, Store
 
 __all__ = [
     "Store", "EpisodeWriter", "StoreReader", "EpisodeFilter", "EpisodePage", "RunInfo", "EpisodeSummary",
-    "EpisodeDetail", "StepRecord", "JudgementRecord", "MetricPoint", "TaskStats", "SORT_KEYS",
+    "EpisodeDetail", "StepRecord", "StepCredit", "JudgementRecord", "MetricPoint", "TaskStats", "SORT_KEYS",
     "SUCCESS_THRESHOLD", "StoreError", "InvalidBlobRef", "BlobNotFound", "EpisodeNotFound", "RunNotFound",
     "EpisodeClosed", "InvalidCursor", "BlobStore", "blob_hash", "check_hash", "image_extension",
     "export_parquet", "export_hf_dataset",

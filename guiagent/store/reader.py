@@ -38,7 +38,7 @@ from guiagent.store.blobs import BlobStore
 from guiagent.store.errors import EpisodeNotFound, InvalidCursor, RunNotFound, StoreError
 from guiagent.store.records import (
     SORT_KEYS, SUCCESS_THRESHOLD, EpisodeDetail, EpisodeFilter, EpisodePage, EpisodeSummary,
-    JudgementRecord, MetricPoint, RunInfo, StepRecord, TaskStats,
+    JudgementRecord, MetricPoint, RunInfo, StepCredit, StepRecord, TaskStats,
 )
 from guiagent.store.schema import BLOBS_DIR, connect_ro, schema_version
 from guiagent.types import Observation, Step, TaskSpec, Trajectory
@@ -283,6 +283,18 @@ class StoreReader:
             return _step(episode_id, row)
         except (ValueError, TypeError, KeyError) as e:  # a row some other tool mangled
             raise StoreError(f"episode {episode_id!r} step {index} is malformed ({type(e).__name__})") from None
+
+    def step_credit(self, episode_id: str) -> tuple[StepCredit, ...]:
+        """The credit trainers gave the episode's steps (advantages, critic values and returns), by
+        step then iteration; empty for an episode never trained on, or a store older than the table."""
+        with self._snapshot() as con:
+            pk = self._episode_row(con, episode_id)[-1]
+            if con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'step_credit'"
+                           ).fetchone() is None:
+                return ()
+            rows = con.execute("SELECT idx, iteration, algo, advantage, value, ret, detail FROM step_credit "
+                               "WHERE episode_pk = ? ORDER BY idx, iteration", (pk,)).fetchall()
+        return tuple(StepCredit(episode_id, r[0], r[1], r[2], r[3], r[4], r[5], _json(r[6], {})) for r in rows)
 
     def judgements(self, episode_id: str) -> tuple[JudgementRecord, ...]:
         return self.get_episode(episode_id).judgements

@@ -8,7 +8,7 @@ from typing import Any, Literal, Mapping
 from guiagent.types import Action, Observation, ParseError
 
 __all__ = [
-    "RunInfo", "EpisodeSummary", "StepRecord", "JudgementRecord", "EpisodeDetail", "MetricPoint",
+    "RunInfo", "EpisodeSummary", "StepRecord", "StepCredit", "JudgementRecord", "EpisodeDetail", "MetricPoint",
     "EpisodeFilter", "EpisodePage", "TaskStats", "SORT_KEYS", "SUCCESS_THRESHOLD", "RunStatus", "SortKey",
 ]
 
@@ -133,6 +133,20 @@ class JudgementRecord:
     verdict: Mapping[str, Any]
     reason: str
     created_at: float
+
+
+@dataclass(frozen=True)
+class StepCredit:
+    """The credit a trainer gave one step in one iteration (``Store.add_step_credit``)."""
+
+    episode_id: str
+    index: int
+    iteration: int
+    algo: str
+    advantage: float
+    value: float | None
+    ret: float | None
+    detail: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

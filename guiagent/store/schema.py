@@ -162,6 +162,22 @@ CREATE TABLE IF NOT EXISTS judgements (
 CREATE INDEX IF NOT EXISTS judgements_episode ON judgements (episode_pk, step);
 CREATE INDEX IF NOT EXISTS judgements_judge ON judgements (judge);
 
+-- Per-step credit a trainer assigned (advantage, and the critic's value and return where the
+-- algorithm has a critic), one row per (step, iteration): an episode replayed from a buffer
+-- in several iterations has several. ``detail`` holds the method's parts (episode and step
+-- advantages, anchor group size, AWR weight, ...).
+CREATE TABLE IF NOT EXISTS step_credit (
+    episode_pk  INTEGER NOT NULL REFERENCES episodes (pk) ON DELETE CASCADE,
+    idx         INTEGER NOT NULL,
+    iteration   INTEGER NOT NULL,
+    algo        TEXT NOT NULL,
+    advantage   REAL NOT NULL,
+    value       REAL,
+    ret         REAL,
+    detail      TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (episode_pk, idx, iteration)
+) WITHOUT ROWID;
+
 -- Training curves. Re-logging (run, name, iteration) replaces the value, so a resumed
 -- run that repeats an iteration does not create duplicate points.
 CREATE TABLE IF NOT EXISTS metrics (
@@ -206,6 +222,7 @@ def connect_rw(run_dir: str | Path, *, fsync: bool = False) -> sqlite3.Connectio
         if _check_version(con, path) < SCHEMA_VERSION:
             _migrate(con, path)
         _migrate_steps_metadata(con)
+        _ensure_step_credit(con)
         con.execute("PRAGMA foreign_keys = ON")
     return con
 
@@ -282,6 +299,27 @@ def _migrate_steps_metadata(con: sqlite3.Connection) -> None:
     try:
         if not has_column():
             con.execute("ALTER TABLE steps ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}'")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def _ensure_step_credit(con: sqlite3.Connection) -> None:
+    """Add the ``step_credit`` table to a store created before it existed (checked on every
+    writable open, like ``steps.metadata``; readers of an older store see no credit)."""
+    def exists() -> bool:
+        return con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'step_credit'"
+                           ).fetchone() is not None
+
+    if exists():
+        return
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        if not exists():
+            for stmt in _statements(_DDL):
+                if stmt.startswith("CREATE TABLE IF NOT EXISTS step_credit"):
+                    con.execute(stmt)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")

@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sqlite3
@@ -338,6 +339,31 @@ class Store:
             con.execute(_RUN_HEARTBEAT, (time.time(), run_id))
             con.executemany("INSERT OR REPLACE INTO metrics (run_id, name, iteration, value, time) "
                             "VALUES (?, ?, ?, ?, ?)", rows)
+
+    def add_step_credit(self, rows: Iterable[tuple[str, int, float, float | None, float | None, Mapping[str, Any]]],
+                        *, iteration: int, algo: str) -> int:
+        """Record the credit a trainer gave to steps in one iteration: rows of ``(episode_id, step
+        index, advantage, value or None, return or None, detail)``. Re-recording a (step,
+        iteration) replaces it. Steps of episodes this store does not hold (a replay buffer's
+        demonstrations from another run directory) are skipped; returns how many rows were written."""
+        out = []
+        pks: dict[str, int | None] = {}
+        with self._tx() as con:
+            for eid, idx, adv, value, ret, detail in rows:
+                if eid not in pks:
+                    row = con.execute("SELECT pk FROM episodes WHERE id = ?", (eid,)).fetchone()
+                    pks[eid] = None if row is None else int(row[0])
+                pk = pks[eid]
+                if pk is None:
+                    continue
+                nums = [None if x is None else _codec.number(x, what) for x, what in
+                        ((adv, "advantage"), (value, "value"), (ret, "return"))]
+                if nums[0] is None or any(x is not None and not math.isfinite(x) for x in nums):
+                    raise StoreError(f"step credit of {eid!r} step {idx} must be finite numbers, got {nums}")
+                out.append((pk, int(idx), int(iteration), algo, *nums, _codec.json_mapping(detail, "credit detail")))
+            con.executemany("INSERT OR REPLACE INTO step_credit (episode_pk, idx, iteration, algo, advantage, "
+                            "value, ret, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", out)
+        return len(out)
 
     def put_blob(self, data: bytes) -> str:
         """Store image bytes once; return their hash (for observations that carry only a ref)."""

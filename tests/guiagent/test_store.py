@@ -251,3 +251,34 @@ def test_two_handles_in_one_process_and_task_spec_params(store):
     (s,) = StoreReader(store.run_dir).list_episodes().items
     assert (s.suite, s.task_id, s.seed, s.params, s.max_steps, s.num_steps) == (
         "miniwob", "click-button", 4, {"label": "OK"}, 5, 0)
+
+
+def test_step_credit_round_trips_replaces_per_iteration_and_skips_foreign_episodes(store):
+    run_id = store.create_run("r")
+    store.write_trajectory(run_id, make_traj(1))
+    n = store.add_step_credit([("ep-000001", 0, 0.5, 0.25, 0.75, {"anchor_group_size": 2}),
+                               ("ep-000001", 1, -0.5, None, None, {}),
+                               ("elsewhere", 0, 1.0, None, None, {})], iteration=0, algo="ppo")
+    assert n == 2  # a replayed demonstration from another store is not this store's to annotate
+    store.add_step_credit([("ep-000001", 0, 0.125, 0.5, 0.75, {})], iteration=0, algo="ppo")  # replaced
+    store.add_step_credit([("ep-000001", 0, 0.0, 0.5, 0.75, {})], iteration=2, algo="ppo")
+    with pytest.raises(StoreError):
+        store.add_step_credit([("ep-000001", 0, float("nan"), None, None, {})], iteration=3, algo="ppo")
+    got = StoreReader(store.run_dir).step_credit("ep-000001")
+    assert [(c.index, c.iteration, c.advantage, c.value, c.ret) for c in got] == [
+        (0, 0, 0.125, 0.5, 0.75), (0, 2, 0.0, 0.5, 0.75), (1, 0, -0.5, None, None)]
+
+
+def test_a_store_without_the_credit_table_reads_empty_and_gets_it_on_the_next_writable_open(store):
+    run_id = store.create_run("r")
+    store.write_trajectory(run_id, make_traj(1))
+    run_dir = store.run_dir
+    store.close()
+    con = sqlite3.connect(run_dir / "store.sqlite")
+    con.execute("DROP TABLE step_credit")
+    con.commit()
+    con.close()
+    assert StoreReader(run_dir).step_credit("ep-000001") == ()
+    again = Store.open(run_dir)
+    assert again.add_step_credit([("ep-000001", 0, 1.0, None, None, {})], iteration=0, algo="gigpo") == 1
+    again.close()

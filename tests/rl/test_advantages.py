@@ -123,3 +123,110 @@ def test_scale_negative_advantages():
 def test_awr_weights():
     w = awr_weights(torch.tensor([0.0, 1.0, 100.0]), beta=0.5, max_weight=10.0)
     assert w.tolist() == pytest.approx([1.0, math.exp(2.0), 10.0])
+
+
+# ---- GiGPO, per-task normalisation, AEM ---------------------------------------------------------
+
+from rl.advantages import (  # noqa: E402
+    aem_modulation, anchor_groups, gigpo_advantages, normalize_per_key, tolerant_anchor_groups, whiten,
+)
+
+
+def test_anchor_groups_join_equal_states_within_an_episode_group_only():
+    states = torch.tensor([0, 1, 0, 2, 1, 0])
+    groups = torch.tensor([0, 0, 0, 0, 0, 1])  # the last turn saw state 0 too, but in another group
+    assert anchor_groups(states, groups).tolist() == [0, 1, 0, 2, 1, 3]
+
+
+def test_gigpo_hand_computed_shorter_path_gets_credit_where_grpo_sees_none():
+    # One group, γ = 0.9. Episode A: s0 → s1 → done (rewards 0, 1); episode B takes a detour:
+    # s0 → s2 → s1 → done (0, 0, 1). Both succeed, so the episode advantage is 0 for both (GRPO
+    # has nothing to learn). Returns: A (0.9, 1.0), B (0.81, 0.9, 1.0). Anchor groups: s0 {A0, B0}
+    # mean 0.855 → A0 +0.045, B0 −0.045; s1 {A1, B2} both 1.0 → 0; s2 {B1} alone → 0.
+    rewards = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    ret = discounted_returns(rewards, mask, gamma=0.9)
+    step_ret = torch.tensor([ret[0, 0], ret[0, 1], ret[1, 0], ret[1, 1], ret[1, 2]])
+    assert step_ret.tolist() == pytest.approx([0.9, 1.0, 0.81, 0.9, 1.0])
+    turn_ep = torch.tensor([0, 0, 1, 1, 1])
+    sg = anchor_groups(torch.tensor([0, 1, 0, 2, 1]), torch.zeros(5, dtype=torch.long))
+    adv = gigpo_advantages(torch.tensor([1.0, 1.0], dtype=torch.float64), torch.tensor([0, 0]), turn_ep, step_ret, sg)
+    assert adv.tolist() == pytest.approx([0.045, 0.0, -0.045, 0.0, 0.0], abs=1e-9)
+    # ω scales the step part; a failed third episode adds the episode part A^E = R − mean
+    adv2 = gigpo_advantages(torch.tensor([1.0, 1.0]), torch.tensor([0, 0]), turn_ep, step_ret, sg, step_weight=2.0)
+    assert adv2[0].item() == pytest.approx(0.09)
+    ep_r = torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64)
+    turn_ep3 = torch.tensor([0, 0, 1, 1, 1, 2])
+    step_ret3 = torch.cat([step_ret, torch.tensor([0.0], dtype=torch.float64)])
+    sg3 = anchor_groups(torch.tensor([0, 1, 0, 2, 1, 0]), torch.zeros(6, dtype=torch.long))  # C acted on s0 and failed
+    adv3 = gigpo_advantages(ep_r, torch.tensor([0, 0, 0]), turn_ep3, step_ret3, sg3)
+    # s0 group now {0.9, 0.81, 0.0}: mean 0.57; A^E = (1/3, 1/3, −2/3)
+    assert adv3.tolist() == pytest.approx([1 / 3 + 0.33, 1 / 3 + 0.0, 1 / 3 + 0.24, 1 / 3, 1 / 3, -2 / 3 - 0.57],
+                                          abs=1e-9)
+
+
+def loop_gigpo(ep_r, ep_g, turn_ep, step_ret, states, w, norm):
+    """A plain-loop GiGPO after the reference code (episode-level, then anchor-state step groups)."""
+    def normed(x, members):
+        mu = sum(members) / len(members)
+        sd = math.sqrt(sum((m - mu) ** 2 for m in members) / max(len(members) - 1, 1))
+        return (x - mu) / (sd + 1e-6) if norm else x - mu
+    out = []
+    for i, e in enumerate(turn_ep):
+        a_e = normed(ep_r[e], [r for r, g in zip(ep_r, ep_g) if g == ep_g[e]])
+        same = [step_ret[j] for j in range(len(turn_ep)) if ep_g[turn_ep[j]] == ep_g[e] and states[j] == states[i]]
+        out.append(a_e + w * normed(step_ret[i], same))
+    return out
+
+
+def test_gigpo_matches_loop_on_random_groups():
+    rng = random.Random(4)
+    ep_g = [rng.randrange(3) for _ in range(9)]
+    ep_r = [float(rng.random() < 0.5) for _ in ep_g]
+    turn_ep = [rng.randrange(9) for _ in range(40)]
+    states = [rng.randrange(5) for _ in turn_ep]
+    step_ret = [rng.random() for _ in turn_ep]
+    tg = torch.tensor([ep_g[e] for e in turn_ep])
+    sg = anchor_groups(torch.tensor(states), tg)
+    for norm in (False, True):
+        got = gigpo_advantages(torch.tensor(ep_r, dtype=torch.float64), torch.tensor(ep_g), torch.tensor(turn_ep),
+                               torch.tensor(step_ret, dtype=torch.float64), sg, step_weight=0.7, normalize_std=norm)
+        assert got.tolist() == pytest.approx(loop_gigpo(ep_r, ep_g, turn_ep, step_ret, states, 0.7, norm), abs=1e-9)
+
+
+def test_tolerant_anchor_groups_join_screens_that_differ_in_a_clock_only():
+    base = torch.zeros(10, 10)
+    clock = base.clone()
+    clock[0, 9] = 1.0  # one pixel of 100 (a clock digit)
+    other = base.clone()
+    other[4:7, 4:7] = 1.0  # 9 pixels: another screen
+    thumbs = torch.stack([base, clock, other, base])
+    groups = torch.tensor([0, 0, 0, 1])
+    assert tolerant_anchor_groups(thumbs, groups, tol=0.01).tolist() == [0, 0, 1, 2]
+    assert tolerant_anchor_groups(thumbs, groups, tol=0.0).tolist() == [0, 1, 2, 3]  # exact: the clock splits them
+    # below the per-pixel threshold (anti-aliasing noise) nothing differs at all
+    assert tolerant_anchor_groups(torch.stack([base, base + 0.05]), torch.tensor([0, 0]), tol=0.0).tolist() == [0, 0]
+
+
+def test_per_task_normalisation_and_whitening_hand_computed():
+    adv = torch.tensor([2.0, 0.0, 0.2, 0.0])
+    keys = torch.tensor([0, 0, 1, 1])
+    s = 1 / math.sqrt(2)
+    # task 0: mean 1, unbiased std √2; task 1: mean 0.1, std 0.1·√2: both become ±1/√2
+    assert normalize_per_key(adv, keys, eps=0.0).tolist() == pytest.approx([s, -s, s, -s])
+    assert normalize_per_key(adv, keys, center=False, eps=0.0).tolist() == pytest.approx([2 / math.sqrt(2), 0, s * 2, 0])
+    w = whiten(torch.tensor([1.0, 2.0, 3.0]), eps=0.0)
+    assert w.tolist() == pytest.approx([-1.0, 0.0, 1.0])
+
+
+def test_aem_modulation_hand_computed():
+    adv = torch.tensor([1.0, 1.0, -1.0, -1.0])
+    surprisal = torch.tensor([1.0, 3.0, 1.0, 3.0])  # mean 2, unbiased std √(4/3): u = ∓0.866
+    g = torch.zeros(4, dtype=torch.long)
+    u = 1 / math.sqrt(4 / 3)
+    out = aem_modulation(adv, surprisal, g, alpha=0.5)
+    # exploration (α > 0): the surprising good reply and the confident bad one weigh more
+    assert out.tolist() == pytest.approx([1 - 0.5 * u, 1 + 0.5 * u, -(1 + 0.5 * u), -(1 - 0.5 * u)], abs=1e-5)
+    assert aem_modulation(adv, surprisal, g, alpha=5.0).tolist() == pytest.approx([0.5, 2.0, -2.0, -0.5], abs=1e-5)
+    assert aem_modulation(adv, surprisal, g, alpha=0.0).tolist() == adv.tolist()
+    assert torch.equal(torch.sign(aem_modulation(adv, surprisal, g, alpha=-0.9)), torch.sign(adv))

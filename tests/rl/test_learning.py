@@ -45,3 +45,23 @@ def test_grpo_raises_held_out_success_from_an_sft_checkpoint(tmp_path):
                                neg_adv_min_scale=0.5, kl_coef=0.1, kl_kind="k3", min_informative_groups=3,
                                max_sampling_rounds=2, eval_episodes=48, out=str(tmp_path / "grpo"), seed=0))
     assert result.success_after >= result.success_before + 0.1, result
+
+
+MULTI_STEP_TASKS = ("settings_dark_theme", "settings_font_size", "todo_complete")  # 3 oracle steps each
+
+
+def test_gigpo_raises_held_out_success_on_three_step_tasks(tmp_path):
+    """The step-level check of docs/training.md ("Beyond GRPO"): demos -> SFT checkpoint at step 160
+    -> GiGPO (anchor-state step groups, γ 0.95) on three 3-step fixed-layout tasks -> held-out greedy
+    success, before and after, with the commands and budget of the comparison table."""
+    base, demos, sft = tmp_path / "tiny", tmp_path / "demos", tmp_path / "sft"
+    _run("model", "init", "--size", "tiny", "--max-pixels", str(TINY_MAX_PIXELS), "--out", str(base))
+    _run("eval", "--env", "webapps", "--agent", "oracle", "--seed", "0", "--episodes", "90", "--out", str(demos),
+         "--tasks", *MULTI_STEP_TASKS)
+    _run("sft", "--data", str(demos), "--model", str(base), "--compact-prompt", "--out", str(sft),
+         "--train.steps", "400", "--train.checkpoint-every", "160")
+    result = train(TrainConfig(model=str(sft / "checkpoints" / "step-160"), tasks=MULTI_STEP_TASKS, algo="gigpo", gamma=0.95,
+                               iterations=6, groups_per_iteration=4, group_size=4, slots=4, pool="inprocess",
+                               lr=3e-4, temperature=1.0, min_p=0.05, eval_episodes=24, out=str(tmp_path / "gigpo"),
+                               seed=0))
+    assert result.success_after >= result.success_before + 0.1, result

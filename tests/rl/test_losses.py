@@ -157,3 +157,19 @@ def test_tis_advantages_weight_the_pg_loss_per_token():
     loss.backward()
     # d loss / d logp_t = -w_t * A * rho_t / 3 where unclipped
     torch.testing.assert_close(logp.grad, torch.tensor([[-0.5 / 3, -2 * 0.5 * rho[1] / 3, -0.25 * 0.5 * rho[2] / 3]]))
+
+
+def test_awr_loss_hand_computed_and_weights_are_constants():
+    from rl.advantages import awr_weights
+    from rl.losses import awr_loss
+
+    logp = torch.tensor([[-1.0, -2.0], [-0.5, 0.0]], requires_grad=True)
+    mask = torch.tensor([[1, 1], [1, 0]])
+    w = torch.tensor([2.0, 1.0], requires_grad=True)
+    loss, st = awr_loss(logp, w, mask)
+    assert loss.item() == pytest.approx((2 * 1 + 2 * 2 + 1 * 0.5) / 3)
+    loss.backward()
+    assert w.grad is None and logp.grad[0, 0].item() == pytest.approx(-2 / 3)
+    # AWR weights exp(A/β) capped: A = (0, ln 2, 10), β = 1
+    assert awr_weights(torch.tensor([0.0, math.log(2.0), 10.0]), beta=1.0, max_weight=20.0).tolist() == \
+        pytest.approx([1.0, 2.0, 20.0])

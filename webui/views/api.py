@@ -13,7 +13,7 @@ from flask import Blueprint, current_app, jsonify, request
 
 from guiagent.store import EpisodeFilter, InvalidCursor, StoreError
 from webui.data import (
-    BadQuery, ListQuery, broken_json, chart_groups, int_arg, detail_json, metrics_json, parse_list_query, run_json, step_json,
+    BadQuery, ListQuery, broken_json, chart_groups, credit_by_step, int_arg, detail_json, metrics_json, parse_list_query, run_json, step_json,
     summary_json, task_stats_json,
 )
 from webui.registry import NotFound, RunRef
@@ -114,7 +114,9 @@ def episodes(run: str):
 def episode(episode_id: str):
     reader, _, key = registry().find_episode(episode_id)
     detail = reader.get_episode(episode_id)
-    return jsonify(detail_json(detail, key, lambda ref: blob_url(key, ref)))
+    out = detail_json(detail, key, lambda ref: blob_url(key, ref))
+    out["step_credit"] = {str(k): v for k, v in credit_by_step(reader.step_credit(episode_id)).items()}
+    return jsonify(out)
 
 
 @bp.get("/episodes/<episode_id>/steps/<int:index>")

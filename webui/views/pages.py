@@ -14,7 +14,7 @@ from typing import Any
 from flask import Blueprint, current_app, render_template, request
 
 from guiagent.store import EpisodeFilter
-from webui.data import BadQuery, broken_json, detail_json, int_arg, run_json, task_stats_json
+from webui.data import BadQuery, broken_json, credit_by_step, detail_json, int_arg, run_json, task_stats_json
 from webui.registry import NotFound
 from webui.views import blob_url, registry
 from webui.views.api import filter_options, list_page
@@ -97,6 +97,7 @@ def _player(episode_id: str) -> dict[str, Any]:
         if j["step"] is not None:
             by_step.setdefault(j["step"], []).append(j)
     d["step_judgements"] = by_step
+    d["step_credit"] = credit_by_step(reader.step_credit(episode_id))
     d["siblings"] = [e for e in reader.list_episodes(
         EpisodeFilter(run_id=summary.run_id, task_id=summary.task_id), limit=21).items
         if e.episode_id != episode_id][:20]

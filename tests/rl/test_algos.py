@@ -1,0 +1,250 @@
+"""Training modes beyond GRPO (rl/algos.py): GiGPO on stored rollouts, the critic, the horizon
+schedule, per-step credit in the store; a trainer run of ppo and of awr (offline, then online)."""
+
+import io
+import json
+import math
+
+import pytest
+import torch
+
+from guiagent.store import Store, StoreReader
+from guiagent.types import Click, Finish, Observation, Step, TaskSpec, Trajectory
+from rl.algos import Credit, horizon_at, parse_horizon_schedule, thumbnail
+from rl.checkpoint import TrainerState
+from rl.config import TrainConfig
+from rl.critic import TurnCritic
+from rl.rollout import RolloutResult, TrainTurn
+from tests.images import noise_png
+
+
+def _screen(seed: int, clock: int = 0) -> bytes:
+    """A flat 'screen' with a seeded block, and a 'clock' corner that changes with ``clock``."""
+    from PIL import Image, ImageDraw
+
+    im = Image.new("RGB", (320, 200), (240, 240, 240))
+    d = ImageDraw.Draw(im)
+    d.rectangle((20 + 40 * seed, 60, 60 + 40 * seed, 120), fill=(30, 30, 200))
+    d.rectangle((300, 2, 304 + clock % 4, 6), fill=(0, 0, 0))  # a few pixels: the status-bar clock
+    buf = io.BytesIO()
+    im.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _episode(eid: str, screens: list[bytes], rewards: list[float], group: str = "g") -> Trajectory:
+    steps = tuple(Step(i, Observation(png, 320, 200), Click(0.5, 0.5) if i < len(screens) - 1 else Finish("success"),
+                       reward=r, reward_parts={"task": r}, terminated=i == len(screens) - 1)
+                  for i, (png, r) in enumerate(zip(screens, rewards)))
+    return Trajectory(eid, TaskSpec("webapps", "settings_dark_theme", 1, "turn on the dark theme", 5), steps,
+                      success=float(sum(rewards) > 0), group_id=group)
+
+
+def _rollout(trajs: list[Trajectory]) -> RolloutResult:
+    turns = [TrainTurn(t.group_id, t.episode_id, s.index, None, (1, 2), (-0.5, -1.0 - s.index), s.reward, 0, True)
+             for t in trajs for s in t.steps]
+    return RolloutResult(trajectories=trajs, turns=turns)
+
+
+def test_horizon_schedule():
+    sched = parse_horizon_schedule("0:2,3:4,6:0")
+    assert [horizon_at(sched, i) for i in range(8)] == [2, 2, 2, 4, 4, 4, None, None]
+    assert horizon_at((), 5) is None
+    for bad in ("3:2", "0:2,0:3", "0-2", "0:-1"):
+        with pytest.raises(ValueError, match="--horizon-schedule"):
+            parse_horizon_schedule(bad)
+    with pytest.raises(ValueError, match="--horizon-schedule"):
+        TrainConfig(horizon_schedule="x")
+
+
+def test_gigpo_credit_from_anchor_states_is_stored_per_step(tmp_path):
+    s0, s1, s2 = _screen(0), _screen(1), _screen(2)
+    # both succeed; B takes a detour through s2 (the case GRPO gives no signal for)
+    a = _episode("A", [s0, s1], [0.0, 1.0])
+    b = _episode("B", [s0, s2, s1], [0.0, 0.0, 1.0])
+    store = Store.open(tmp_path / "run")
+    run = store.create_run("gigpo")
+    for t in (a, b):
+        store.write_trajectory(run, t)
+    cfg = TrainConfig(algo="gigpo", gamma=0.9, model="m")
+    turns, adv, stats = Credit(cfg, tmp_path, TrainerState()).batch(_rollout([a, b]), None, 3, store=store)
+    got = {(u.episode_id, u.step_index): float(x) for u, x in zip(turns, adv)}
+    assert got[("A", 0)] == pytest.approx(0.045, abs=1e-6) and got[("B", 0)] == pytest.approx(-0.045, abs=1e-6)
+    assert got[("A", 1)] == pytest.approx(0.0, abs=1e-6) and got[("B", 1)] == pytest.approx(0.0, abs=1e-6)
+    assert stats["anchor_shared"] == pytest.approx(4 / 5)
+    store.close()
+    credit = StoreReader(tmp_path / "run").step_credit("B")
+    assert [(c.index, c.iteration, c.algo) for c in credit] == [(0, 3, "gigpo"), (1, 3, "gigpo"), (2, 3, "gigpo")]
+    assert credit[0].advantage == pytest.approx(-0.045, abs=1e-6) and credit[0].value is None
+    assert credit[0].ret == pytest.approx(0.81) and credit[0].detail == {"anchor_group_size": 2}
+
+
+def test_gigpo_tolerant_match_joins_screens_that_differ_in_the_clock(tmp_path):
+    a = _episode("A", [_screen(0, clock=0), _screen(1)], [0.0, 1.0])
+    b = _episode("B", [_screen(0, clock=3), _screen(2), _screen(1)], [0.0, 0.0, 1.0])
+    assert a.steps[0].observation.screenshot != b.steps[0].observation.screenshot
+    exact = Credit(TrainConfig(algo="gigpo", gamma=0.9, model="m"), tmp_path, TrainerState())
+    turns, _, st = exact.batch(_rollout([a, b]), None, 0)
+    # the clock split the first screens apart: no anchor shared with another return, no signal, group dropped
+    assert turns == [] and st["groups_kept"] == 0.0
+    tolerant = Credit(TrainConfig(algo="gigpo", gamma=0.9, model="m", anchor_match="tolerant"), tmp_path,
+                      TrainerState())
+    turns, adv, st = tolerant.batch(_rollout([a, b]), None, 0)
+    got = {(u.episode_id, u.step_index): float(x) for u, x in zip(turns, adv)}
+    assert got[("A", 0)] == pytest.approx(0.045, abs=1e-6)
+    assert thumbnail(_screen(0)).shape == (64, 96)
+
+
+def test_per_task_normalisation_and_entropy_modulation_apply_on_top():
+    a = _episode("A", [_screen(0), _screen(1)], [0.0, 1.0], group="g1")
+    b = _episode("B", [_screen(0), _screen(2)], [0.0, 0.0], group="g1")
+    res = _rollout([a, b])
+    plain = Credit(TrainConfig(algo="grpo", model="m"), ".", TrainerState()).batch(res, None, 0)[1]
+    per_task = Credit(TrainConfig(algo="grpo", model="m", adv_norm="per-task"), ".", TrainerState()).batch(res, None, 0)[1]
+    assert float(per_task.mean()) == pytest.approx(0.0, abs=1e-6) and float(per_task.std()) == pytest.approx(1.0, abs=1e-4)
+    assert torch.equal(torch.sign(per_task), torch.sign(plain))
+    aem = Credit(TrainConfig(algo="grpo", model="m", entropy_modulation=0.5), ".", TrainerState()).batch(res, None, 0)[1]
+    assert torch.equal(torch.sign(aem), torch.sign(plain)) and not torch.allclose(aem, plain)
+
+
+def test_critic_fits_returns_and_round_trips_weights_only(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    feats = torch.randn(64, 16, generator=g)
+    returns = feats[:, 0].tanh()
+    critic = TurnCritic(lr=1e-2, epochs=30, clip_eps=None)
+    v0 = critic.values(feats)
+    m = critic.fit(feats, returns, v0)
+    assert m["explained_variance"] > 0.8 and math.isfinite(m["value_loss"])
+    critic.save(tmp_path)
+    again = TurnCritic()
+    assert again.load(tmp_path) and torch.allclose(again.values(feats), critic.values(feats))
+    assert not TurnCritic().load(tmp_path / "none")
+
+
+def test_turn_features_read_the_policys_last_prompt_state(tiny_model_dir):
+    from guiagent.policy.hf import load_transformers
+    from guiagent.policy.prompting import build_chat
+    from grounding import get_format
+    from rl.critic import turn_features
+
+    policy = load_transformers(tiny_model_dir)
+    fmt = get_format("json")
+    chats = [build_chat("open the settings", [], Observation(noise_png(64, 64, s), 64, 64), fmt) for s in (0, 1, 0)]
+    f = turn_features(policy, chats, micro_batch_size=2)
+    assert f.shape == (3, policy.model.config.text_config.hidden_size) and torch.isfinite(f).all()
+    assert torch.allclose(f[0], f[2], atol=1e-5) and not torch.allclose(f[0], f[1], atol=1e-5)
+    one = turn_features(policy, chats[1:2])
+    assert torch.allclose(one[0], f[1], atol=1e-4)  # left padding does not change a row
+
+
+def _demo_store(run_dir, n: int) -> list[str]:
+    store = Store.open(run_dir)
+    run = store.create_run("demos")
+    ids = []
+    for k in range(n):
+        t = _episode(f"demo-{k}", [_screen(0), _screen(1 + k % 2)], [0.0, 1.0], group=None)
+        store.write_trajectory(run, t)
+        ids.append(t.episode_id)
+    store.close()
+    return ids
+
+
+def test_awr_trains_offline_from_stored_runs_and_keeps_its_replay_buffer_in_checkpoints(tiny_model_dir, tmp_path):
+    from guiagent.policy.hf import load_transformers
+    from rl.agents import AgentSettings
+    from rl.trainer import train
+
+    demos = tmp_path / "demos"
+    _demo_store(demos, 3)
+    out = tmp_path / "awr"
+    cfg = TrainConfig(model=tiny_model_dir, algo="awr", tasks=("settings_dark_theme",), iterations=1,
+                      offline_iterations=2, data=(str(demos),), eval_episodes=0, max_new_tokens=8, out=str(out),
+                      replay_episodes=2, seed=1)
+    r = train(cfg)  # offline: no rollout, no env is started
+    assert r.last["replay"] == 3.0 and r.last["replay_turns"] >= 2 and math.isfinite(r.last["loss"])
+    assert math.isfinite(r.last["value_loss"]) and r.last["optimizer_steps"] == 1.0
+    ckpt = out / "checkpoint"
+    assert (ckpt / "critic.safetensors").is_file()
+    state_file = ckpt / "trainer_state.json"
+    raw = json.loads(state_file.read_text())
+    assert [eid for _, eid in raw["state"]["replay"]] == ["demo-0", "demo-1", "demo-2"]
+    raw["state"]["replay"] = raw["state"]["replay"][:2]  # the resumed run must take the buffer from here
+    state_file.write_text(json.dumps(raw))
+    saved_head = TurnCritic()
+    saved_head.load(ckpt)
+    r2 = train(TrainConfig(resume=str(out), iterations=2))
+    assert r2.iterations == 2 and r2.last["replay"] == 2.0
+
+    # online episodes join the buffer and are read back from the run's own store
+    policy = load_transformers(tiny_model_dir)
+    store = Store.open(tmp_path / "online")
+    run = store.create_run("awr")
+    online = _episode("online-0", [_screen(0), _screen(1)], [0.0, 1.0], group="g")
+    store.write_trajectory(run, online)
+    state = TrainerState(replay=[[str(demos.resolve()), "demo-0"]])
+    credit = Credit(TrainConfig(algo="awr", model="m", replay_episodes=2), tmp_path / "online", state,
+                    AgentSettings.load(tiny_model_dir) or AgentSettings())
+    turns, w, stats = credit.batch(RolloutResult(trajectories=[online]), policy, 0, store=store)
+    assert [p[1] for p in state.replay] == ["demo-0", "online-0"] and stats["replay"] == 2.0
+    assert len(turns) == 4 and (w > 0).all() and all(u.old_logprobs == (0.0,) * len(u.completion_ids) for u in turns)
+    assert credit.fit()["value_loss"] >= 0.0
+    store.close()
+    credit_rows = StoreReader(tmp_path / "online").step_credit("online-0")
+    assert len(credit_rows) == 2 and all(c.value is not None and "awr_weight" in c.detail for c in credit_rows)
+
+
+def test_ppo_credit_is_gae_over_the_critics_values_and_the_critic_fits_after(tiny_model_dir, tmp_path):
+    from guiagent.policy.hf import load_transformers
+    from guiagent.policy.prompting import build_chat
+    from grounding import get_format
+    from rl.advantages import gae
+
+    policy = load_transformers(tiny_model_dir)
+    fmt = get_format("json")
+    a = _episode("A", [_screen(0), _screen(1)], [0.0, 1.0])
+    b = _episode("B", [_screen(0), _screen(2), _screen(1)], [0.0, -0.1, 0.0])
+    turns = [TrainTurn(t.group_id, t.episode_id, s.index, build_chat(t.task.goal, t.steps[:s.index], s.observation, fmt),
+                       (1, 2), (-0.5, -1.0), s.reward, 0, True) for t in (a, b) for s in t.steps]
+    credit = Credit(TrainConfig(algo="ppo", model="m", gamma=0.9, gae_lambda=0.8, adv_norm="none"), tmp_path,
+                    TrainerState())
+    got, adv, _ = credit.batch(RolloutResult(trajectories=[a, b], turns=turns), policy, 0)
+    values = credit.critic.values(credit.critic.features(policy, [u.prompt for u in got])).double()
+    v = {(u.episode_id, u.step_index): float(x) for u, x in zip(got, values)}
+    for t in (a, b):  # the turn advantages are GAE over each episode's rewards and the critic's values
+        r = torch.tensor([[s.reward for s in t.steps]], dtype=torch.float64)
+        vv = torch.tensor([[v[(t.episode_id, s.index)] for s in t.steps]], dtype=torch.float64)
+        want, _ = gae(r, vv, torch.ones_like(r), gamma=0.9, lam=0.8)
+        mine = [float(x) for u, x in zip(got, adv) if u.episode_id == t.episode_id]
+        assert mine == pytest.approx(want[0].tolist(), abs=1e-4)
+    m = credit.fit()
+    assert math.isfinite(m["value_loss"]) and credit.fit() == {}  # fitted once per batch
+
+
+@pytest.mark.slow  # a trainer run on a browser (~30 s on an idle machine; minutes on a loaded one)
+@pytest.mark.browser
+def test_ppo_run_stores_credit_checkpoints_its_critic_and_follows_the_horizon(tiny_model_dir, tmp_path):
+    from rl.trainer import train
+
+    ppo = train(TrainConfig(model=tiny_model_dir, algo="ppo", tasks=("settings_dark_theme",), iterations=1,
+                            groups_per_iteration=1, group_size=2, slots=2, pool="inprocess", max_new_tokens=8,
+                            eval_episodes=0, horizon_schedule="0:2", out=str(tmp_path / "ppo"), seed=1))
+    assert (tmp_path / "ppo" / "checkpoint" / "critic.safetensors").is_file()
+    assert math.isfinite(ppo.last["value_loss"]) and ppo.last["episode_length"] <= 2  # the horizon schedule
+    reader = StoreReader(tmp_path / "ppo")
+    eps = reader.list_episodes().items
+    assert len(eps) == 2 and all(e.num_steps <= 2 for e in eps)
+    credit = reader.step_credit(eps[0].episode_id)
+    assert len(credit) == eps[0].num_steps
+    assert all(c.value is not None and c.ret is not None and c.algo == "ppo" for c in credit)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(algo="ppo", mode="semi-online", data=("x",)), "trains on online rollouts"),
+    (dict(algo="awr", entropy_modulation=0.5), "entropy-modulation"),
+    (dict(algo="awr", kl_coef=0.1), "kl-coef"),
+    (dict(algo="grpo", offline_iterations=1), "offline-iterations"),
+    (dict(algo="ppo", gae_lambda=1.5), "gae-lambda"),
+    (dict(algo="gigpo", anchor_tolerance=1.0), "anchor-tolerance"),
+])
+def test_config_rejects_combinations_that_cannot_work(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(model="m", **kwargs)
