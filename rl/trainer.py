@@ -200,7 +200,8 @@ class Trainer:
             torch.manual_seed(cfg.seed)  # the tiny model's initialisation, when the warm start builds one
             model_dir = cfg.model or warm_start(out, env=cfg.env, tasks=self.tasks, demos=cfg.warm_start_demos,
                                                 steps=cfg.warm_start_steps, seed=cfg.seed,
-                                                max_pixels=TINY_MAX_PIXELS, threads=cfg.threads or None)
+                                                max_pixels=TINY_MAX_PIXELS, threads=cfg.threads or None,
+                                                demos_from=cfg.data)
             self.state.model_dir = model_dir
         if cfg.mode != "online" and not cfg.data:  # staged embedded default: replay the warm start's demos
             self.cfg = cfg = dataclasses.replace(cfg, data=(str(out / "demos"),))
@@ -468,9 +469,9 @@ class Trainer:
         log.info("best held-out success so far (%.1f%% at iteration %d): kept in %s", 100 * success, iteration, best)
 
     def _line(self, it: int, m: dict[str, float]) -> str:
-        upd = (f"loss {m['loss']:.4f} grad {m['grad_norm']:.3f}" if "loss" in m
-               else "no update: " + ("no completed episode" if not m.get("groups")
-                                     else "every group's episodes got equal rewards"))
+        from rl.batching import no_update_reason
+
+        upd = f"loss {m['loss']:.4f} grad {m['grad_norm']:.3f}" if "loss" in m else "no update: " + no_update_reason(m)
         alarms = " ".join(k.split("/", 1)[1].upper() for k in m if k.startswith("alarm/"))
         ent = f" entropy {m['entropy']:.2f}" if "entropy" in m else ""
         aborted = f" aborted {int(m['aborted'])}" if m.get("aborted") else ""
