@@ -88,7 +88,8 @@ def no_update_reason(m: dict[str, float]) -> str:
     return "; ".join(reasons) or "no completed episode"
 
 
-def rollout_metrics(result: Any) -> dict[str, float]:
+def rollout_metrics(result: Any, suites: Any = ()) -> dict[str, float]:
+    """The rollout's metrics; ``suites``: a mixed run's suites, each also measured on its own."""
     trajs = [t for t in result.trajectories if t.status == "completed"]
     steps = [s for t in trajs for s in t.steps]
     m: dict[str, float] = {
@@ -101,7 +102,29 @@ def rollout_metrics(result: Any) -> dict[str, float]:
     }
     for name in sorted({k for s in steps for k in s.reward_parts}):
         m[f"reward/{name}"] = sum(s.reward_parts.get(name, 0.0) for s in steps) / max(len(trajs), 1)
+    m.update(suite_metrics(result.trajectories, suites))
     lps = [lp for u in result.turns for lp in u.old_logprobs]
     if lps:  # −E[log π(a)] over sampled tokens: a Monte-Carlo estimate of the policy's entropy
         m["entropy"] = -sum(lps) / len(lps)
+    return m
+
+
+def suite_metrics(trajectories: Any, suites: Any) -> dict[str, float]:
+    """A mixed run's metrics per suite (``suite/<name>/episodes``, ``aborted``, and with completed
+    episodes ``success_rate`` and ``reward_mean``); nothing for a run over one suite."""
+    if len(suites) < 2:
+        return {}
+    by: dict[str, list[Any]] = {s: [] for s in suites}
+    for t in trajectories:
+        # an episode aborted at its reset carries the run's env and the qualified task id
+        suite = t.task.suite if "," not in t.task.suite else t.task.task_id.partition(".")[0]
+        by.setdefault(suite, []).append(t)
+    m: dict[str, float] = {}
+    for suite, ts in by.items():
+        done = [t for t in ts if t.status == "completed"]
+        m[f"suite/{suite}/episodes"] = float(len(done))
+        m[f"suite/{suite}/aborted"] = float(len(ts) - len(done))
+        if done:
+            m[f"suite/{suite}/success_rate"] = sum(t.success for t in done) / len(done)
+            m[f"suite/{suite}/reward_mean"] = sum(t.total_reward for t in done) / len(done)
     return m

@@ -166,7 +166,7 @@ def resolve_env(cfg: EvalConfig) -> tuple[str, tuple[str, ...]]:
 def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalResult:
     """Run the evaluation; ``policy`` overrides the one ``cfg`` names (e.g. a model already in memory),
     ``pool`` an env pool to run on (left open) instead of a fresh in-process one."""
-    from emulators.pool import InProcessPool
+    from emulators.pool_mixed import open_pool
     from emulators.suites import get_suite
     from guiagent.config import check_model_path, validate_out_dir
     from guiagent.store import Store
@@ -189,7 +189,7 @@ def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalRe
     progress = _Progress(cfg.episodes, per_task)
     own_pool = pool is None
     if own_pool:
-        pool = InProcessPool(env_name, num_slots=cfg.slots, device_options=dict(cfg.device))
+        pool = open_pool(env_name, slots=cfg.slots, device_options=cfg.device)
     try:
         with _closing_run(store, run_id):
             res = run_rollout(pool, policy, episode_plan(ids, cfg.episodes, cfg.seed, cfg.max_steps),

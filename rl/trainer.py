@@ -37,7 +37,7 @@ import torch
 from rl.checkpoint import (
     TrainerState, find_checkpoint, load_checkpoint, load_config, save_checkpoint, save_config,
 )
-from rl.config import TINY_MAX_PIXELS, TRAIN_SEED_RANGE, WARM_START_TASKS, TrainConfig
+from rl.config import TINY_MAX_PIXELS, TRAIN_SEED_RANGE, WARM_START_TASKS, TrainConfig, sample_tasks
 from judge.settings import make_judge
 from rl.loggers import make_loggers
 from rl.optim import build_optimizer, estimate_memory_for
@@ -108,6 +108,8 @@ def resolve_tasks(cfg: TrainConfig) -> list[str]:
         return list(cfg.tasks)
     if cfg.env == "webapps":
         return [t for t in WARM_START_TASKS if t in ids]
+    if "," in cfg.env:  # a mixed run: webapps' share is its fixed-layout family too
+        return [t for t in ids if not t.startswith("webapps.") or t.removeprefix("webapps.") in WARM_START_TASKS]
     return ids
 
 
@@ -282,17 +284,11 @@ class Trainer:
         return self.pool
 
     def _make_pool(self) -> Any:
-        cfg = self.cfg
-        if cfg.pool == "ray":
-            from emulators.pool import RayEnvPool
+        from emulators.pool_mixed import open_pool
 
-            per = max(1, math.ceil(cfg.slots / cfg.workers))
-            return RayEnvPool(cfg.env, num_workers=cfg.workers, envs_per_worker=per, address=cfg.ray_address,
-                              device_options=dict(cfg.device), worker_resources=dict(cfg.worker_resources))
-        from emulators.pool import InProcessPool
-
-        return InProcessPool(cfg.env, num_slots=cfg.slots, device_options=dict(cfg.device))
-
+        cfg = self.cfg  # one pool, or one per suite of a mixed --env (each placed where it can run)
+        return open_pool(cfg.env, kind=cfg.pool, slots=cfg.slots, workers=cfg.workers, device_options=cfg.device,
+                         worker_resources=cfg.worker_resources, ray_address=cfg.ray_address)
 
     # ---- the loop -------------------------------------------------------------------------------
 
@@ -315,7 +311,7 @@ class Trainer:
             return self._replay(rng)
         result = None
         for rnd in range(max(1, cfg.max_sampling_rounds) if cfg.min_informative_groups else 1):
-            picks = [rng.choice(self.tasks) for _ in range(cfg.groups_per_iteration)]
+            picks = sample_tasks(rng, self.tasks, cfg.groups_per_iteration, cfg.env_weights)
             seeds = [rng.randrange(TRAIN_SEED_RANGE) for _ in picks]
             more = run_rollout(self.env_pool(), self.sampler, make_groups(picks, seeds, cfg.group_size,
                                                                     tag=f"i{iteration}r{rnd}"),
@@ -354,7 +350,7 @@ class Trainer:
             result = self.async_rollout.get()
         else:
             result = self.produce(it)
-        metrics = rollout_metrics(result)
+        metrics = rollout_metrics(result, suites=[e for e in cfg.env.split(",") if e] if "," in cfg.env else ())
         if self.is_semi_online(it):
             turns, adv, adv_stats = self._semi_online_batch(result, metrics)
         else:  # the judge's weighted score is already a stored reward part of the last step
