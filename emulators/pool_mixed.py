@@ -9,7 +9,8 @@ in that slot), so the rollout may put any task in any free slot.
 :func:`open_pool` builds the pools of a run: in this process, or Ray actors per suite, where a Ray
 custom resource named after a suite (``--worker-resources androidworld 1``) goes to that suite's
 workers only, so AndroidWorld workers land on the KVM hosts that advertise it while browser
-workers run anywhere; other resources go to every worker.
+workers run anywhere; other resources go to every worker. Device options work the same way:
+``androidworld.farm PATH`` goes to the androidworld suite only, ``headless false`` to every suite.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from emulators.pool_types import ActionRequest, EnvOutput, PoolRequestError, Res
 from emulators.suites.mixed import split_env, split_task
 from guiagent.types import Action
 
-__all__ = ["MixedPool", "open_pool", "suite_resources"]
+__all__ = ["MixedPool", "open_pool", "suite_resources", "suite_options"]
 
 
 class MixedPool:
@@ -101,6 +102,20 @@ def suite_resources(suite: str, suites: Sequence[str], resources: Mapping[str, f
     return {k: v for k, v in resources.items() if k not in suites or k == suite}
 
 
+def suite_options(suite: str, suites: Sequence[str], options: Mapping[str, Any]) -> dict[str, Any]:
+    """The device options of ``suite`` in a run over ``suites``: ``<suite>.<key>`` keys for that suite
+    only (``androidworld.farm``), unprefixed keys for every suite."""
+    out: dict[str, Any] = {}
+    for k, v in options.items():
+        prefix, sep, key = k.partition(".")
+        if sep and prefix in suites:
+            if prefix == suite:
+                out[key] = v
+        else:
+            out.setdefault(k, v)
+    return out
+
+
 def open_pool(env: str, *, kind: str = "inprocess", slots: int = 1, workers: int = 1,
               device_options: Mapping[str, str] | None = None, worker_resources: Mapping[str, float] | None = None,
               ray_address: str | None = None) -> Any:
@@ -114,9 +129,9 @@ def open_pool(env: str, *, kind: str = "inprocess", slots: int = 1, workers: int
         if kind == "ray":
             per = max(1, math.ceil(slots / workers))
             return RayEnvPool(suite, num_workers=workers, envs_per_worker=per, address=ray_address,
-                              device_options=device_options,
+                              device_options=suite_options(suite, names, device_options),
                               worker_resources=suite_resources(suite, names, worker_resources))
-        return InProcessPool(suite, num_slots=slots, device_options=device_options)
+        return InProcessPool(suite, num_slots=slots, device_options=suite_options(suite, names, device_options))
 
     if len(names) == 1:
         return one(names[0])

@@ -60,12 +60,13 @@ def check_android(cfg) -> None:
     import math
 
     from emulators.android.preflight import AndroidSetupError, check_androidworld
+    from emulators.pool_mixed import suite_options
     from guiagent.cli._common import CLIError
 
     slots = cfg.workers * math.ceil(cfg.slots / cfg.workers) if cfg.pool == "ray" else cfg.slots
     try:
-        check_androidworld(env=cfg.env, model=cfg.model, data=cfg.data, resume=cfg.resume, device=cfg.device,
-                           slots=slots)
+        check_androidworld(env=cfg.env, model=cfg.model, data=cfg.data, resume=cfg.resume, slots=slots,
+                           device=suite_options("androidworld", suite_names(cfg.env), cfg.device))
     except AndroidSetupError as e:
         raise CLIError(str(e)) from None
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from emulators.pool_mixed import MixedPool, suite_resources
+from emulators.pool_mixed import MixedPool, suite_options, suite_resources
 from emulators.pool_types import ActionRequest, PoolRequestError, ResetRequest
 from emulators.suites import get_suite
 from emulators.suites.mixed import MixedSuite, split_env, split_task
@@ -49,6 +49,9 @@ def test_suite_resources_go_to_their_suites_workers_only():
     res = {"androidworld": 1.0, "big_mem": 0.5}
     assert suite_resources("androidworld", suites, res) == {"androidworld": 1.0, "big_mem": 0.5}
     assert suite_resources("webapps", suites, res) == {"big_mem": 0.5}
+    opts = {"androidworld.farm": "runs/farm/endpoints.json", "headless": "true", "webapps.chromium_path": "/c"}
+    assert suite_options("androidworld", suites, opts) == {"farm": "runs/farm/endpoints.json", "headless": "true"}
+    assert suite_options("webapps", suites, opts) == {"headless": "true", "chromium_path": "/c"}
 
 
 def test_per_suite_metrics_and_charts():
@@ -97,6 +100,7 @@ def test_mixed_pool_routes_slots_to_their_suites_pools():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_a_mixed_run_trains_and_shows_per_suite_curves(tiny_model_dir, tmp_path):
     """A tiny-budget webapps+miniwob run: metrics per suite in the store, and per-suite charts in the web UI."""
     from guiagent.store import StoreReader
@@ -107,7 +111,7 @@ def test_a_mixed_run_trains_and_shows_per_suite_curves(tiny_model_dir, tmp_path)
     result = train(TrainConfig(env="webapps,miniwob", model=tiny_model_dir, tasks=("webapps.go_home",
                                                                                      "miniwob.click-button"),
                                env_weights={"webapps": 1.0, "miniwob": 1.0}, groups_per_iteration=2, group_size=2,
-                               slots=2, pool="inprocess", iterations=2, eval_episodes=2, max_new_tokens=8,
+                               slots=2, pool="inprocess", iterations=2, eval_episodes=0, max_new_tokens=4,
                                out=str(out), seed=1))
     assert result.iterations == 2
     reader = StoreReader(out)

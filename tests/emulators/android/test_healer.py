@@ -5,9 +5,7 @@ the Docker SDK against a fake Docker Engine API on 127.0.0.1."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+import socket
 import threading
 from concurrent import futures
 
@@ -23,7 +21,7 @@ from emulators.android.grpc import load_protos  # noqa: E402
 from emulators.android.healer import DockerFarmEngine, FarmHealer  # noqa: E402
 from emulators.android.health import grpc_probe, probe_with_deadline  # noqa: E402
 
-from .conftest import ROOT  # noqa: E402
+from guiagent.cli.main import main as cli_main  # noqa: E402
 from .fake_docker import FakeDockerEngine  # noqa: E402
 from .test_grpc import FakeEmulator  # noqa: E402
 
@@ -158,28 +156,29 @@ def test_healer_replaces_a_container_a_restart_does_not_heal(emulators, engine, 
     healer.engine.close()
 
 
-def test_cli_heal_once_through_the_docker_sdk(emulators, engine, tmp_path):
+def test_cli_heal_once_through_the_docker_sdk(emulators, engine, tmp_path, capsys):
     servicers, endpoints = emulators
     path = write_farm(tmp_path, endpoints)
     servicers[1].healthy.clear()
-    proc = subprocess.run([sys.executable, "-m", "guiagent", "farm", "heal", "--once", "--json", "--endpoints",
-                           str(path), "--docker-host", engine.url, "--deadline-s", str(DEADLINE),
-                           "--restart-wait-s", "5"], capture_output=True, text=True, cwd=ROOT, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["restarted"] == ["emulator-1"] and sorted(out["healthy"]) == ["emulator-0", "emulator-2"]
-    assert "emulator-1 unhealthy (grpc: getScreenshot" in proc.stderr
+    rc = cli_main(["farm", "heal", "--once", "--json", "--endpoints", str(path), "--docker-host", engine.url,
+                   "--deadline-s", str(DEADLINE), "--restart-wait-s", "5"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["restarted"] == ["emulator-1"] and sorted(report["healthy"]) == ["emulator-0", "emulator-2"]
+    assert out.splitlines()[0] == "farm heal: 2 healthy; 0 leased; restarted emulator-1"
+    assert "emulator-1 unhealthy (grpc: getScreenshot" in err
 
 
-def test_cli_heal_without_an_engine_is_one_line(tmp_path):
+def test_cli_heal_without_an_engine_is_one_line(tmp_path, capsys):
     path = write_farm(tmp_path, [EmulatorEndpoint(0, "emulator-0", "127.0.0.1", 5554, 5555, 8554)])
-    with __import__("socket").socket() as s:
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
-    proc = subprocess.run([sys.executable, "-m", "guiagent", "farm", "heal", "--once", "--endpoints", str(path),
-                           "--docker-host", f"tcp://127.0.0.1:{dead}"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert proc.returncode == 1
-    assert proc.stderr.startswith(f"guiagent farm heal: no Docker engine reachable at tcp://127.0.0.1:{dead}")
-    assert len(proc.stderr.strip().splitlines()) == 1
+    rc = cli_main(["farm", "heal", "--once", "--endpoints", str(path), "--docker-host", f"tcp://127.0.0.1:{dead}"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert err.startswith(f"guiagent farm heal: no Docker engine reachable at tcp://127.0.0.1:{dead}")
+    assert len(err.strip().splitlines()) == 1
+    assert cli_main(["farm", "heal", "--once", "--endpoints", str(tmp_path / "none.json")]) == 1
+    assert capsys.readouterr().err.startswith(f"guiagent farm heal: no endpoints file at {tmp_path / 'none.json'}")
