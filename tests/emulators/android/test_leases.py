@@ -102,3 +102,46 @@ def test_a_killed_worker_returns_its_lease(tmp_path):
                        timeout=60)
     assert r.returncode == -9 and r.stdout.split() == ["emulator-5554"]
     assert farm.lease_from(farm.local_endpoints([5554, 5556]), tmp_path).endpoint.name == "emulator-5554"
+
+
+def test_snapshot_reset_through_the_real_adb_client(tmp_path, monkeypatch):
+    """Between episodes the device reloads its snapshot with ``adb emu avd snapshot load`` (the real
+    client, a private adb server, a fake emulator's adbd and console); a snapshot that does not load
+    is a device error that marks the emulator unhealthy when the slot lets it go."""
+    import shutil
+    import time
+
+    from emulators.base import DeviceError
+
+    from .conftest import free_port
+    from .fake_adbd import FakeAdbd, FakeConsole, free_emulator_adb_port
+
+    adb = shutil.which("adb")
+    port = free_emulator_adb_port()
+    if adb is None or port is None:
+        pytest.skip("needs the adb client and a free emulator port in 5555..5585")
+    adbd, console = FakeAdbd(port), FakeConsole(port - 1)
+    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(free_port()))
+    try:
+        subprocess.run([adb, "start-server"], capture_output=True, timeout=30, check=True)
+        deadline = time.monotonic() + 10
+        while f"{adbd.serial}\tdevice" not in subprocess.run([adb, "devices"], capture_output=True, text=True,
+                                                              timeout=30).stdout:
+            if time.monotonic() > deadline:
+                pytest.skip(f"the adb server did not list the fake {adbd.serial}")
+            time.sleep(0.1)
+        endpoints = farm.local_endpoints([port - 1])
+        device = AndroidWorldDevice(HangableEnv(port - 1), serial=adbd.serial, snapshot="guiagent_ready",
+                                    with_tree=False, settle_s=0)
+        device.lease, device.snapshot_reset = farm.lease_from(endpoints, tmp_path), True
+        device.reset()
+        assert console.commands[-1] == "avd snapshot load guiagent_ready" and device.aw_env.resets == 1
+        device.snapshot = "gone"
+        with pytest.raises(DeviceError, match=f"snapshot 'gone' did not load on {adbd.serial}: KO: snapshot gone"):
+            device.reset()
+        device.close()
+        assert "snapshot 'gone' did not load" in farm.unhealthy_marker(tmp_path, endpoints[0]).read_text()
+        assert farm.try_lease(endpoints[0], tmp_path) is not None  # released, though marked
+    finally:
+        subprocess.run([adb, "kill-server"], capture_output=True, timeout=30)
+        adbd.close(), console.close()
