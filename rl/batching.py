@@ -112,6 +112,7 @@ def rollout_metrics(result: Any, suites: Any = ()) -> dict[str, float]:
 def suite_metrics(trajectories: Any, suites: Any) -> dict[str, float]:
     """A mixed run's metrics per suite (``suite/<name>/episodes``, ``aborted``, and with completed
     episodes ``success_rate`` and ``reward_mean``); nothing for a run over one suite."""
+    suites = [s.strip() for s in suites if s.strip()]
     if len(suites) < 2:
         return {}
     by: dict[str, list[Any]] = {s: [] for s in suites}

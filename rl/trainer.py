@@ -350,7 +350,7 @@ class Trainer:
             result = self.async_rollout.get()
         else:
             result = self.produce(it)
-        metrics = rollout_metrics(result, suites=[e for e in cfg.env.split(",") if e] if "," in cfg.env else ())
+        metrics = rollout_metrics(result, suites=cfg.env.split(","))  # a mixed --env: also per suite
         if self.is_semi_online(it):
             turns, adv, adv_stats = self._semi_online_batch(result, metrics)
         else:  # the judge's weighted score is already a stored reward part of the last step

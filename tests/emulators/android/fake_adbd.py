@@ -42,6 +42,7 @@ class FakeAdbd:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", port))
         self.sock.listen(8)
+        self.conns: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -50,6 +51,7 @@ class FakeAdbd:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
+            self.conns.append(conn)
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
@@ -76,6 +78,12 @@ class FakeAdbd:
 
     def close(self) -> None:
         self.sock.close()
+        for conn in self.conns:  # the device goes away: the adb server drops its transport
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
 
 
 class FakeConsole:

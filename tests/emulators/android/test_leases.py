@@ -7,6 +7,7 @@ shape over android_env's FakeSimulator (the same stand-in as test_suite.py)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -121,12 +122,14 @@ def test_snapshot_reset_through_the_real_adb_client(tmp_path, monkeypatch):
     if adb is None or port is None:
         pytest.skip("needs the adb client and a free emulator port in 5555..5585")
     adbd, console = FakeAdbd(port), FakeConsole(port - 1)
-    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(free_port()))
+    # explicit: android_env's AdbController deletes ANDROID_ADB_SERVER_PORT from os.environ
+    env = {**os.environ, "ANDROID_ADB_SERVER_PORT": str(free_port())}
+    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", env["ANDROID_ADB_SERVER_PORT"])
     try:
-        subprocess.run([adb, "start-server"], capture_output=True, timeout=30, check=True)
+        subprocess.run([adb, "start-server"], env=env, capture_output=True, timeout=30, check=True)
         deadline = time.monotonic() + 10
-        while f"{adbd.serial}\tdevice" not in subprocess.run([adb, "devices"], capture_output=True, text=True,
-                                                              timeout=30).stdout:
+        while f"{adbd.serial}\tdevice" not in subprocess.run([adb, "devices"], env=env, capture_output=True,
+                                                              text=True, timeout=30).stdout:
             if time.monotonic() > deadline:
                 pytest.skip(f"the adb server did not list the fake {adbd.serial}")
             time.sleep(0.1)
@@ -143,5 +146,5 @@ def test_snapshot_reset_through_the_real_adb_client(tmp_path, monkeypatch):
         assert "snapshot 'gone' did not load" in farm.unhealthy_marker(tmp_path, endpoints[0]).read_text()
         assert farm.try_lease(endpoints[0], tmp_path) is not None  # released, though marked
     finally:
-        subprocess.run([adb, "kill-server"], capture_output=True, timeout=30)
         adbd.close(), console.close()
+        subprocess.run([adb, "kill-server"], env=env, capture_output=True, timeout=30)
