@@ -125,3 +125,24 @@ def test_a_mixed_run_trains_and_shows_per_suite_curves(tiny_model_dir, tmp_path)
     charts = {c["title"]: c["series"] for c in client.get(f"/api/runs/{key}/metrics").get_json()["charts"]}
     assert charts["Episodes by suite"] == ["suite/miniwob/aborted", "suite/miniwob/episodes",
                                            "suite/webapps/aborted", "suite/webapps/episodes"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_ray_places_each_suites_workers_by_its_resource():
+    """A local Ray whose node offers one ``miniwob`` resource: the miniwob workers take it, the
+    webapps workers do not ask for it (else one of them could not be placed)."""
+    ray = pytest.importorskip("ray")
+    from emulators.pool_mixed import open_pool
+
+    ray.init(num_cpus=2, resources={"miniwob": 1}, include_dashboard=False, log_to_driver=False)
+    try:
+        with open_pool("webapps,miniwob", kind="ray", slots=1, workers=1,
+                       worker_resources={"miniwob": 1}) as pool:
+            assert ray.available_resources().get("miniwob", 0.0) == 0.0  # held by the miniwob worker
+            outs = pool.reset([ResetRequest(0, "miniwob.click-button", 1)])
+            assert outs[0].worker_error is None and outs[0].spec.suite == "miniwob"
+            outs = pool.reset([ResetRequest(0, "webapps.go_home", 1)])
+            assert outs[0].worker_error is None and outs[0].spec.suite == "webapps"
+    finally:
+        ray.shutdown()
