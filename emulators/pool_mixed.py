@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from emulators.pool_types import ActionRequest, EnvOutput, PoolRequestError, ResetRequest
 from emulators.suites.mixed import split_env, split_task
 from guiagent.types import Action
 
-__all__ = ["MixedPool", "open_pool", "suite_resources", "suite_options"]
+__all__ = ["MixedPool", "open_pool", "suite_options", "suite_resources"]
 
 
 class MixedPool:
@@ -89,7 +90,7 @@ class MixedPool:
         for p in reversed(list(self.pools.values())):
             p.close()
 
-    def __enter__(self) -> "MixedPool":
+    def __enter__(self) -> MixedPool:
         return self
 
     def __exit__(self, *exc: object) -> None:

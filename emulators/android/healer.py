@@ -23,12 +23,18 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from emulators.android.farm import (
-    EmulatorEndpoint, FarmError, load_endpoints, mark_unhealthy, try_lease, unhealthy_marker,
+    EmulatorEndpoint,
+    FarmError,
+    load_endpoints,
+    mark_unhealthy,
+    try_lease,
+    unhealthy_marker,
 )
 from emulators.android.health import Probe, probe_with_deadline
 
@@ -127,7 +133,7 @@ class FarmHealer:
         self.restart_wait_s, self.poll_s, self.log = restart_wait_s, poll_s, log
 
     @classmethod
-    def for_farm(cls, endpoints_file: str | Path, docker_host: str | None = None, **kw: Any) -> "FarmHealer":
+    def for_farm(cls, endpoints_file: str | Path, docker_host: str | None = None, **kw: Any) -> FarmHealer:
         project = json.loads(Path(endpoints_file).read_text()).get("project", "guiagent-farm")
         return cls(endpoints_file, DockerFarmEngine(project, docker_host), **kw)
 

@@ -14,12 +14,12 @@ what failed (``grpc: getScreenshot at 127.0.0.1:8554: DEADLINE_EXCEEDED: ...``).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from emulators.android.farm import EmulatorEndpoint
 from emulators.base import ActionError, DeviceError
 
-__all__ = ["grpc_probe", "probe_with_deadline", "Probe"]
+__all__ = ["Probe", "grpc_probe", "probe_with_deadline"]
 
 Probe = Callable[[EmulatorEndpoint], "str | None"]
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from emulators.android import farm as farm_lib
 from emulators.android.farm import EmulatorEndpoint, FarmError
 
-__all__ = ["AndroidSetupError", "check_androidworld", "adb_states", "needs_model_message"]
+__all__ = ["AndroidSetupError", "adb_states", "check_androidworld", "needs_model_message"]
 
 START_HINT = ("start emulators with `guiagent farm up --emulators N` (docs/android.md) and pass "
               "--device farm runs/farm/endpoints.json")
@@ -42,7 +42,7 @@ def needs_model_message(env: str) -> str:
 def adb_states(adb: str, timeout_s: float = 30.0) -> dict[str, str]:
     """``adb devices`` as ``{serial: state}`` (starts the local adb server when none runs)."""
     try:
-        r = subprocess.run([adb, "devices"], capture_output=True, text=True, timeout=timeout_s)
+        r = subprocess.run([adb, "devices"], capture_output=True, text=True, check=False, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise AndroidSetupError(f"`{adb} devices` did not answer within {timeout_s:.0f} s "
                                 "(a hung adb server? try `adb kill-server`)") from None

@@ -16,7 +16,7 @@ from typing import Any
 from emulators.base import Device, Task
 from emulators.suites import Suite
 
-__all__ = ["MixedSuite", "split_env", "split_task", "qualify"]
+__all__ = ["MixedSuite", "qualify", "split_env", "split_task"]
 
 
 def split_env(env: str) -> list[str]:

@@ -13,8 +13,9 @@ import json
 import re
 import threading
 import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 API_VERSION = "1.43"
@@ -52,13 +53,13 @@ class FakeDockerEngine:
                     code, out = engine.handle(method, path, query, body)
                 self._send(code, out)
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 self._route("GET")
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 self._route("POST")
 
-            def do_DELETE(self) -> None:  # noqa: N802
+            def do_DELETE(self) -> None:
                 self._route("DELETE")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -99,7 +100,7 @@ class FakeDockerEngine:
         if method == "GET" and path == "/containers/json":
             filters = json.loads(query.get("filters", ["{}"])[0])
             labels = filters.get("label", [])
-            labels = list(labels) if isinstance(labels, list) else list(labels)  # list or {label: true}
+            labels = list(labels)  # a list, or a {label: true} map
             out = []
             for c in self.containers.values():
                 have = c["Config"]["Labels"]

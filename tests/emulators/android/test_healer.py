@@ -15,15 +15,15 @@ grpc = pytest.importorskip("grpc")
 pytest.importorskip("android_env")
 pytest.importorskip("docker")
 
-from emulators.android import farm  # noqa: E402
-from emulators.android.farm import EmulatorEndpoint, FarmError  # noqa: E402
-from emulators.android.grpc import load_protos  # noqa: E402
-from emulators.android.healer import DockerFarmEngine, FarmHealer  # noqa: E402
-from emulators.android.health import grpc_probe, probe_with_deadline  # noqa: E402
+from emulators.android import farm
+from emulators.android.farm import EmulatorEndpoint, FarmError
+from emulators.android.grpc import load_protos
+from emulators.android.healer import DockerFarmEngine, FarmHealer
+from emulators.android.health import grpc_probe, probe_with_deadline
+from guiagent.cli.main import main as cli_main
 
-from guiagent.cli.main import main as cli_main  # noqa: E402
-from .fake_docker import FakeDockerEngine  # noqa: E402
-from .test_grpc import FakeEmulator  # noqa: E402
+from .fake_docker import FakeDockerEngine
+from .test_grpc import FakeEmulator
 
 pb, pb_grpc = load_protos()
 DEADLINE = 0.4
@@ -37,7 +37,7 @@ class HangingEmulator(FakeEmulator):
         self.healthy = threading.Event()
         self.healthy.set()
 
-    def getScreenshot(self, request, context):  # noqa: N802
+    def getScreenshot(self, request, context):
         if not self.healthy.wait(timeout=5):
             context.abort(grpc.StatusCode.UNAVAILABLE, "still hung")
         return super().getScreenshot(request, context)

@@ -100,7 +100,7 @@ def test_a_killed_worker_returns_its_lease(tmp_path):
             "l = farm.lease_from(farm.local_endpoints([5554, 5556]), sys.argv[1]); print(l.endpoint.name, flush=True); "
             "os.kill(os.getpid(), 9)")  # dies holding it, as a killed Ray actor does
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(ROOT)], capture_output=True, text=True,
-                       timeout=60)
+                       check=False, timeout=60)
     assert r.returncode == -9 and r.stdout.split() == ["emulator-5554"]
     assert farm.lease_from(farm.local_endpoints([5554, 5556]), tmp_path).endpoint.name == "emulator-5554"
 
@@ -129,7 +129,7 @@ def test_snapshot_reset_through_the_real_adb_client(tmp_path, monkeypatch):
         subprocess.run([adb, "start-server"], env=env, capture_output=True, timeout=30, check=True)
         deadline = time.monotonic() + 10
         while f"{adbd.serial}\tdevice" not in subprocess.run([adb, "devices"], env=env, capture_output=True,
-                                                              text=True, timeout=30).stdout:
+                                                              text=True, check=False, timeout=30).stdout:
             if time.monotonic() > deadline:
                 pytest.skip(f"the adb server did not list the fake {adbd.serial}")
             time.sleep(0.1)
@@ -147,4 +147,4 @@ def test_snapshot_reset_through_the_real_adb_client(tmp_path, monkeypatch):
         assert farm.try_lease(endpoints[0], tmp_path) is not None  # released, though marked
     finally:
         adbd.close(), console.close()
-        subprocess.run([adb, "kill-server"], env=env, capture_output=True, timeout=30)
+        subprocess.run([adb, "kill-server"], env=env, capture_output=True, check=False, timeout=30)

@@ -38,7 +38,7 @@ def adb_server(monkeypatch):
     env = {**os.environ, "ANDROID_ADB_SERVER_PORT": str(port)}
     monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
     yield env
-    subprocess.run([ADB, "kill-server"], env=env, capture_output=True, timeout=30)
+    subprocess.run([ADB, "kill-server"], env=env, capture_output=True, check=False, timeout=30)
 
 
 @pytest.fixture()
@@ -63,7 +63,7 @@ def emulator(adb_server):
     import time
     deadline = time.monotonic() + 10
     while f"{adbd.serial}\tdevice" not in subprocess.run([ADB, "devices"], env=adb_server, capture_output=True,
-                                                          text=True, timeout=30).stdout:
+                                                          text=True, check=False, timeout=30).stdout:
         if time.monotonic() > deadline:
             pytest.skip(f"the adb server did not list the fake {adbd.serial}")
         time.sleep(0.1)
@@ -145,7 +145,7 @@ def test_everything_but_android_world_through_the_cli(tmp_path, emulator, adb_se
     proc = subprocess.run([sys.executable, "-m", "guiagent", "train", "--env", "androidworld", "--model", "org/model",
                            "--pool", "inprocess", "--slots", "1", "--device", "console_port", str(console),
                            "grpc_port", str(grpc_port), "--out", str(out)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          capture_output=True, text=True, cwd=tmp_path, check=False, timeout=300,
                           env={**adb_server, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("guiagent train: androidworld suite needs the android_world package (not on PyPI; "
