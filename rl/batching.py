@@ -11,7 +11,7 @@ import torch
 
 from rl.config import TrainConfig
 
-__all__ = ["compute_advantages", "rollout_metrics"]
+__all__ = ["compute_advantages", "rollout_metrics", "no_update_reason"]
 
 
 def compute_advantages(cfg: TrainConfig, result: Any) -> tuple[list[Any], torch.Tensor, dict[str, float]]:
@@ -23,8 +23,9 @@ def compute_advantages(cfg: TrainConfig, result: Any) -> tuple[list[Any], torch.
     )
 
     trajs = [t for t in result.trajectories if t.status == "completed" and t.group_id]
+    short = _groups_short_by_aborts(result.trajectories)
     if not trajs:
-        return [], torch.zeros(0), {"groups_kept": 0.0}
+        return [], torch.zeros(0), {"groups_kept": 0.0, "groups_short": float(short)}
     gids = {g: i for i, g in enumerate(sorted({t.group_id for t in trajs}))}
     ep_reward = torch.tensor([t.total_reward for t in trajs], dtype=torch.float64)
     ep_group = torch.tensor([gids[t.group_id] for t in trajs])
@@ -52,12 +53,43 @@ def compute_advantages(cfg: TrainConfig, result: Any) -> tuple[list[Any], torch.
         grp = torch.tensor([gids[u.group_id] for u in turns])
         idx = torch.tensor([u.step_index for u in turns])
         adv = step_group_advantages(rets, grp, idx, normalize_std=normalize).float()
-    stats = {"groups_kept": float(len({trajs[i].group_id for i in range(len(trajs)) if keep[i]})),
-             "groups": float(len(gids))}
+    kept_groups = {trajs[i].group_id for i in range(len(trajs)) if keep[i]}
+    sizes = {g: sum(t.group_id == g for t in trajs) for g in gids}
+    stats = {"groups_kept": float(len(kept_groups)), "groups": float(len(gids)),
+             # groups of >= 2 completed episodes left out because their rewards were equal
+             "groups_equal": float(sum(1 for g, n in sizes.items() if n >= 2 and g not in kept_groups)),
+             # groups that aborted episodes left with fewer than 2 completed ones: nothing to compare
+             "groups_short": float(short)}
     return turns, adv, stats
 
 
-def rollout_metrics(result: Any) -> dict[str, float]:
+def _groups_short_by_aborts(trajectories: Any) -> int:
+    completed: dict[str, int] = {}
+    aborted: set[str] = set()
+    for t in trajectories:
+        if t.group_id:
+            completed[t.group_id] = completed.get(t.group_id, 0) + (t.status == "completed")
+            if t.status == "aborted":
+                aborted.add(t.group_id)
+    return sum(1 for g in aborted if completed[g] < 2)
+
+
+def no_update_reason(m: dict[str, float]) -> str:
+    """Why an iteration made no update, from its metrics: aborted episodes are named as such,
+    never counted among the groups whose episodes got equal rewards."""
+    reasons = []
+    aborted, short = int(m.get("aborted", 0)), int(m.get("groups_short", 0))
+    if aborted:
+        left = f", leaving {short} group(s) with fewer than 2 completed episodes" if short else ""
+        reasons.append(f"{aborted} episode(s) aborted{left}")
+    equal = int(m.get("groups_equal", 0))
+    if equal:
+        reasons.append(f"{equal} group(s) got equal rewards")
+    return "; ".join(reasons) or "no completed episode"
+
+
+def rollout_metrics(result: Any, suites: Any = ()) -> dict[str, float]:
+    """The rollout's metrics; ``suites``: a mixed run's suites, each also measured on its own."""
     trajs = [t for t in result.trajectories if t.status == "completed"]
     steps = [s for t in trajs for s in t.steps]
     m: dict[str, float] = {
@@ -70,7 +102,30 @@ def rollout_metrics(result: Any) -> dict[str, float]:
     }
     for name in sorted({k for s in steps for k in s.reward_parts}):
         m[f"reward/{name}"] = sum(s.reward_parts.get(name, 0.0) for s in steps) / max(len(trajs), 1)
+    m.update(suite_metrics(result.trajectories, suites))
     lps = [lp for u in result.turns for lp in u.old_logprobs]
     if lps:  # −E[log π(a)] over sampled tokens: a Monte-Carlo estimate of the policy's entropy
         m["entropy"] = -sum(lps) / len(lps)
+    return m
+
+
+def suite_metrics(trajectories: Any, suites: Any) -> dict[str, float]:
+    """A mixed run's metrics per suite (``suite/<name>/episodes``, ``aborted``, and with completed
+    episodes ``success_rate`` and ``reward_mean``); nothing for a run over one suite."""
+    suites = [s.strip() for s in suites if s.strip()]
+    if len(suites) < 2:
+        return {}
+    by: dict[str, list[Any]] = {s: [] for s in suites}
+    for t in trajectories:
+        # an episode aborted at its reset carries the run's env and the qualified task id
+        suite = t.task.suite if "," not in t.task.suite else t.task.task_id.partition(".")[0]
+        by.setdefault(suite, []).append(t)
+    m: dict[str, float] = {}
+    for suite, ts in by.items():
+        done = [t for t in ts if t.status == "completed"]
+        m[f"suite/{suite}/episodes"] = float(len(done))
+        m[f"suite/{suite}/aborted"] = float(len(ts) - len(done))
+        if done:
+            m[f"suite/{suite}/success_rate"] = sum(t.success for t in done) / len(done)
+            m[f"suite/{suite}/reward_mean"] = sum(t.total_reward for t in done) / len(done)
     return m

@@ -15,7 +15,8 @@ from judge.settings import JudgeSettings
 from rl.advantages import SemiOnlineRewardConfig
 from rl.semi_online import MatchConfig, PatchConfig
 
-__all__ = ["TrainConfig", "SemiOnlineSettings", "TRAIN_SEED_RANGE", "TINY_MAX_PIXELS", "WARM_START_TASKS"]
+__all__ = ["TrainConfig", "SemiOnlineSettings", "TRAIN_SEED_RANGE", "TINY_MAX_PIXELS", "WARM_START_TASKS",
+           "sample_tasks"]
 
 #: tasks whose targets sit at fixed places for every seed: what a tiny model trained from
 #: scratch on CPU can learn (docs/training.md, "Learning checks"), so the embedded default trains on them
@@ -60,7 +61,11 @@ class TrainConfig:
     """Online RL on a suite: GRPO / Dr. GRPO with PPO-clip updates."""
 
     env: str = "webapps"
-    """suite: webapps, miniwob or androidworld"""
+    """suite: webapps, miniwob or androidworld; several, comma-separated (webapps,miniwob), for one run
+    over a mixed fleet whose tasks read <suite>.<task> (e.g. --tasks webapps.open_app miniwob.click-button)"""
+    env_weights: dict[str, float] = field(default_factory=dict)
+    """mixed --env: sampling weight of each suite's tasks (e.g. --env-weights webapps 2 miniwob 1; default:
+    every task equally likely)"""
     mode: Literal["auto", "online", "semi-online", "mixed", "staged"] = "auto"
     """online: episodes on live envs; semi-online: recorded episodes (--data) replayed with the
     policy's own replies in the history and a patch step on mismatches (no device during rollouts);
@@ -300,5 +305,22 @@ class TrainConfig:
         for name in ("max_parse_error_rate", "max_kl_ref", "min_entropy"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0 (0 turns it off)")
+        suites = [e.strip() for e in self.env.split(",")]
+        for name, w in self.env_weights.items():
+            if name not in suites or not w > 0:
+                raise ValueError(f"--env-weights {name} {w}: weights are positive and name suites of --env {self.env}")
         if self.loss_agg == "":
             self.loss_agg = "seq_mean_token_sum_norm" if self.algo == "dr_grpo" else "token_mean"
+
+
+def sample_tasks(rng, tasks, n: int, weights=None) -> list[str]:
+    """``n`` tasks drawn from ``tasks``: uniformly, or (``weights``: suite -> weight, a mixed run whose
+    tasks read ``<suite>.<task>``) a suite by its weight (1 when not given), then a task of it."""
+    if not weights:
+        return [rng.choice(tasks) for _ in range(n)]
+    by_suite: dict[str, list[str]] = {}
+    for t in tasks:
+        by_suite.setdefault(t.partition(".")[0], []).append(t)
+    names = list(by_suite)
+    w = [float(weights.get(s, 1.0)) for s in names]
+    return [rng.choice(by_suite[rng.choices(names, w)[0]]) for _ in range(n)]

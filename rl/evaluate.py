@@ -166,7 +166,7 @@ def resolve_env(cfg: EvalConfig) -> tuple[str, tuple[str, ...]]:
 def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalResult:
     """Run the evaluation; ``policy`` overrides the one ``cfg`` names (e.g. a model already in memory),
     ``pool`` an env pool to run on (left open) instead of a fresh in-process one."""
-    from emulators.pool import InProcessPool
+    from emulators.pool_mixed import open_pool
     from emulators.suites import get_suite
     from guiagent.config import check_model_path, validate_out_dir
     from guiagent.store import Store
@@ -189,7 +189,7 @@ def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalRe
     progress = _Progress(cfg.episodes, per_task)
     own_pool = pool is None
     if own_pool:
-        pool = InProcessPool(env_name, num_slots=cfg.slots, device_options=dict(cfg.device))
+        pool = open_pool(env_name, slots=cfg.slots, device_options=cfg.device)
     try:
         with _closing_run(store, run_id):
             res = run_rollout(pool, policy, episode_plan(ids, cfg.episodes, cfg.seed, cfg.max_steps),
@@ -276,11 +276,20 @@ class _Progress:
         self.bar.close()
 
 
+def _has_oracles(env: str, tasks: list[str]) -> bool:
+    from emulators.suites import get_suite
+
+    suite = get_suite(env)
+    return any(getattr(suite.task_class(t), "has_oracle", True) for t in tasks)
+
+
 def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int, seed: int,
-               max_pixels: int, threads: int | None = None) -> str:
+               max_pixels: int, threads: int | None = None, demos_from: tuple[str, ...] = ()) -> str:
     """A tiny model, SFT on ``demos`` oracle episodes of ``tasks`` (training seeds): the RL warm start.
 
-    Returns the SFT model folder (``out/sft``); a finished warm start in ``out`` is reused.
+    Tasks without oracles (AndroidWorld) are warm-started from the recorded episodes of
+    ``demos_from`` (run directories) instead. Returns the SFT model folder (``out/sft``); a
+    finished warm start in ``out`` is reused.
     """
     import sys
 
@@ -292,17 +301,26 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
     sft_dir = out / "sft"
     if (sft_dir / "config.json").is_file():
         return str(sft_dir)
+    demo_dirs = [str(out / "demos")]
+    oracles = _has_oracles(env, tasks)
+    if not oracles and not demos_from:
+        raise KeyError(f"{env} tasks have no scripted solvers to warm-start from: give --model, or --data "
+                       "RUN_DIR with recorded demonstrations")
     base = out / "base"
     log.info("warm start: building a tiny model in %s", base)
     build_tiny_model(TinyModelSpec(size="tiny", seed=seed, max_pixels=max_pixels), base)
-    demo_dir = out / "demos"
-    log.info("warm start: recording %d oracle episodes of %d tasks", demos, len(tasks))
-    run_eval(EvalConfig(env=env, agent="oracle", episodes=demos, out=str(demo_dir), tasks=tuple(tasks),
-                        seed=seed, name="warm-start demos"))
+    if not oracles:
+        demo_dirs = list(demos_from)
+        log.info("warm start: %s has no scripted solvers; SFT on the recorded episodes of %s", env,
+                 ", ".join(demo_dirs))
+    else:
+        log.info("warm start: recording %d oracle episodes of %d tasks", demos, len(tasks))
+        run_eval(EvalConfig(env=env, agent="oracle", episodes=demos, out=demo_dirs[0], tasks=tuple(tasks),
+                            seed=seed, name="warm-start demos"))
     settings = AgentSettings(system_prompt=COMPACT_JSON_PROMPT)
     policy = load_transformers(str(base), threads=threads)
     sft_cfg = SFTConfig(steps=steps, seed=seed)
-    examples = load_examples(load_trajectories([str(demo_dir)]), policy, settings.format(),
+    examples = load_examples(load_trajectories(demo_dirs), policy, settings.format(),
                              settings.prompt_config(), sft_cfg)
     log.info("warm start: SFT on %d examples for %d steps", len(examples), sft_cfg.steps)
     figs = train_sft(policy, examples, sft_cfg, out_dir=str(sft_dir), progress=sys.stderr.isatty(),

@@ -37,7 +37,7 @@ import torch
 from rl.checkpoint import (
     TrainerState, find_checkpoint, load_checkpoint, load_config, save_checkpoint, save_config,
 )
-from rl.config import TINY_MAX_PIXELS, TRAIN_SEED_RANGE, WARM_START_TASKS, TrainConfig
+from rl.config import TINY_MAX_PIXELS, TRAIN_SEED_RANGE, WARM_START_TASKS, TrainConfig, sample_tasks
 from judge.settings import make_judge
 from rl.loggers import make_loggers
 from rl.optim import build_optimizer, estimate_memory_for
@@ -108,6 +108,8 @@ def resolve_tasks(cfg: TrainConfig) -> list[str]:
         return list(cfg.tasks)
     if cfg.env == "webapps":
         return [t for t in WARM_START_TASKS if t in ids]
+    if "," in cfg.env:  # a mixed run: webapps' share is its fixed-layout family too
+        return [t for t in ids if not t.startswith("webapps.") or t.removeprefix("webapps.") in WARM_START_TASKS]
     return ids
 
 
@@ -200,7 +202,8 @@ class Trainer:
             torch.manual_seed(cfg.seed)  # the tiny model's initialisation, when the warm start builds one
             model_dir = cfg.model or warm_start(out, env=cfg.env, tasks=self.tasks, demos=cfg.warm_start_demos,
                                                 steps=cfg.warm_start_steps, seed=cfg.seed,
-                                                max_pixels=TINY_MAX_PIXELS, threads=cfg.threads or None)
+                                                max_pixels=TINY_MAX_PIXELS, threads=cfg.threads or None,
+                                                demos_from=cfg.data)
             self.state.model_dir = model_dir
         if cfg.mode != "online" and not cfg.data:  # staged embedded default: replay the warm start's demos
             self.cfg = cfg = dataclasses.replace(cfg, data=(str(out / "demos"),))
@@ -288,17 +291,11 @@ class Trainer:
         return self.pool
 
     def _make_pool(self) -> Any:
-        cfg = self.cfg
-        if cfg.pool == "ray":
-            from emulators.pool import RayEnvPool
+        from emulators.pool_mixed import open_pool
 
-            per = max(1, math.ceil(cfg.slots / cfg.workers))
-            return RayEnvPool(cfg.env, num_workers=cfg.workers, envs_per_worker=per, address=cfg.ray_address,
-                              device_options=dict(cfg.device), worker_resources=dict(cfg.worker_resources))
-        from emulators.pool import InProcessPool
-
-        return InProcessPool(cfg.env, num_slots=cfg.slots, device_options=dict(cfg.device))
-
+        cfg = self.cfg  # one pool, or one per suite of a mixed --env (each placed where it can run)
+        return open_pool(cfg.env, kind=cfg.pool, slots=cfg.slots, workers=cfg.workers, device_options=cfg.device,
+                         worker_resources=cfg.worker_resources, ray_address=cfg.ray_address)
 
     # ---- the loop -------------------------------------------------------------------------------
 
@@ -328,7 +325,7 @@ class Trainer:
             return RolloutResult()
         result = None
         for rnd in range(max(1, cfg.max_sampling_rounds) if cfg.min_informative_groups else 1):
-            picks = [rng.choice(self.tasks) for _ in range(cfg.groups_per_iteration)]
+            picks = sample_tasks(rng, self.tasks, cfg.groups_per_iteration, cfg.env_weights)
             seeds = [rng.randrange(TRAIN_SEED_RANGE) for _ in picks]
             more = run_rollout(self.env_pool(), self.sampler, make_groups(picks, seeds, cfg.group_size,
                                                                     max_steps=self.credit.max_steps(iteration),
@@ -368,7 +365,7 @@ class Trainer:
             result = self.async_rollout.get()
         else:
             result = self.produce(it)
-        metrics = rollout_metrics(result)
+        metrics = rollout_metrics(result, suites=cfg.env.split(","))  # a mixed --env: also per suite
         if self.is_semi_online(it):
             turns, adv, adv_stats = self._semi_online_batch(result, metrics)
         else:  # the judge's weighted score is already a stored reward part of the last step
@@ -484,9 +481,9 @@ class Trainer:
         log.info("best held-out success so far (%.1f%% at iteration %d): kept in %s", 100 * success, iteration, best)
 
     def _line(self, it: int, m: dict[str, float]) -> str:
-        upd = (f"loss {m['loss']:.4f} grad {m['grad_norm']:.3f}" if "loss" in m
-               else "no update: " + ("no completed episode" if not m.get("groups")
-                                     else "every group's episodes got equal rewards"))
+        from rl.batching import no_update_reason
+
+        upd = f"loss {m['loss']:.4f} grad {m['grad_norm']:.3f}" if "loss" in m else "no update: " + no_update_reason(m)
         alarms = " ".join(k.split("/", 1)[1].upper() for k in m if k.startswith("alarm/"))
         ent = f" entropy {m['entropy']:.2f}" if "entropy" in m else ""
         aborted = f" aborted {int(m['aborted'])}" if m.get("aborted") else ""

@@ -149,6 +149,10 @@ def task_stats_json(stats: tuple[TaskStats, ...]) -> list[dict[str, Any]]:
 
 #: (chart title, pattern over metric names), first match wins; the rest get one chart each
 _CHART_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # a mixed fleet's per-suite metrics (suite/<name>/...): one curve per suite
+    ("Success rate by suite", re.compile(r"^suite/[^/]+/(eval_)?success", re.I)),
+    ("Reward by suite", re.compile(r"^suite/[^/]+/reward", re.I)),
+    ("Episodes by suite", re.compile(r"^suite/[^/]+/(episodes|aborted)$", re.I)),
     ("Success rate", re.compile(r"success", re.I)),
     ("Reward components", re.compile(r"^(rewards?|returns?)([/._:-]|$)", re.I)),
     ("Episode length", re.compile(r"(length|num_steps|steps_per_episode|ep_len)", re.I)),

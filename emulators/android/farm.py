@@ -32,7 +32,8 @@ import yaml
 
 __all__ = ["FarmSpec", "EmulatorEndpoint", "EndpointStatus", "FarmError", "render_compose", "endpoints_for",
            "write_endpoints", "load_endpoints", "find_compose", "check_engine", "up", "down", "status",
-           "probe", "connect_adb", "connect_device", "EndpointLease", "lease_endpoint", "restart_hook"]
+           "probe", "connect_adb", "connect_device", "EndpointLease", "lease_endpoint", "lease_from", "try_lease",
+           "local_endpoints", "default_lock_dir", "mark_unhealthy", "unhealthy_marker", "restart_hook"]
 
 #: ports inside every emulator container (docker/emulator/entrypoint.sh forwards them)
 CONSOLE_PORT, ADB_PORT, GRPC_PORT = 5554, 5555, 8554
@@ -378,10 +379,11 @@ def connect_device(endpoint: EmulatorEndpoint, *, transport: str = "grpc", adb_p
 
 
 class EndpointLease:
-    """An exclusive claim on one farm emulator, held as an ``flock`` on a file beside ``endpoints.json``.
+    """An exclusive claim on one emulator, held as an ``flock`` on ``<lock dir>/<name>.lock``.
 
     The kernel drops the lock when the holder exits or crashes, so a dead rollout worker
-    never strands an emulator. ``release()`` is idempotent.
+    never strands an emulator. ``release()`` is idempotent; ``mark_unhealthy(why)`` leaves a
+    marker beside the lock that later leases skip until the farm's healer has restarted it.
     """
 
     def __init__(self, endpoint: EmulatorEndpoint, fd: int, path: Path):
@@ -395,36 +397,107 @@ class EndpointLease:
             os.close(self._fd)
             self._fd = -1
 
+    def mark_unhealthy(self, why: str) -> None:
+        mark_unhealthy(self.path.parent, self.endpoint, why)
+
     @property
     def held(self) -> bool:
         return self._fd >= 0
 
 
-def lease_endpoint(endpoints_file: str | Path) -> EndpointLease:
+def unhealthy_marker(lock_dir: str | Path, endpoint: EmulatorEndpoint) -> Path:
+    return Path(lock_dir) / f"{endpoint.name}.unhealthy"
+
+
+def mark_unhealthy(lock_dir: str | Path, endpoint: EmulatorEndpoint, why: str) -> None:
+    """Leave ``<name>.unhealthy`` (one line: why) so leases skip the emulator until it is healed."""
+    path = unhealthy_marker(lock_dir, endpoint)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(" ".join(why.split())[:300] + "\n")
+
+
+def try_lease(endpoint: EmulatorEndpoint, lock_dir: str | Path) -> EndpointLease | None:
+    """The lease of ``endpoint`` when nobody holds it, else ``None`` (never waits)."""
+    import fcntl
+
+    lock_dir = Path(lock_dir)
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    path = lock_dir / f"{endpoint.name}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return EndpointLease(endpoint, fd, path)
+
+
+def lease_from(endpoints: Sequence[EmulatorEndpoint], lock_dir: str | Path, *,
+               probe: Callable[[EmulatorEndpoint], str | None] | None = None, what: str = "the list") -> EndpointLease:
+    """Claim the first free, healthy emulator of ``endpoints``; locks live in ``lock_dir``.
+
+    Emulators marked unhealthy are skipped. With ``probe`` (``None`` when the device answers,
+    else why not, e.g. :func:`emulators.android.health.grpc_probe`) a candidate is checked after it
+    is claimed; one that fails is marked unhealthy, released and the next one tried. Raises
+    :class:`FarmError` (one line) when none is left.
+    """
+    taken = unhealthy = 0
+    for ep in endpoints:
+        if unhealthy_marker(lock_dir, ep).exists():
+            unhealthy += 1
+            continue
+        lease = try_lease(ep, lock_dir)
+        if lease is None:
+            taken += 1
+            continue
+        why = probe(ep) if probe is not None else None
+        if why is None:
+            return lease
+        lease.mark_unhealthy(why)
+        lease.release()
+        unhealthy += 1
+    n = len(endpoints)
+    raise FarmError(f"no emulator left to lease in {what}: {taken} of {n} leased, {unhealthy} unhealthy "
+                    "(one emulator per slot: start more, run fewer slots, or run `guiagent farm heal`)")
+
+
+def lease_endpoint(endpoints_file: str | Path, *,
+                   probe: Callable[[EmulatorEndpoint], str | None] | None = None) -> EndpointLease:
     """Claim the first free emulator of the farm described by ``endpoints_file`` (same host only).
 
     Lets identical workers (e.g. a Ray pool whose actors all get the same options) each take
     their own emulator. Raises :class:`FarmError` when every emulator is taken.
     """
-    import fcntl
-
     endpoints_file = Path(endpoints_file)
     endpoints = load_endpoints(endpoints_file)
-    lock_dir = endpoints_file.parent / "leases"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    for ep in endpoints:
-        path = lock_dir / f"{ep.name}.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            continue
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        return EndpointLease(ep, fd, path)
-    raise FarmError(f"all {len(endpoints)} emulators of {endpoints_file} are leased; start more "
-                    "(guiagent farm up --emulators N) or run fewer workers")
+    return lease_from(endpoints, endpoints_file.parent / "leases", probe=probe, what=str(endpoints_file))
+
+
+def local_endpoints(console_ports: Sequence[int], grpc_ports: Sequence[int] | None = None,
+                    host: str = "127.0.0.1") -> list[EmulatorEndpoint]:
+    """Endpoints of emulators started by hand on this host, by console port.
+
+    gRPC ports default to the farm's pairing (``8554 + (console - 5554) / 2``)."""
+    if grpc_ports is not None and len(grpc_ports) != len(console_ports):
+        raise ValueError(f"{len(console_ports)} console ports but {len(grpc_ports)} gRPC ports")
+    out = []
+    for i, c in enumerate(console_ports):
+        if c % 2 or not 1024 <= c <= 65534:
+            raise ValueError(f"console port {c} is not an emulator console port (even, 5554, 5556, ...)")
+        g = grpc_ports[i] if grpc_ports is not None else 8554 + (c - 5554) // 2
+        out.append(EmulatorEndpoint(i, f"emulator-{c}", host, c, c + 1, g))
+    if len({e.console_port for e in out}) != len(out):
+        raise ValueError(f"console ports repeat in {list(console_ports)}: two slots would share an emulator")
+    return out
+
+
+def default_lock_dir() -> Path:
+    """Where leases of hand-started emulators (``console_ports``) live: one per host and user."""
+    import tempfile
+
+    return Path(os.environ.get("GUIAGENT_LEASE_DIR") or Path(tempfile.gettempdir()) / f"guiagent-leases-{os.getuid()}")
 
 
 def restart_hook(endpoint: EmulatorEndpoint, state_dir: str | Path, project: str, *,

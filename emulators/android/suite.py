@@ -33,9 +33,11 @@ from emulators.suites import Suite
 from guiagent.types import Action
 
 __all__ = ["AndroidWorldMissing", "AndroidWorldSuite", "AndroidWorldDevice", "wrap_task", "step_budget",
-           "SUITE", "MISSING_MESSAGE"]
+           "parse_console_ports", "SUITE", "MISSING_MESSAGE"]
 
-MISSING_MESSAGE = ("androidworld suite needs the android_world package: git clone "
+MISSING_MESSAGE = ("androidworld suite needs the android_world package (not on PyPI; it pins its own numpy "
+                   "and protobuf, so give it its own environment): python3.11 -m venv .venv-aw && "
+                   ". .venv-aw/bin/activate && bash scripts/setup.sh && git clone "
                    "https://github.com/google-research/android_world && pip install -e android_world "
                    "(see docs/android.md)")
 
@@ -86,9 +88,36 @@ class AndroidWorldDevice(AndroidDevice):
     def reset(self) -> None:
         self._size = None
         try:
+            if self.snapshot_reset:  # where tasks allow it: every episode from the same saved state
+                self.load_snapshot()
             self.aw_env.reset(go_home=self.home_on_reset)
         except Exception as e:  # noqa: BLE001 - android_world raises many kinds; the device is unusable
-            raise DeviceError(f"androidworld: reset failed: {type(e).__name__}: {e}") from None
+            self.failure = f"androidworld: reset failed: {type(e).__name__}: {e}"
+            raise DeviceError(self.failure) from None
+
+    def observe(self):
+        try:
+            return super().observe()
+        except DeviceError as e:
+            self.failure = str(e)
+            raise
+
+    def execute(self, action) -> None:
+        try:
+            super().execute(action)
+        except DeviceError as e:
+            self.failure = str(e)
+            raise
+
+    def load_snapshot(self) -> None:
+        """``adb emu avd snapshot load <snapshot>``; :class:`DeviceError` when it does not load."""
+        if not (self.serial and self.snapshot):
+            raise DeviceError("androidworld: no snapshot to load (serial and snapshot unset)")
+        proc = subprocess.run([self.adb_path, "-s", self.serial, "emu", "avd", "snapshot", "load", self.snapshot],
+                              capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0 or "KO" in proc.stdout:
+            raise DeviceError(f"androidworld: snapshot {self.snapshot!r} did not load on {self.serial}: "
+                              f"{' '.join((proc.stdout + proc.stderr).split())[:200]}")
 
     def recover(self) -> None:
         """Bring the emulator back to a clean state after a failed tear-down."""
@@ -103,7 +132,9 @@ class AndroidWorldDevice(AndroidDevice):
         raise DeviceError(f"androidworld: cannot recover {self.serial or 'the device'}: snapshot "
                           f"{self.snapshot!r} did not load and no restart hook is set")
 
-    lease: Any = None  # the farm EndpointLease this device holds, released on close
+    lease: Any = None  # the EndpointLease this device holds, released on close
+    failure: str | None = None  # the device error that broke it: its emulator is marked unhealthy on close
+    snapshot_reset: bool = False  # load the snapshot before every episode (tasks that start from it)
 
     def close(self) -> None:
         if not self._closed:
@@ -112,6 +143,8 @@ class AndroidWorldDevice(AndroidDevice):
                 self.aw_env.close()
             finally:
                 if self.lease is not None:
+                    if self.failure:  # the farm's healer restarts it; the slot's next lease takes a spare
+                        self.lease.mark_unhealthy(self.failure)
                     self.lease.release()
 
 
@@ -221,10 +254,23 @@ class AndroidWorldSuite(Suite):
     def make_device(self, *, console_port: int = 5554, grpc_port: int = 8554, adb_path: str | None = None,
                     emulator_setup: bool = False, freeze_datetime: bool = True, serial: str | None = None,
                     snapshot: str | None = "guiagent_ready", restart: Callable[[], None] | None = None,
-                    endpoint: Any = None, farm: str | None = None, **device_options: Any) -> Device:
-        """Attach to a running emulator by ``console_port``/``grpc_port``, a farm ``endpoint``, or
-        ``farm`` (a local farm's ``endpoints.json``: the first free emulator is leased for the
-        device's lifetime, so identical pool workers each get their own).
+                    endpoint: Any = None, farm: str | None = None, console_ports: Any = None,
+                    serials: Any = None, lease_dir: str | None = None, health_deadline_s: Any = None,
+                    snapshot_reset: Any = False, **device_options: Any) -> Device:
+        """Attach to a running emulator: one emulator per device, never shared.
+
+        * ``farm``: a local farm's ``endpoints.json``; the first free, healthy emulator is leased
+          for the device's lifetime (so identical pool workers each get their own);
+        * ``console_ports`` (``"5554,5556"``) or ``serials`` (``"emulator-5554,emulator-5556"``):
+          emulators started by hand on this host, leased the same way (locks under
+          ``lease_dir``, default one directory per host and user);
+        * ``endpoint``, or ``console_port``/``grpc_port``: that one emulator, not leased.
+
+        With ``health_deadline_s``, a leased candidate must answer a screenshot and an input
+        within that many seconds (:mod:`emulators.android.health`), else it is marked unhealthy
+        and the next one is tried. A device that fails with a device error marks its emulator
+        unhealthy when it is closed, so the slot's next device leases another one (a spare) while
+        ``guiagent farm heal`` restarts it. ``snapshot_reset``: load the snapshot before each episode.
 
         android_world reaches the emulator as ``emulator-<console_port>`` through the local adb
         server and its gRPC on ``localhost``, so the process must run on the farm host (with Ray:
@@ -232,24 +278,35 @@ class AndroidWorldSuite(Suite):
         ``emulator_setup=True`` installs and configures the task apps (once per fresh
         emulator; the farm image is provisioned with them already).
         """
+        from emulators.android import farm as farm_lib
+
+        probe = None
+        if health_deadline_s not in (None, "", 0, "0"):
+            from emulators.android.health import probe_with_deadline
+            probe = probe_with_deadline(float(health_deadline_s))
         lease = None
         if farm is not None:
-            from emulators.android import farm as farm_lib
-
-            lease = farm_lib.lease_endpoint(farm)
+            lease = farm_lib.lease_endpoint(farm, probe=probe)
             endpoint = lease.endpoint
             if restart is None:
                 import json
                 from pathlib import Path
                 project = json.loads(Path(farm).read_text()).get("project", "guiagent-farm")
                 restart = farm_lib.restart_hook(endpoint, Path(farm).parent, project)
+        elif console_ports is not None or serials is not None:
+            endpoints = farm_lib.local_endpoints(parse_console_ports(console_ports, serials))
+            lease = farm_lib.lease_from(endpoints, lease_dir or farm_lib.default_lock_dir(), probe=probe,
+                                        what=", ".join(e.name for e in endpoints))
+            endpoint = lease.endpoint
         try:
-            return self._attach(console_port, grpc_port, adb_path, emulator_setup, freeze_datetime, serial,
-                                snapshot, restart, endpoint, lease, device_options)
+            device = self._attach(console_port, grpc_port, adb_path, emulator_setup, freeze_datetime, serial,
+                                  snapshot, restart, endpoint, lease, device_options)
         except BaseException:
             if lease is not None:
                 lease.release()
             raise
+        device.snapshot_reset = str(snapshot_reset).lower() in ("1", "true", "yes")
+        return device
 
     def _attach(self, console_port, grpc_port, adb_path, emulator_setup, freeze_datetime, serial, snapshot,
                 restart, endpoint, lease, device_options) -> Device:
@@ -279,6 +336,29 @@ class AndroidWorldSuite(Suite):
                                     **device_options)
         device.lease = lease
         return device
+
+
+def parse_console_ports(console_ports: Any = None, serials: Any = None) -> list[int]:
+    """``"5554,5556"`` / ``[5554, 5556]`` or ``"emulator-5554,emulator-5556"`` -> ``[5554, 5556]``.
+
+    Raises ``ValueError`` (one line) for anything else: android_world reaches emulators through
+    the local adb server as ``emulator-<console port>``, so ``host:port`` serials do not work."""
+    def items(v: Any) -> list[str]:
+        return [p.strip() for p in (v.split(",") if isinstance(v, str) else map(str, v)) if p.strip()]
+
+    ports = []
+    for p in items(console_ports) if console_ports is not None else []:
+        if not p.isdigit():
+            raise ValueError(f"console_ports: {p!r} is not a port number (e.g. 5554,5556)")
+        ports.append(int(p))
+    for sname in items(serials) if serials is not None else []:
+        if not (sname.startswith("emulator-") and sname[9:].isdigit()):
+            raise ValueError(f"serials: {sname!r} is not a local emulator serial (emulator-5554, ...); "
+                             "AndroidWorld attaches through the local adb server")
+        ports.append(int(sname[9:]))
+    if not ports:
+        raise ValueError("console_ports/serials: no emulator given")
+    return ports
 
 
 def _use_local_forwarder_apk() -> None:

@@ -53,6 +53,14 @@ class Suite(ABC):
 
 
 def get_suite(name: str) -> Suite:
+    """The suite ``name`` names; ``"webapps,miniwob"``: a :class:`~emulators.suites.mixed.MixedSuite` of them."""
+    if "," in name:
+        from emulators.suites.mixed import MixedSuite, split_env
+
+        names = split_env(name)
+        if len(names) > 1:
+            return MixedSuite({n: get_suite(n) for n in names})
+        name = names[0] if names else name
     try:
         module = SUITE_MODULES[name]
     except KeyError:

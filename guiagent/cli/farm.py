@@ -7,6 +7,8 @@ Examples::
     guiagent farm up --emulators 8 --bind 0.0.0.0 --host farm1.lan   # serve other hosts
     guiagent farm status --json                          # containers + port probes
     guiagent farm status --endpoints runs/farm/endpoints.json        # a farm elsewhere, by address
+    guiagent farm heal                                   # every 30 s: restart or replace hung emulators
+    guiagent farm heal --once --json                     # one pass
     guiagent farm down
 """
 
@@ -19,7 +21,7 @@ from pathlib import Path
 from guiagent.cli._common import emit_json, log, validate_out_dir
 from guiagent.config import ConfigError, parse_config
 
-ACTIONS = ("up", "down", "status")
+ACTIONS = ("up", "down", "status", "heal")
 
 
 @dataclass
@@ -52,6 +54,14 @@ class FarmConfig:
     """Docker engine to use (DOCKER_HOST form, e.g. ssh://user@farm1); default: the local one"""
     timeout_s: float = 900.0
     """up: how long to wait for every emulator to boot"""
+    interval_s: float = 30.0
+    """heal: seconds between two passes of the healing loop"""
+    once: bool = False
+    """heal: one pass, then exit (non-zero when an emulator stays unhealthy)"""
+    deadline_s: float = 10.0
+    """heal: a healthy emulator answers a screenshot and an input within this many seconds each"""
+    restart_wait_s: float = 300.0
+    """heal: how long a restarted (then a replaced) emulator has to pass its probe"""
     dry_run: bool = False
     """up: print the rendered compose file and exit"""
     json: bool = False
@@ -60,8 +70,8 @@ class FarmConfig:
     def __post_init__(self) -> None:
         if self.emulators < 1:
             raise ValueError(f"--emulators must be >= 1, got {self.emulators}")
-        if self.timeout_s <= 0:
-            raise ValueError("--timeout-s must be positive")
+        if min(self.timeout_s, self.interval_s, self.deadline_s, self.restart_wait_s) <= 0:
+            raise ValueError("--timeout-s, --interval-s, --deadline-s and --restart-wait-s must be positive")
         if not (self.memory_gb > 0 and self.cpus > 0):
             raise ValueError(f"--memory-gb and --cpus must be positive, got {self.memory_gb} and {self.cpus}")
 
@@ -124,8 +134,10 @@ def main(argv: list[str]) -> int:
             if cfg.json:
                 emit_json({"project": spec.project, "stopped": True})
             return 0
-        # status
         path = Path(cfg.endpoints) if cfg.endpoints else state / "endpoints.json"
+        if action == "heal":
+            return _heal(cfg, path)
+        # status
         from_file = bool(cfg.endpoints) or path.is_file()
         endpoints = farm.load_endpoints(path) if from_file else farm.endpoints_for(spec)
         rows = farm.status(endpoints, compose_file=None if cfg.endpoints else state / "compose.yaml",
@@ -142,3 +154,23 @@ def main(argv: list[str]) -> int:
     except farm.FarmError as e:
         print(f"guiagent farm {action}: {e}", file=sys.stderr)
         return 1
+
+
+def _heal(cfg: FarmConfig, path: Path) -> int:
+    from emulators.android import farm
+    from emulators.android.healer import FarmHealer
+
+    farm.load_endpoints(path)  # one line when there is no farm there
+    healer = FarmHealer.for_farm(path, cfg.docker_host, deadline_s=cfg.deadline_s,
+                                 restart_wait_s=cfg.restart_wait_s, log=log)
+    try:
+        if not cfg.once:
+            healer.run(cfg.interval_s)
+            return 0
+        report = healer.check_once()
+        print(report.line())
+        if cfg.json:
+            emit_json(report.to_dict())
+        return 1 if report.failed else 0
+    finally:
+        healer.engine.close()

@@ -35,6 +35,8 @@ def preflight(cfg) -> None:
         if not (run_dir / "config.yaml").is_file():
             raise CLIError(f"--resume {cfg.resume}: holds no config.yaml (not a training run directory)")
         cfg = load_config(TrainConfig, run_dir, iterations=cfg.iterations, resume=str(run_dir), out=str(run_dir))
+    if "androidworld" in suite_names(cfg.env):  # the model, adb, the emulators, android_world: one line each
+        check_android(cfg)
     # in --mode semi-online, --tasks may name tasks of imported data that the suite lacks
     check_suite_tasks(cfg.env, cfg.tasks if cfg.mode != "semi-online" else ())
     if cfg.model and not cfg.resume:  # a resumed run continues from its own checkpoint
@@ -46,6 +48,27 @@ def preflight(cfg) -> None:
             raise CLIError(f"--data {d}: no trajectory store there (record one with guiagent eval --agent oracle "
                            "--out DIR, or import one with guiagent data import)")
     validate_out_dir(cfg.out)
+
+
+def suite_names(env: str) -> list[str]:
+    """The suites ``--env`` names: ``webapps``, ``guiagent/androidworld.X`` or ``webapps,miniwob``."""
+    return [e.strip().removeprefix("guiagent/").partition(".")[0] for e in env.split(",") if e.strip()]
+
+
+def check_android(cfg) -> None:
+    """What an AndroidWorld run needs (emulators.android.preflight), as a one-line CLIError."""
+    import math
+
+    from emulators.android.preflight import AndroidSetupError, check_androidworld
+    from emulators.pool_mixed import suite_options
+    from guiagent.cli._common import CLIError
+
+    slots = cfg.workers * math.ceil(cfg.slots / cfg.workers) if cfg.pool == "ray" else cfg.slots
+    try:
+        check_androidworld(env=cfg.env, model=cfg.model, data=cfg.data, resume=cfg.resume, slots=slots,
+                           device=suite_options("androidworld", suite_names(cfg.env), cfg.device))
+    except AndroidSetupError as e:
+        raise CLIError(str(e)) from None
 
 
 def main(argv: list[str]) -> int:

@@ -74,7 +74,38 @@ def test_compute_advantages_filters_zero_variance_groups(tiny_model_dir):
     kept, adv, stats = compute_advantages(TrainConfig(algo="dr_grpo"), res)
     assert [u.episode_id for u in kept] == ["a", "b"]
     assert adv.tolist() == pytest.approx([0.5, -0.5])
-    assert stats == {"groups_kept": 1.0, "groups": 2.0}
+    assert stats == {"groups_kept": 1.0, "groups": 2.0, "groups_equal": 1.0, "groups_short": 0.0}
+
+
+def test_aborted_episodes_are_reported_as_aborted_not_as_equal_rewards():
+    from guiagent.types import Click, Observation, Step, TaskSpec, Trajectory
+    from rl.batching import no_update_reason, rollout_metrics
+    from rl.rollout import RolloutResult, TrainTurn
+
+    obs, spec = Observation(b"x", 2, 2), TaskSpec("androidworld", "t", 0, "g")
+
+    def traj(eid, gid, r, status="completed"):
+        steps = (Step(0, obs, Click(0.5, 0.5), reward=r),) if status == "completed" else ()
+        return Trajectory(eid, spec, steps, status=status, group_id=gid,
+                          abort_reason=None if status == "completed" else "device error: grpc: DEADLINE_EXCEEDED")
+
+    # g1: one completed + one aborted; g2: both aborted; g3: two completed with equal rewards
+    trajs = [traj("a", "g1", 1.0), traj("b", "g1", 0, "aborted"), traj("c", "g2", 0, "aborted"),
+             traj("d", "g2", 0, "aborted"), traj("e", "g3", 0.0), traj("f", "g3", 0.0)]
+    turns = [TrainTurn(t.group_id, t.episode_id, 0, None, (1,), (-0.1,), 0.0, 0, True) for t in trajs if t.steps]
+    res = RolloutResult(trajectories=trajs, turns=turns, aborted=3)
+    kept, _, stats = compute_advantages(TrainConfig(), res)
+    assert kept == [] and stats["groups_short"] == 2.0 and stats["groups_equal"] == 1.0
+    m = {**rollout_metrics(res), **stats}
+    assert m["aborted"] == 3.0
+    assert no_update_reason(m) == ("3 episode(s) aborted, leaving 2 group(s) with fewer than 2 completed episodes; "
+                                   "1 group(s) got equal rewards")
+    only_aborted = RolloutResult(trajectories=trajs[1:4], aborted=3)
+    _, _, stats = compute_advantages(TrainConfig(), only_aborted)
+    reason = no_update_reason({**rollout_metrics(only_aborted), **stats})
+    assert reason == "3 episode(s) aborted, leaving 2 group(s) with fewer than 2 completed episodes"
+    assert "equal" not in reason
+    assert no_update_reason({"aborted": 0.0, "groups": 0.0}) == "no completed episode"
 
 
 def _train_cmd(out, *extra):

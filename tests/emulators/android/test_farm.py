@@ -221,7 +221,7 @@ def test_leases_give_each_worker_its_own_emulator(tmp_path):
     a = farm.lease_endpoint(path)
     b = farm.lease_endpoint(path)
     assert {a.endpoint.name, b.endpoint.name} == {"emulator-0", "emulator-1"}
-    with pytest.raises(FarmError, match="all 2 emulators .* are leased"):
+    with pytest.raises(FarmError, match="no emulator left to lease .*: 2 of 2 leased, 0 unhealthy"):
         farm.lease_endpoint(path)
     a.release()
     a.release()  # idempotent

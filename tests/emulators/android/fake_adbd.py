@@ -1,0 +1,142 @@
+"""A fake emulator for the real adb client. FakeAdbd: its adb daemon, a TCP listener on an emulator adb port (odd, 5555..5585) that answers
+the adb server's CNXN with a device banner, so the real adb server lists it as ``emulator-N device``.
+
+Nothing else of adbd is spoken (a shell or sync service would fail): enough for checks that ask
+``adb devices``, which is all a preflight does."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+
+A_CNXN = 0x4E584E43
+BANNER = b"device::ro.product.name=fake;ro.product.model=fake;ro.product.device=fake;features=shell_v2\0"
+
+
+def _packet(cmd: int, arg0: int, arg1: int, data: bytes) -> bytes:
+    return struct.pack("<6I", cmd, arg0, arg1, len(data), sum(data) & 0xFFFFFFFF, cmd ^ 0xFFFFFFFF) + data
+
+
+def free_emulator_adb_port() -> int | None:
+    for port in range(5585, 5555, -2):  # the adb server scans odd ports 5555..5585 for emulators
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        with socket.socket() as s:  # its console port (the even one below) must be free too
+            try:
+                s.bind(("127.0.0.1", port - 1))
+            except OSError:
+                continue
+        return port
+    return None
+
+
+class FakeAdbd:
+    def __init__(self, port: int):
+        self.port = port
+        self.serial = f"emulator-{port - 1}"
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(8)
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                while True:
+                    header = b""
+                    while len(header) < 24:
+                        chunk = conn.recv(24 - len(header))
+                        if not chunk:
+                            return
+                        header += chunk
+                    cmd, _, _, length, _, _ = struct.unpack("<6I", header)
+                    got = 0
+                    while got < length:
+                        chunk = conn.recv(length - got)
+                        if not chunk:
+                            return
+                        got += len(chunk)
+                    if cmd == A_CNXN:
+                        conn.sendall(_packet(A_CNXN, 0x01000001, 256 * 1024, BANNER))
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.conns:  # the device goes away: the adb server drops its transport
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+
+
+class FakeConsole:
+    """A fake emulator console on ``port`` (the even port below the adb one): the real ``adb emu ...``
+    connects to it, sends the command and ``quit``; ``snapshots`` names the snapshots that load."""
+
+    def __init__(self, port: int, snapshots: tuple[str, ...] = ("guiagent_ready",)):
+        self.port, self.snapshots = port, set(snapshots)
+        self.commands: list[str] = []
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(4)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _answer(self, command: str) -> bytes:
+        parts = command.split()
+        if parts[:1] == ["auth"]:
+            return b"OK\r\n"
+        if parts[:3] == ["avd", "snapshot", "load"]:
+            name = parts[3] if len(parts) > 3 else ""
+            return b"OK\r\n" if name in self.snapshots else f"KO: snapshot {name} not found\r\n".encode()
+        return b"KO: unknown command\r\n"
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            conn.sendall(b"Android Console: type 'help' for a list of commands\r\nOK\r\n")
+            buf = b""
+            while True:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    command = line.decode().strip()
+                    if command in ("quit", "exit"):
+                        conn.shutdown(socket.SHUT_RDWR)
+                        return
+                    self.commands.append(command)
+                    conn.sendall(self._answer(command))
+        except OSError:
+            return
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
