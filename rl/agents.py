@@ -153,9 +153,13 @@ class AgentSettings:
     """How a model is prompted and how its text is parsed."""
 
     action_format: str = "json"
+    """action format of the model's replies (json, uitars, uitars15, uitars2, qwen_mobile, qwen_computer, ...)"""
     coord_decimals: int = 2
+    """json format: decimals of normalised coordinates (2 = a 0-100 grid, which tiny models learn fastest)"""
     history_images: int = 1
+    """screenshots in the prompt, the current one included"""
     max_history: int = 10
+    """older steps summarised as text in the prompt"""
     system_prompt: str | None = None
     """replaces the format's system prompt (None: the format's own, generated from the action table)"""
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from guiagent.cli._common import check_model_path, check_run_dirs, emit_json, log, validate_out_dir
-from guiagent.config import parse_config
+from guiagent.config import Flat, parse_config
+from rl.agents import AgentSettings
 from rl.sft import SFTConfig
 
 
@@ -26,14 +27,9 @@ class SFTCommandConfig:
     """base model: a local folder or a hub id"""
     out: str = "runs/sft"
     """where the fine-tuned model is saved (loadable with the same from_pretrained path)"""
-    action_format: str = "json"
-    """action format of the targets (json, uitars, uitars15, qwen_mobile, qwen_computer)"""
-    coord_decimals: int = 2
-    """json format: decimals of normalised coordinates (2 = a 0-100 grid, which tiny models learn fastest)"""
-    history_images: int = 1
-    """screenshots in the prompt, the current one included"""
-    max_history: int = 10
-    """older steps summarised as text in the prompt"""
+    agent: Flat[AgentSettings] = field(default_factory=AgentSettings)
+    """how the model is prompted and its replies parsed (--action-format, --coord-decimals,
+    --history-images, --max-history, --system-prompt); saved beside the model"""
     compact_prompt: bool = False
     """a short system prompt instead of the format's full one (tiny models trained from scratch)"""
     tasks: tuple[str, ...] = ()
@@ -52,6 +48,8 @@ class SFTCommandConfig:
             raise ValueError("--data needs at least one run directory (e.g. from guiagent eval --agent oracle)")
         if not self.model:
             raise ValueError("--model needs a model folder or hub id (guiagent model init --out DIR makes one)")
+        if self.compact_prompt and self.agent.system_prompt is not None:
+            raise ValueError("--compact-prompt replaces the system prompt: give it or --system-prompt, not both")
 
 
 def main(argv: list[str]) -> int:
@@ -60,18 +58,19 @@ def main(argv: list[str]) -> int:
     check_model_path(cfg.model)
     validate_out_dir(cfg.out)
     from guiagent.policy import load_policy
-    from rl.agents import COMPACT_JSON_PROMPT, AgentSettings
+    import dataclasses
+
+    from rl.agents import COMPACT_JSON_PROMPT
     from rl.sft import load_examples, load_trajectories, train_sft
 
     trajs = load_trajectories(cfg.data, successful_only=not cfg.include_failures, tasks=cfg.tasks)
     log(f"sft: {len(trajs)} episodes from {', '.join(cfg.data)}")
     policy = load_policy(cfg.model, backend="transformers", threads=cfg.threads or None)
-    settings = AgentSettings(cfg.action_format, cfg.coord_decimals, cfg.history_images, cfg.max_history,
-                             COMPACT_JSON_PROMPT if cfg.compact_prompt else None)
+    settings = dataclasses.replace(cfg.agent, system_prompt=COMPACT_JSON_PROMPT) if cfg.compact_prompt else cfg.agent
     examples = load_examples(trajs, policy, settings.format(), settings.prompt_config(), cfg.train)
     log(f"sft: {len(examples)} examples; training {cfg.train.steps} steps")
     figures = train_sft(policy, examples, cfg.train, out_dir=cfg.out, settings=settings)
-    figures.update(out=cfg.out, episodes=len(trajs), action_format=cfg.action_format)
+    figures.update(out=cfg.out, episodes=len(trajs), action_format=settings.action_format)
     print(f"sft: loss {figures['loss_first']:.3f} -> {figures['loss_last']:.3f} over {figures['steps']} steps "
           f"({figures['examples']} examples, {figures['seconds']} s) -> {cfg.out}")
     if cfg.json:

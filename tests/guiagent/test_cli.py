@@ -292,3 +292,27 @@ def test_ui_on_a_busy_port_is_one_line(tmp_path, capsys):
         assert main(["ui", "--runs", str(tmp_path), "--port", str(port)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"guiagent ui: cannot listen on 127.0.0.1:{port}")
+
+
+def test_sft_takes_the_agent_settings_schema(tmp_path, capsys):
+    """`sft` nests AgentSettings: the settings saved beside the model are the command's own flags."""
+    from guiagent.cli.sft import SFTCommandConfig
+    from guiagent.config import ConfigError, parse_config
+    from rl.agents import AgentSettings
+
+    base = ["--data", str(tmp_path), "--model", str(tmp_path)]
+    cfg = parse_config(SFTCommandConfig, base + ["--action-format", "uitars", "--history-images", "2"])
+    assert cfg.agent == AgentSettings(action_format="uitars", history_images=2)
+    y = tmp_path / "s.yaml"
+    y.write_text(f"data: [{tmp_path}]\nmodel: {tmp_path}\nmax_history: 4\ncoord_decimals: 3\n")
+    assert parse_config(SFTCommandConfig, ["--config", str(y)]).agent == AgentSettings(coord_decimals=3,
+                                                                                      max_history=4)
+    with pytest.raises(ConfigError, match="unknown action format 'nope'"):
+        parse_config(SFTCommandConfig, base + ["--action-format", "nope"])
+    with pytest.raises((ConfigError, SystemExit)) as e:
+        parse_config(SFTCommandConfig, base + ["--compact-prompt", "--system-prompt", "hi"])
+    assert "--compact-prompt replaces the system prompt" in str(e.value) + capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_config(SFTCommandConfig, ["--help"])
+    out = capsys.readouterr().out
+    assert "screenshots in the prompt" in out and "--agent." not in out
