@@ -24,7 +24,9 @@ between two steps.
 
 At the end the store is checked: every requested episode is in it, completed or aborted
 (none left in progress), the completed ones with exactly the steps the driver saw, and every
-aborted one with its reason. Printed: one line per sample, then one JSON object (last stdout
+aborted one with its reason (20 completed episodes, a reservoir sample, are kept whole and compared
+step by step; of the others the driver keeps only id, status and length, so that its own bookkeeping does
+not grow the figures). Printed: one line per sample, then one JSON object (last stdout
 line) with the samples at start, middle and end, the fault counts and the checks. Exit code
 1 if an episode was lost or left unmarked, or a figure grew past ``--max-growth`` (default
 0.25: end more than 25 % above start, for memory and file descriptors; process count must be
@@ -36,11 +38,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import sqlite3
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -138,8 +142,19 @@ class FaultyRandom(RandomPolicy):
         self.worker_kills += 1
 
 
-def check_store(run_dir: Path, run_id: str, trajectories: list) -> dict[str, object]:
-    """Every episode the driver ran is in the store as the driver saw it; nothing in progress."""
+@dataclass(frozen=True)
+class _Kept:
+    episode_id: str
+    status: str
+    steps: int
+    abort_reason: str | None
+
+
+def check_store(run_dir: Path, run_id: str, kept: list[_Kept], spread: list) -> dict[str, object]:
+    """Every episode the driver ran is in the store as the driver saw it; nothing in progress.
+
+    ``spread``: whole trajectories (a sample) compared with the store step by step.
+    """
     con = sqlite3.connect(f"file:{run_dir / 'store.sqlite'}?mode=ro", uri=True)
     by_status = dict(con.execute("SELECT status, count(*) FROM episodes WHERE run_id=? GROUP BY status",
                                  (run_id,)).fetchall())
@@ -149,10 +164,8 @@ def check_store(run_dir: Path, run_id: str, trajectories: list) -> dict[str, obj
                                   "ON s.episode_pk = e.pk WHERE e.run_id=? AND e.status='completed' "
                                   "GROUP BY e.id", (run_id,)).fetchall())
     con.close()
-    completed = [t for t in trajectories if t.status == "completed"]
-    lost = [t.episode_id for t in completed if stored_len.get(t.episode_id) != len(t.steps)]
+    lost = [t.episode_id for t in kept if t.status == "completed" and stored_len.get(t.episode_id) != t.steps]
     reader = StoreReader(run_dir)
-    spread = completed[:: max(1, len(completed) // 20)]  # ~20 completed ones, compared step by step
     differing = [t.episode_id for t in spread if reader.load_trajectory(t.episode_id).steps != t.steps]
     reader.close()
     return {"completed": by_status.get("completed", 0), "aborted": by_status.get("aborted", 0),
@@ -188,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     store = Store.open(run_dir)
     run_id = store.create_run("soak", env="webapps", algo="eval", model="random")
     policy = FaultyRandom(pool, args, t0)
-    trajectories: list = []
+    kept: list[_Kept] = []
+    spread: list = []
+    pick = random.Random(args.seed)
     rounds = 0
     try:
         while time.monotonic() < deadline:
@@ -198,13 +213,20 @@ def main(argv: list[str] | None = None) -> int:
             if len(res.trajectories) != len(reqs):
                 print(f"round {rounds}: {len(reqs)} episodes requested, {len(res.trajectories)} came back",
                       file=sys.stderr)
-            trajectories += res.trajectories
+            # only what the final check needs: holding every screenshot would grow this process
+            kept += [_Kept(t.episode_id, t.status, len(t.steps), t.abort_reason) for t in res.trajectories]
+            completed = [t for t in res.trajectories if t.status == "completed"]
+            if completed:  # up to 20 completed episodes kept whole (a reservoir sample), compared step by step
+                if len(spread) < 20:
+                    spread.append(completed[0])
+                elif (j := pick.randrange(rounds + 1)) < 20:
+                    spread[j] = completed[0]
             rounds += 1
     finally:
         store.set_run_status(run_id, "finished")
         store.close()
         pool.close()
-    checks = check_store(run_dir, run_id, trajectories)
+    checks = check_store(run_dir, run_id, kept, spread)
     requested = rounds * args.episodes_per_round
     s = policy.samples
     if len(s) < 2:
@@ -213,12 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     start, middle, end = s[0], s[len(s) // 2], s[-1]
     growth = {k: round(end[k] / start[k] - 1, 3) for k in ("rss_mb", "pss_mb", "fds", "procs")}
     aborted_reasons: dict[str, int] = {}
-    for t in trajectories:
+    for t in kept:
         if t.status == "aborted":
             kind = ("worker died" if "worker died" in (t.abort_reason or "")
                     else "device error" if "device error" in (t.abort_reason or "") else "other")
             aborted_reasons[kind] = aborted_reasons.get(kind, 0) + 1
-    ok = (checks["completed"] + checks["aborted"] == requested == len(trajectories)
+    ok = (checks["completed"] + checks["aborted"] == requested == len(kept)
           and checks["in_progress"] == 0 and checks["aborted_without_reason"] == 0
           and checks["completed_lost_or_short"] == 0 and checks["differing"] == 0
           and growth["rss_mb"] <= args.max_growth and growth["pss_mb"] <= args.max_growth
