@@ -62,6 +62,9 @@ class TrainerState:
     best_iteration: int | None = None
     rollbacks: int = 0
     """how often a stability guard rolled the run back"""
+    data_cursor: int | None = None
+    """async: the data iteration to produce next; ahead of ``iteration`` by the results dropped
+    for lagging (None: a sync run, or an async one from before this field: ``iteration``)"""
 
 
 def checkpoint_dir(out: Path) -> Path:
