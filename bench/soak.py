@@ -207,16 +207,18 @@ def main(argv: list[str] | None = None) -> int:
     rounds = 0
     try:
         while time.monotonic() < deadline:
-            reqs = [EpisodeRequest(TASKS[i % len(TASKS)], 1_000_000 + rounds * args.episodes_per_round + i, "",
+            first = 1_000_000 + rounds * args.episodes_per_round  # held-out seeds, never repeated
+            reqs = [EpisodeRequest(TASKS[i % len(TASKS)], first + i, "",
                                    args.max_steps) for i in range(args.episodes_per_round)]
-            res = run_rollout(pool, policy, reqs, store=store, run_id=run_id, suite="webapps", keep_turns=False)
+            res = run_rollout(pool, policy, reqs, store=store, run_id=run_id, suite="webapps",
+                              keep_turns=False)
             if len(res.trajectories) != len(reqs):
                 print(f"round {rounds}: {len(reqs)} episodes requested, {len(res.trajectories)} came back",
                       file=sys.stderr)
             # only what the final check needs: holding every screenshot would grow this process
             kept += [_Kept(t.episode_id, t.status, len(t.steps), t.abort_reason) for t in res.trajectories]
             completed = [t for t in res.trajectories if t.status == "completed"]
-            if completed:  # up to 20 completed episodes kept whole (a reservoir sample), compared step by step
+            if completed:  # up to 20 kept whole (a reservoir sample), compared step by step
                 if len(spread) < 20:
                     spread.append(completed[0])
                 elif (j := pick.randrange(rounds + 1)) < 20:
@@ -230,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     requested = rounds * args.episodes_per_round
     s = policy.samples
     if len(s) < 2:
-        print(f"error: only {len(s)} sample(s) taken: run longer than --warmup + --sample-every", file=sys.stderr)
+        print(f"error: only {len(s)} sample(s) taken: run longer than --warmup + --sample-every",
+              file=sys.stderr)
         return 2
     start, middle, end = s[0], s[len(s) // 2], s[-1]
     growth = {k: round(end[k] / start[k] - 1, 3) for k in ("rss_mb", "pss_mb", "fds", "procs")}

@@ -23,7 +23,7 @@ Example::
         cluster.kill_node(cluster.node_of(pool.worker_nodes()[0]))
 
 Ray's node health check is tightened (``RAY_health_check_*``: a dead node is declared within
-about two seconds instead of Ray's default of about 30), so a lost node's actors are reported
+about 2.5 s instead of the ~20 s of Ray's defaults), so a lost node's actors are reported
 dead, and their replacements placed on the surviving nodes, within a batch call or two.
 """
 
@@ -47,9 +47,7 @@ log = logging.getLogger(__name__)
 
 #: how fast the GCS declares a silent node dead (Ray's defaults: 3 s x 5 failures after a 5 s delay)
 FAST_HEALTH_CHECK = {"RAY_health_check_initial_delay_ms": "5000", "RAY_health_check_period_ms": "1000",
-                     "RAY_health_check_timeout_ms": "2000", "RAY_health_check_failure_threshold": "3",
-                     # a raylet waits this long for its agents' ports (their imports are slow on a busy machine)
-                     "RAY_agent_register_timeout_ms": "120000"}
+                     "RAY_health_check_timeout_ms": "2000", "RAY_health_check_failure_threshold": "3"}
 
 
 class ClusterError(RuntimeError):
@@ -116,7 +114,8 @@ class LocalCluster:
         self.tag = uuid.uuid4().hex[:6]
         self.nodes: dict[str, ClusterNode] = {}
         self.address = ""
-        self._temp = Path(tempfile.mkdtemp(prefix="gac-", dir="/tmp"))  # short: Ray's socket paths are limited
+        # short: Ray's socket paths under it are limited to ~107 characters
+        self._temp = Path(tempfile.mkdtemp(prefix="gac-", dir="/tmp"))
         self._bridge: str | None = None
         self._keep_logs = False
         self._subnet = 16 + int(self.tag, 16) % 200  # 10.<subnet>.0.0/24, unlikely to clash
@@ -138,7 +137,8 @@ class LocalCluster:
                 ip = self._worker_ip(i)
                 ns = self._namespace(name, ip, i) if self.isolation == "netns" else None
                 for attempt in range(2):
-                    self._launch(name, ip, ns, [f"--address={self.address}", f"--num-cpus={self.cpus_per_worker}"])
+                    self._launch(name, ip, ns, [f"--address={self.address}",
+                                                f"--num-cpus={self.cpus_per_worker}"])
                     try:
                         self._wait_started(name)
                         break
@@ -231,8 +231,9 @@ class LocalCluster:
         ray_bin = str(Path(sys.executable).with_name("ray"))
         if not Path(ray_bin).exists():
             ray_bin = shutil.which("ray") or "ray"
-        cmd = [ray_bin, "start", "--block", f"--node-ip-address={ip}", f"--node-name={name}", "--disable-usage-stats",
-               f"--object-store-memory={self.object_store_mb * 2**20}", f"--temp-dir={self._temp / name}", *extra]
+        cmd = [ray_bin, "start", "--block", f"--node-ip-address={ip}", f"--node-name={name}",
+               "--disable-usage-stats", f"--object-store-memory={self.object_store_mb * 2**20}",
+               f"--temp-dir={self._temp / name}", *extra]
         if netns:
             cmd = ["ip", "netns", "exec", netns, *cmd]
         env = {**os.environ, "RAY_AUTH_MODE": "disabled", **FAST_HEALTH_CHECK}
@@ -240,7 +241,8 @@ class LocalCluster:
         # same socket file names
         (self._temp / name).mkdir(exist_ok=True)
         log_file = open(self._temp / f"{name}.log", "wb")
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
         log_file.close()
         self.nodes[name] = ClusterNode(name, ip, proc, netns)
 
@@ -250,7 +252,8 @@ class LocalCluster:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if not node.alive:
-                tail = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln and not ln[0].isspace()]
+                text = log_path.read_text(errors="replace")
+                tail = [ln for ln in text.splitlines() if ln and not ln[0].isspace()]
                 raise ClusterError(f"`ray start` of {name} exited ({node.proc.returncode}): "
                                    f"{' | '.join(tail[-2:])[-400:]} (logs in {self._temp})")
             if "block forever" in log_path.read_text(errors="replace"):

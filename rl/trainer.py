@@ -354,7 +354,7 @@ class Trainer:
             self.async_rollout.set_version(self.policy.version)
             result = self.async_rollout.get()
             data_it = self.async_rollout.cursor - 1
-            state.data_cursor = self.async_rollout.cursor  # saved with the checkpoint: a resume goes on from here
+            state.data_cursor = self.async_rollout.cursor  # checkpointed: a resume goes on from here
         else:
             result = self.produce(it)
         metrics = rollout_metrics(result)

@@ -11,7 +11,7 @@ What it does, printing each step:
 2. starts a :class:`~emulators.pool.RayEnvPool` of webapps envs on it, one actor per worker node
    (``scheduling_strategy="SPREAD"``), ``--envs-per-worker`` slots each;
 3. runs a rollout of the tasks' oracle, G=2 episodes per (task, seed), written to a real store; at
-   the ``--kill-at``-th policy call it SIGKILLs every process of the node that hosts actor 0
+   the ``--kill-at``-th policy call it SIGKILLs every process of the worker node hosting the first actor
    (raylet, agents, the actor, its Playwright and Chromium);
 4. checks: the rollout completed; the actor was recreated on a surviving node; the episodes that
    were running on the killed node are marked aborted in the store with the reason; every other
@@ -60,7 +60,8 @@ class NodeKillingOracle(OraclePolicy):
         self.calls += 1
         if self.calls == self.at:
             where = [self.cluster.node_of(n) for n in self.pool.worker_nodes()]
-            victim = next(w for w, name in enumerate(where) if name != "head")  # losing the head ends the cluster
+            # losing the head ends the cluster: the first actor on a worker node goes
+            victim = next(w for w, name in enumerate(where) if name != "head")
             self.killed_node = where[victim]
             per = self.pool.envs_per_worker
             self.in_flight = [c.slot for c in contexts if c.slot // per == victim]
@@ -89,7 +90,8 @@ def run_node_loss(*, nodes: int = 2, envs_per_worker: int = 2, isolation: str = 
             f"{nodes} worker nodes ({cluster.isolation}: "
             + ", ".join(f"{n.name} {n.ip}" for n in cluster.nodes.values() if n.name != "head") + ")")
         actors = nodes + (1 if head_cpus >= 2 else 0)
-        pool = RayEnvPool("webapps", num_workers=actors, envs_per_worker=envs_per_worker, address=cluster.address,
+        pool = RayEnvPool("webapps", num_workers=actors, envs_per_worker=envs_per_worker,
+                          address=cluster.address,
                           num_cpus_per_worker=1, scheduling_strategy="SPREAD", step_timeout_s=60,
                           start_timeout_s=180)
         before = [cluster.node_of(n) for n in pool.worker_nodes()]
@@ -105,8 +107,8 @@ def run_node_loss(*, nodes: int = 2, envs_per_worker: int = 2, isolation: str = 
         say(f"rollout done in {rollout_s:.1f} s: {len(res.trajectories)} episodes, {res.aborted} aborted; "
             f"actors now on {after}; {pool.replacements} replacement(s)")
         # the next iteration, on what is left of the cluster
-        res2 = run_rollout(pool, OraclePolicy(), make_groups(list(TASKS[:groups]), [4, 5, 6][:groups], group_size=2,
-                                                             tag="i1") if next_rollout else [],
+        nxt = make_groups(list(TASKS[:groups]), [4, 5, 6][:groups], group_size=2, tag="i1")
+        res2 = run_rollout(pool, OraclePolicy(), nxt if next_rollout else [],
                            store=store, run_id=run, suite="webapps")
         say(f"next rollout: {len(res2.trajectories)} episodes, {res2.aborted} aborted")
         store.close()
@@ -123,7 +125,8 @@ def run_node_loss(*, nodes: int = 2, envs_per_worker: int = 2, isolation: str = 
             "placement_before": before, "placement_after": after, "killed_node": policy.killed_node,
             "killed_processes": len(policy.killed_pids), "in_flight_on_killed_node": len(policy.in_flight),
             "episodes": len(res.trajectories), "requested": len(reqs), "completed": len(completed),
-            "aborted": len(aborted), "aborted_reasons": sorted({(t.abort_reason or "")[:60] for t in aborted}),
+            "aborted": len(aborted),
+            "aborted_reasons": sorted({(t.abort_reason or "")[:60] for t in aborted}),
             "stored_aborted": len(stored_aborted),
             "stored_completed": reader.count_episodes(EpisodeFilter(run_id=run, status="completed")),
             "completed_solved": all(t.success == 1.0 for t in completed),
@@ -134,7 +137,8 @@ def run_node_loss(*, nodes: int = 2, envs_per_worker: int = 2, isolation: str = 
         }
         reader.close()
         report["ok"] = bool(
-            policy.killed_node is not None and policy.killed_node not in after and not alive[policy.killed_node]
+            policy.killed_node is not None and policy.killed_node not in after
+            and not alive[policy.killed_node]
             and report["episodes"] == report["requested"]
             and report["aborted"] == report["in_flight_on_killed_node"] == report["stored_aborted"] > 0
             and all("worker died" in (t.abort_reason or "") or "did not answer" in (t.abort_reason or "")
@@ -156,7 +160,8 @@ def run_node_loss(*, nodes: int = 2, envs_per_worker: int = 2, isolation: str = 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=2, help="worker nodes (besides the head)")
-    ap.add_argument("--head-cpus", type=int, default=0, help="CPUs of the head (2 or more: it hosts an actor)")
+    ap.add_argument("--head-cpus", type=int, default=0,
+                    help="CPUs of the head (2 or more: it hosts an actor)")
     ap.add_argument("--envs-per-worker", type=int, default=2)
     ap.add_argument("--isolation", choices=("auto", "netns", "loopback"), default="auto")
     ap.add_argument("--kill-at", type=int, default=2, help="policy call before which the node dies")
@@ -165,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else (lambda m: print(m, flush=True))
     try:
-        report = run_node_loss(nodes=args.nodes, envs_per_worker=args.envs_per_worker, isolation=args.isolation,
+        report = run_node_loss(nodes=args.nodes, envs_per_worker=args.envs_per_worker,
+                               isolation=args.isolation,
                                kill_at=args.kill_at, head_cpus=args.head_cpus, say=say)
     except Exception as e:  # one line, no traceback
         print(f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr)
