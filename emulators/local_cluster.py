@@ -127,26 +127,16 @@ class LocalCluster:
             head_ip = self._network()
             port = _free_port(head_ip)
             self.address = f"{head_ip}:{port}"
-            self._launch("head", head_ip, None, ["--head", f"--port={port}", f"--num-cpus={self.head_cpus}",
-                                                 "--include-dashboard=false"])
-            self._wait_started("head")
             # one node at a time, each retried once: a raylet gives up when its agents take more than 15 s
             # to start (a fixed limit in Ray), which two nodes importing at once on a busy machine exceed
+            head = ["--head", f"--port={port}", f"--num-cpus={self.head_cpus}", "--include-dashboard=false"]
+            self._start_node("head", head_ip, None, head)
             for i in range(self.workers):
                 name = f"worker{i + 1}"
                 ip = self._worker_ip(i)
                 ns = self._namespace(name, ip, i) if self.isolation == "netns" else None
-                for attempt in range(2):
-                    self._launch(name, ip, ns, [f"--address={self.address}",
+                self._start_node(name, ip, ns, [f"--address={self.address}",
                                                 f"--num-cpus={self.cpus_per_worker}"])
-                    try:
-                        self._wait_started(name)
-                        break
-                    except ClusterError as e:
-                        if attempt == 1:
-                            raise
-                        log.warning("%s did not start (%s); retrying once", name, str(e)[-200:])
-                        self._kill_tree(self.nodes[name], keep_namespace=True)
         except BaseException:
             self._keep_logs = True
             self.stop()
@@ -245,6 +235,18 @@ class LocalCluster:
                                 start_new_session=True)
         log_file.close()
         self.nodes[name] = ClusterNode(name, ip, proc, netns)
+
+    def _start_node(self, name: str, ip: str, netns: str | None, extra: list[str]) -> None:
+        for attempt in range(2):
+            self._launch(name, ip, netns, extra)
+            try:
+                self._wait_started(name)
+                return
+            except ClusterError as e:
+                if attempt == 1:
+                    raise
+                log.warning("%s did not start (%s); retrying once", name, str(e)[-200:])
+                self._kill_tree(self.nodes[name], keep_namespace=True)
 
     def _wait_started(self, name: str) -> None:
         """Wait until ``ray start --block`` of ``name`` says its node is up (it has joined the GCS)."""
