@@ -66,6 +66,7 @@ def process_tree_figures(root: int | None = None) -> dict[str, float]:
     procs = [me] + me.children(recursive=True)
     rss = pss = 0
     fds = n = 0
+    by_kind: dict[str, float] = {}
     for p in procs:
         try:
             mem = p.memory_full_info()
@@ -73,9 +74,26 @@ def process_tree_figures(root: int | None = None) -> dict[str, float]:
             pss += getattr(mem, "pss", mem.rss)
             fds += p.num_fds()
             n += 1
+            kind = _kind(p, me)
+            by_kind[kind] = by_kind.get(kind, 0.0) + getattr(mem, "pss", mem.rss) / 2**20
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue  # ended between the listing and the reading
-    return {"rss_mb": round(rss / 2**20, 1), "pss_mb": round(pss / 2**20, 1), "fds": fds, "procs": n}
+    return {"rss_mb": round(rss / 2**20, 1), "pss_mb": round(pss / 2**20, 1), "fds": fds, "procs": n,
+            **{f"pss_{k}_mb": round(v, 1) for k, v in sorted(by_kind.items())}}
+
+
+def _kind(p: psutil.Process, me: psutil.Process) -> str:
+    """driver, ray (GCS, raylet, agents, idle workers), worker (the env actors), playwright, chromium."""
+    if p.pid == me.pid:
+        return "driver"
+    name, cmd = p.name(), " ".join(p.cmdline()[:3])
+    if "chrom" in name or "chrom" in cmd:
+        return "chromium"
+    if name == "node" or "playwright" in cmd:
+        return "playwright"
+    if "EnvWorker" in name or "EnvWorker" in cmd:
+        return "worker"
+    return "ray"
 
 
 class FaultyRandom(RandomPolicy):
@@ -237,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     start, middle, end = s[0], s[len(s) // 2], s[-1]
     growth = {k: round(end[k] / start[k] - 1, 3) for k in ("rss_mb", "pss_mb", "fds", "procs")}
+    # Chromium's memory grows while it runs and drops when a killed one is relaunched: the range shows it
+    span = {k: [min(r[k] for r in s), max(r[k] for r in s)] for k in ("rss_mb", "pss_mb", "fds", "procs")}
     aborted_reasons: dict[str, int] = {}
     for t in kept:
         if t.status == "aborted":
@@ -253,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         "episodes_requested": requested, "env_steps": policy.steps,
         "chromium_kills": policy.chromium_kills, "worker_kills": policy.worker_kills,
         "worker_replacements": pool.replacements, "aborted_by_reason": aborted_reasons, **checks,
-        "start": start, "middle": middle, "end": end, "growth": growth, "samples": len(s), "ok": ok,
+        "start": start, "middle": middle, "end": end, "growth": growth, "range": span, "samples": len(s),
+        "ok": ok,
     }
     print(json.dumps(summary))
     if tmp is not None:
