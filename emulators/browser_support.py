@@ -75,6 +75,7 @@ class BrowserHandle:
     browser: Any
     tag: str = field(default_factory=lambda: uuid.uuid4().hex)
     _closed: bool = False
+    _driver: Any = None  # the _Driver of the thread that made it (released on close, whichever thread closes)
 
     @property
     def connected(self) -> bool:
@@ -102,9 +103,9 @@ class BrowserHandle:
         self._closed = True
         try:
             self.browser.close()
-        except Exception:  # a dead browser has nothing left to close
+        except Exception:  # a dead browser has nothing left to close (or, from another thread, cannot)
             pass
-        _release_playwright()
+        _release_playwright(self._driver)
 
     def __enter__(self) -> "BrowserHandle":
         return self
@@ -116,27 +117,38 @@ class BrowserHandle:
 _local = threading.local()
 
 
-def _thread_playwright() -> Any:
+@dataclass
+class _Driver:
+    """One thread's Playwright driver and how many handles use it."""
+
+    playwright: Any
+    users: int = 0
+
+
+def _thread_playwright() -> _Driver:
     """The calling thread's Playwright driver, started on first use.
 
     The sync API allows one running Playwright per thread, so every handle made in a
-    thread shares it; it stops when the last of them closes.
+    thread shares it; it stops when the last of them closes. A handle keeps the driver
+    it was made on, so closing it from another thread (a pool made by a rollout thread and
+    closed by the main one) still releases the right one.
     """
     from playwright.sync_api import sync_playwright
-    if getattr(_local, "users", 0) == 0:
-        _local.playwright = sync_playwright().start()
-        _local.users = 0
-    _local.users += 1
-    return _local.playwright
+    driver = getattr(_local, "driver", None)
+    if driver is None or driver.users == 0:
+        driver = _local.driver = _Driver(sync_playwright().start())
+    driver.users += 1
+    return driver
 
 
-def _release_playwright() -> None:
-    _local.users -= 1
-    if _local.users == 0:
-        pw, _local.playwright = _local.playwright, None
+def _release_playwright(driver: _Driver | None) -> None:
+    if driver is None:
+        return
+    driver.users -= 1
+    if driver.users == 0:
         try:
-            pw.stop()
-        except Exception:  # a driver that died with its browser
+            driver.playwright.stop()
+        except Exception:  # a driver that died with its browser, or one of another thread
             pass
 
 
@@ -148,17 +160,17 @@ def launch(chromium_path: str | None = None, *, headless: bool = True) -> Browse
     from playwright.sync_api import Error as PlaywrightError
 
     executable = find_chromium(chromium_path)
-    pw = _thread_playwright()
+    driver = _thread_playwright()
     tag = uuid.uuid4().hex
     try:
-        browser = pw.chromium.launch(executable_path=executable, headless=headless,
-                                     args=[*CHROMIUM_ARGS, f"--guiagent-tag={tag}"])
+        browser = driver.playwright.chromium.launch(executable_path=executable, headless=headless,
+                                                    args=[*CHROMIUM_ARGS, f"--guiagent-tag={tag}"])
     except PlaywrightError as e:
-        _release_playwright()
+        _release_playwright(driver)
         if executable is None and "Executable doesn't exist" in str(e):
             raise ChromiumNotFound(_INSTALL_HINT) from None
         raise
-    return BrowserHandle(pw, browser, tag)
+    return BrowserHandle(driver.playwright, browser, tag, _driver=driver)
 
 
 def connect_over_cdp(endpoint_url: str) -> BrowserHandle:
@@ -166,13 +178,13 @@ def connect_over_cdp(endpoint_url: str) -> BrowserHandle:
     (``--remote-debugging-port``): how several threads share one browser, since a Playwright
     ``Browser`` object may only be used from the thread that made it. ``close`` detaches and
     removes the contexts made through it; the browser keeps running."""
-    pw = _thread_playwright()
+    driver = _thread_playwright()
     try:
-        browser = pw.chromium.connect_over_cdp(endpoint_url)
+        browser = driver.playwright.chromium.connect_over_cdp(endpoint_url)
     except Exception:
-        _release_playwright()
+        _release_playwright(driver)
         raise
-    return BrowserHandle(pw, browser)
+    return BrowserHandle(driver.playwright, browser, _driver=driver)
 
 
 # --- keys -------------------------------------------------------------------------------------

@@ -196,6 +196,10 @@ class RayEnvPool:
             slots when ``suite.make_device`` names a ``browser`` parameter; ``True``
             forces passing ``browser=`` (a suite taking it through ``**options``),
             ``False`` lets every device start its own.
+        scheduling_strategy: Ray's placement of the actors, e.g. ``"SPREAD"`` to put them on
+            as many nodes as possible (a lost node then costs fewer slots); ``None`` is Ray's
+            default (fill the driver's node first). Replacements follow it too, so a lost
+            node's actors start again on the nodes that are left.
     """
 
     def __init__(self, suite: str, *, num_workers: int = 2, envs_per_worker: int = 1,
@@ -203,7 +207,8 @@ class RayEnvPool:
                  step_timeout_s: float = 60.0, max_replacements: int = 10,
                  num_cpus_per_worker: float = 0.5, reset_timeout_s: float | None = None,
                  runtime_env: dict | None = None, start_timeout_s: float = 60.0,
-                 share_browser: bool | None = None, worker_resources: dict[str, float] | None = None):
+                 share_browser: bool | None = None, worker_resources: dict[str, float] | None = None,
+                 scheduling_strategy: str | None = None):
         if num_workers <= 0 or envs_per_worker <= 0:
             raise ValueError("num_workers and envs_per_worker must be positive")
         import ray
@@ -229,8 +234,9 @@ class RayEnvPool:
                 ray.shutdown()
             raise PoolStartError(f"{num_workers} workers x {num_cpus_per_worker} CPU need {need} CPUs but "
                                  f"the Ray cluster has {have}: lower num_cpus_per_worker or add nodes")
+        extra = {"scheduling_strategy": scheduling_strategy} if scheduling_strategy else {}
         self._actor_cls = ray.remote(num_cpus=num_cpus_per_worker, max_restarts=0, max_concurrency=1,
-                                     resources=dict(worker_resources or {}))(EnvWorker)
+                                     resources=dict(worker_resources or {}), **extra)(EnvWorker)
         self._actors = [self._start(w) for w in range(num_workers)]
         self._book = _SlotBook(self.num_slots, self._wait_started(start_timeout_s))
 
@@ -288,6 +294,11 @@ class RayEnvPool:
         """Process id of each worker (for fault injection and monitoring)."""
         import ray
         return ray.get([a.pid.remote() for a in self._actors], timeout=timeout_s)
+
+    def worker_nodes(self, timeout_s: float = 10.0) -> list[str]:
+        """The Ray node id each worker runs on (where a lost node's actors went)."""
+        import ray
+        return ray.get([a.node_id.remote() for a in self._actors], timeout=timeout_s)
 
     def browser_pids(self, timeout_s: float = 10.0) -> list[list[int]]:
         """Each worker's shared Chromium process ids (empty before its first reset)."""

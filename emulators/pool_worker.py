@@ -126,6 +126,11 @@ class EnvWorker:
         """Process id of this worker (the pool's fault tests kill it)."""
         return os.getpid()
 
+    def node_id(self) -> str:
+        """The Ray node this worker runs on (``""`` outside Ray)."""
+        import ray
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+
     def browser_pids(self) -> list[int]:
         """Process ids of the shared Chromium's main process (empty before the first reset)."""
         if self._browser is None or not self._browser.connected:

@@ -64,6 +64,9 @@ class TrainerState:
     """how often a stability guard rolled the run back"""
     replay: list = dataclasses.field(default_factory=list)
     """--algo awr: the replay buffer, as [run directory, episode id] pairs (the episodes stay in their stores)"""
+    data_cursor: int | None = None
+    """async: the data iteration to produce next; ahead of ``iteration`` by the results dropped
+    for lagging (None: a sync run, or an async one from before this field: ``iteration``)"""
 
 
 def checkpoint_dir(out: Path) -> Path:

@@ -369,6 +369,11 @@ class AsyncRollout:
     learner's is dropped (counted in ``dropped``) and the next one is awaited. The
     queue holds at most ``max_lag + 1`` results: back-pressure on the producer.
 
+    The data cursor: :attr:`cursor` is the iteration whose result :meth:`get` returns
+    next (one past the last returned, dropped ones skipped), so it runs ahead of the
+    learner's iteration count by the number of drops. A resumed run passes the saved
+    cursor as ``start_iteration`` and continues with the data that comes next.
+
     The producer holds :attr:`pool_lock` while it produces; the learner takes it
     (:meth:`paused`) to use the same pool in between, e.g. for a held-out evaluation.
     """
@@ -381,6 +386,8 @@ class AsyncRollout:
         self._q: queue.Queue = queue.Queue(maxsize=max_lag + 1)
         self._stop = threading.Event()
         self._it = start_iteration
+        self.cursor = start_iteration
+        """the data iteration of the next result :meth:`get` returns (see the class docstring)"""
         self.pool_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="rollout", daemon=True)
         self._thread.start()
@@ -391,7 +398,7 @@ class AsyncRollout:
                 if self._stop.is_set():
                     return
                 try:
-                    item: Any = self.produce(self._it)
+                    item: Any = (self._it, self.produce(self._it))
                 except BaseException as e:  # surfaced to the learner
                     item = e
             self._it += 1
@@ -409,9 +416,11 @@ class AsyncRollout:
 
     def get(self, timeout: float | None = None) -> RolloutResult:
         while True:
-            item = self._q.get(timeout=timeout)
-            if isinstance(item, BaseException):
-                raise item
+            got = self._q.get(timeout=timeout)
+            if isinstance(got, BaseException):
+                raise got
+            iteration, item = got
+            self.cursor = iteration + 1
             versions = [s.policy_version for t in item.trajectories for s in t.steps]
             if versions and self.learner_version - min(versions) > self.max_lag:
                 self.dropped += 1

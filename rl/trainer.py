@@ -260,7 +260,8 @@ class Trainer:
         if cfg.rollout == "async":
             from rl.rollout import AsyncRollout
 
-            self.async_rollout = AsyncRollout(self.produce, max_lag=cfg.max_lag, start_iteration=self.state.iteration)
+            cursor = self.state.iteration if self.state.data_cursor is None else self.state.data_cursor
+            self.async_rollout = AsyncRollout(self.produce, max_lag=cfg.max_lag, start_iteration=cursor)
 
     def _load_policy(self, model_dir: str, *, resumed: bool) -> Any:
         """The learner: precision, LoRA adapters (resumed from the checkpoint's adapter folder) and
@@ -360,13 +361,17 @@ class Trainer:
         cfg, state = self.cfg, self.state
         it = state.iteration
         t0 = time.perf_counter()
+        data_it = it  # the iteration whose groups this result holds (async: later, when results were dropped)
         if self.async_rollout is not None:
             self.async_rollout.set_version(self.policy.version)
             result = self.async_rollout.get()
+            data_it = self.async_rollout.cursor - 1
+            state.data_cursor = self.async_rollout.cursor  # checkpointed: a resume goes on from here
         else:
             result = self.produce(it)
         metrics = rollout_metrics(result, suites=cfg.env.split(","))  # a mixed --env: also per suite
-        if self.is_semi_online(it):
+        metrics["data_iteration"] = float(data_it)
+        if self.is_semi_online(data_it):
             turns, adv, adv_stats = self._semi_online_batch(result, metrics)
         else:  # the judge's weighted score is already a stored reward part of the last step
             if self.judge is not None:

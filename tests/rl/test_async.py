@@ -1,8 +1,15 @@
 """Async rollouts: bounded policy lag, pausing the producer, a clean stop; the trainer in async mode."""
 
+import json
 import math
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+
+import contextlib
 
 import pytest
 
@@ -54,6 +61,27 @@ def test_results_older_than_max_lag_are_dropped():
         ar.close()
     # iterations are consecutive from the start cursor, whatever was dropped
     assert prod.calls == list(range(5, 5 + len(prod.calls)))
+
+
+def test_the_data_cursor_skips_dropped_results_and_a_resume_starts_there():
+    prod = _Producer()
+    ar = AsyncRollout(prod, max_lag=0)
+    try:
+        assert ar.get(timeout=10).trajectories[0].task.seed == 0 and ar.cursor == 1
+        time.sleep(0.2)  # the queue fills with results made at version 0; then an update lands
+        prod.version = 1
+        ar.set_version(1)
+        used = ar.get(timeout=10).trajectories[0].task.seed
+        assert ar.dropped >= 1 and used == 1 + ar.dropped and ar.cursor == used + 1
+    finally:
+        ar.close()
+    # a resumed run starts at the cursor: the data after the last result used, none used twice
+    resumed = _Producer()
+    ar2 = AsyncRollout(resumed, max_lag=0, start_iteration=ar.cursor)
+    try:
+        assert ar2.get(timeout=10).trajectories[0].task.seed == used + 1
+    finally:
+        ar2.close()
 
 
 def test_paused_waits_for_the_rollout_in_flight_and_holds_the_producer():
@@ -110,3 +138,58 @@ def test_async_training_with_periodic_evaluation(tiny_model_dir, tmp_path):
     assert [m.iteration for m in curves["policy_version"]] == [0, 1]
     for tag in ("before", "iter-1", "after"):
         assert (out / f"eval-{tag}" / "store.sqlite").is_file()
+
+
+_DROPPING_TRAINER = """
+import sys
+import time
+from rl.config import TrainConfig
+from rl.trainer import Trainer
+
+class LaggingTrainer(Trainer):
+    # before iteration 1 a new policy version lands while a result waits in the queue: it lags
+    # behind (--max-lag 0) and is dropped, so the data cursor moves ahead of the iteration count
+    def iterate(self):
+        if self.state.iteration == 1:
+            deadline = time.monotonic() + 300
+            while self.async_rollout._q.empty() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            self.policy.mark_updated()
+            self._sync_weights()
+        super().iterate()
+
+LaggingTrainer(TrainConfig(model=sys.argv[1], out=sys.argv[2], tasks=("go_home",), rollout="async", max_lag=0,
+                           iterations=3, groups_per_iteration=1, group_size=2, slots=2, pool="inprocess",
+                           max_new_tokens=8, eval_episodes=0, seed=5)).run()
+"""
+
+
+@pytest.mark.slow  # two trainer processes: ~1 min on a quiet machine (the cursor itself: the test above)
+@pytest.mark.browser
+def test_a_killed_async_run_resumes_with_the_same_data_cursor(tiny_model_dir, tmp_path):
+    """Killed (SIGKILL at its second checkpoint) after results were dropped for lagging: the resumed
+    run trains on the data that comes after the last result used, not on data it already used."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", _DROPPING_TRAINER, tiny_model_dir, str(out)],
+                            env={**env, "GUIAGENT_FAULT": "checkpoint_swap"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _, err = proc.communicate(timeout=400)
+    try:
+        assert proc.returncode == -signal.SIGKILL, err[-2000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # its browser
+    saved = json.loads((out / "checkpoint.tmp" / "trainer_state.json").read_text())["state"]
+    assert saved["iteration"] == 2 and saved["data_cursor"] >= 3, "a result was dropped before the kill"
+    r = subprocess.run([sys.executable, "-m", "guiagent", "train", "--out", str(out), "--resume", str(out),
+                        "--iterations", "3", "--json"], env=env, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr[-2000:]
+    reader = StoreReader(out)
+    [run] = reader.list_runs()
+    data = [int(m.value) for m in reader.metrics(run.run_id)["data_iteration"]]
+    assert data[0] == 0 and data[1] == saved["data_cursor"] - 1
+    assert data[2] == saved["data_cursor"], "the resumed run went on from the saved cursor"
+    assert data == sorted(set(data)), "no iteration's data was trained on twice"
+    final = json.loads((out / "checkpoint" / "trainer_state.json").read_text())["state"]
+    assert final["iteration"] == 3 and final["data_cursor"] == data[2] + 1

@@ -1,0 +1,286 @@
+"""Soak: a long eval on the Ray fleet under repeated faults; resources stay flat and nothing is lost.
+
+    nice -n 10 python bench/soak.py --minutes 30                 # the figure in docs/fleet.md
+    python bench/soak.py --minutes 3 --chromium-every 100 --worker-every 60   # a quick look
+
+A random agent runs webapps episodes on a :class:`~emulators.pool.RayEnvPool` of
+``--workers`` x ``--envs-per-worker`` slots (default 2 x 2 = 4), through
+:func:`rl.rollout.run_rollout` with a real :class:`guiagent.store.Store`, in rounds of
+``--episodes-per-round`` episodes until ``--minutes`` have passed. Faults, injected
+between two steps (while no batch is in flight):
+
+* every ``--chromium-every`` env steps one worker's shared Chromium is SIGKILLed (its slots'
+  episodes end with a device error and are marked aborted; the next reset relaunches it);
+* every ``--worker-every`` seconds one Ray worker process is SIGKILLed (its slots' episodes
+  are marked aborted; the pool starts a replacement).
+
+Workers take turns. After ``--warmup`` seconds (browsers launched, pages cached) the first
+sample is taken; then one every ``--sample-every`` seconds and a last one in the final
+half-interval, each between two steps and only while every worker's Chromium is up (a
+killed one is relaunched at its slots' next reset), so samples are comparable. A sample is the sum over this
+process and every descendant (Ray's GCS and raylet, the workers, Playwright, Chromium) of
+resident memory (RSS and PSS), open file descriptors and the number of processes, taken
+between two steps.
+
+At the end the store is checked: every requested episode is in it, completed or aborted
+(none left in progress), the completed ones with exactly the steps the driver saw, and every
+aborted one with its reason (20 completed episodes, a reservoir sample, are kept whole and compared
+step by step; of the others the driver keeps only id, status and length, so that its own bookkeeping does
+not grow the figures). Printed: one line per sample, then one JSON object (last stdout
+line) with the samples at start, middle and end, the fault counts and the checks. Exit code
+1 if an episode was lost or left unmarked, or a figure grew past ``--max-growth`` (default
+0.25: end more than 25 % above start, for memory and file descriptors; process count must be
+back to within 10 % of the start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sqlite3
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+import psutil  # noqa: E402  (Ray's own dependency)
+
+from emulators.pool import RayEnvPool  # noqa: E402
+from guiagent.store import Store, StoreReader  # noqa: E402
+from rl.agents import RandomPolicy  # noqa: E402
+from rl.rollout import EpisodeRequest, run_rollout  # noqa: E402
+
+TASKS = ("open_app", "settings_turn_on", "settings_open_section", "go_home")
+
+
+def process_tree_figures(root: int | None = None) -> dict[str, float]:
+    """RSS and PSS (MB), open fds and process count of ``root`` (this process) and its descendants."""
+    me = psutil.Process(root or os.getpid())
+    procs = [me] + me.children(recursive=True)
+    rss = pss = 0
+    fds = n = 0
+    by_kind: dict[str, float] = {}
+    for p in procs:
+        try:
+            mem = p.memory_full_info()
+            rss += mem.rss
+            pss += getattr(mem, "pss", mem.rss)
+            fds += p.num_fds()
+            n += 1
+            kind = _kind(p, me)
+            by_kind[kind] = by_kind.get(kind, 0.0) + getattr(mem, "pss", mem.rss) / 2**20
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue  # ended between the listing and the reading
+    return {"rss_mb": round(rss / 2**20, 1), "pss_mb": round(pss / 2**20, 1), "fds": fds, "procs": n,
+            **{f"pss_{k}_mb": round(v, 1) for k, v in sorted(by_kind.items())}}
+
+
+def _kind(p: psutil.Process, me: psutil.Process) -> str:
+    """driver, ray (GCS, raylet, agents, idle workers), worker (the env actors), playwright, chromium."""
+    if p.pid == me.pid:
+        return "driver"
+    name, cmd = p.name(), " ".join(p.cmdline()[:3])
+    if "chrom" in name or "chrom" in cmd:
+        return "chromium"
+    if name == "node" or "playwright" in cmd:
+        return "playwright"
+    if "EnvWorker" in name or "EnvWorker" in cmd:
+        return "worker"
+    return "ray"
+
+
+class FaultyRandom(RandomPolicy):
+    """The random agent; between two steps it also injects the faults and takes the samples."""
+
+    def __init__(self, pool: RayEnvPool, args: argparse.Namespace, t0: float):
+        super().__init__(seed=args.seed)
+        self.pool, self.args, self.t0 = pool, args, t0
+        self.end_at = args.minutes * 60
+        self.final_taken = False
+        self.steps = 0
+        self.next_chromium = None  # set at the first sample: no fault before the baseline
+        self.next_worker = None
+        self.next_sample = args.warmup
+        self.samples: list[dict[str, float]] = []
+        self.chromium_kills = 0
+        self.worker_kills = 0
+        self.turn = 0
+
+    def act_batch(self, contexts, pool):
+        self.steps += len(contexts)
+        now = time.monotonic() - self.t0
+        if now >= self.end_at - self.args.sample_every / 2 and not self.final_taken:
+            self.next_sample = now  # the end sample, while the episodes still run
+        if now >= self.next_sample and all(self.pool.browser_pids()):  # comparable: every browser up
+            self.final_taken = now >= self.end_at - self.args.sample_every / 2
+            self.sample(now)
+            if self.next_chromium is None:
+                self.next_chromium = self.steps + self.args.chromium_every
+                self.next_worker = now + self.args.worker_every
+            self.next_sample = now + self.args.sample_every
+        if self.next_chromium is not None and self.steps >= self.next_chromium:
+            self.kill_chromium()
+            self.next_chromium = self.steps + self.args.chromium_every
+        if self.next_worker is not None and now >= self.next_worker:
+            self.kill_worker()
+            self.next_worker = now + self.args.worker_every
+        return super().act_batch(contexts, pool)
+
+    def sample(self, now: float) -> None:
+        row = {"t_s": round(now, 1), "steps": self.steps, **process_tree_figures(),
+               "chromium_kills": self.chromium_kills, "worker_kills": self.worker_kills,
+               "replacements": self.pool.replacements, "load1": round(os.getloadavg()[0], 2)}
+        self.samples.append(row)
+        print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+
+    def _victim(self) -> int:
+        self.turn += 1
+        return self.turn % self.pool.num_workers
+
+    def kill_chromium(self) -> None:
+        w = self._victim()
+        pids = self.pool.browser_pids()[w]
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                self.chromium_kills += 1
+            except ProcessLookupError:
+                pass
+
+    def kill_worker(self) -> None:
+        pid = self.pool.worker_pids()[self._victim()]
+        os.kill(pid, signal.SIGKILL)
+        self.worker_kills += 1
+
+
+@dataclass(frozen=True)
+class _Kept:
+    episode_id: str
+    status: str
+    steps: int
+    abort_reason: str | None
+
+
+def check_store(run_dir: Path, run_id: str, kept: list[_Kept], spread: list) -> dict[str, object]:
+    """Every episode the driver ran is in the store as the driver saw it; nothing in progress.
+
+    ``spread``: whole trajectories (a sample) compared with the store step by step.
+    """
+    con = sqlite3.connect(f"file:{run_dir / 'store.sqlite'}?mode=ro", uri=True)
+    by_status = dict(con.execute("SELECT status, count(*) FROM episodes WHERE run_id=? GROUP BY status",
+                                 (run_id,)).fetchall())
+    unmarked = con.execute("SELECT count(*) FROM episodes WHERE run_id=? AND status='aborted' "
+                           "AND (abort_reason IS NULL OR abort_reason='')", (run_id,)).fetchone()[0]
+    stored_len = dict(con.execute("SELECT e.id, count(s.idx) FROM episodes e LEFT JOIN steps s "
+                                  "ON s.episode_pk = e.pk WHERE e.run_id=? AND e.status='completed' "
+                                  "GROUP BY e.id", (run_id,)).fetchall())
+    con.close()
+    lost = [t.episode_id for t in kept if t.status == "completed" and stored_len.get(t.episode_id) != t.steps]
+    reader = StoreReader(run_dir)
+    differing = [t.episode_id for t in spread if reader.load_trajectory(t.episode_id).steps != t.steps]
+    reader.close()
+    return {"completed": by_status.get("completed", 0), "aborted": by_status.get("aborted", 0),
+            "in_progress": by_status.get("in_progress", 0), "aborted_without_reason": unmarked,
+            "completed_lost_or_short": len(lost), "compared_step_by_step": len(spread),
+            "differing": len(differing)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=30.0, help="how long to run")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--envs-per-worker", type=int, default=2)
+    ap.add_argument("--chromium-every", type=int, default=300, help="env steps between Chromium kills")
+    ap.add_argument("--worker-every", type=float, default=180.0, help="seconds between Ray worker kills")
+    ap.add_argument("--warmup", type=float, default=45.0, help="seconds before the first sample")
+    ap.add_argument("--sample-every", type=float, default=60.0)
+    ap.add_argument("--episodes-per-round", type=int, default=8)
+    ap.add_argument("--max-steps", type=int, default=8, help="step budget of each episode")
+    ap.add_argument("--max-growth", type=float, default=0.25)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None, help="run folder (default: a temporary one, removed)")
+    args = ap.parse_args(argv)
+    if args.minutes <= 0 or args.chromium_every <= 0 or args.worker_every <= 0:
+        ap.error("--minutes, --chromium-every and --worker-every must be positive")
+
+    tmp = None if args.out else tempfile.TemporaryDirectory(prefix="soak-")
+    run_dir = Path(args.out or tmp.name)
+    t0 = time.monotonic()
+    deadline = t0 + args.minutes * 60
+    pool = RayEnvPool("webapps", num_workers=args.workers, envs_per_worker=args.envs_per_worker,
+                      step_timeout_s=60, max_replacements=10_000)
+    store = Store.open(run_dir)
+    run_id = store.create_run("soak", env="webapps", algo="eval", model="random")
+    policy = FaultyRandom(pool, args, t0)
+    kept: list[_Kept] = []
+    spread: list = []
+    pick = random.Random(args.seed)
+    rounds = 0
+    try:
+        while time.monotonic() < deadline:
+            first = 1_000_000 + rounds * args.episodes_per_round  # held-out seeds, never repeated
+            reqs = [EpisodeRequest(TASKS[i % len(TASKS)], first + i, "",
+                                   args.max_steps) for i in range(args.episodes_per_round)]
+            res = run_rollout(pool, policy, reqs, store=store, run_id=run_id, suite="webapps",
+                              keep_turns=False)
+            if len(res.trajectories) != len(reqs):
+                print(f"round {rounds}: {len(reqs)} episodes requested, {len(res.trajectories)} came back",
+                      file=sys.stderr)
+            # only what the final check needs: holding every screenshot would grow this process
+            kept += [_Kept(t.episode_id, t.status, len(t.steps), t.abort_reason) for t in res.trajectories]
+            completed = [t for t in res.trajectories if t.status == "completed"]
+            if completed:  # up to 20 kept whole (a reservoir sample), compared step by step
+                if len(spread) < 20:
+                    spread.append(completed[0])
+                elif (j := pick.randrange(rounds + 1)) < 20:
+                    spread[j] = completed[0]
+            rounds += 1
+    finally:
+        store.set_run_status(run_id, "finished")
+        store.close()
+        pool.close()
+    checks = check_store(run_dir, run_id, kept, spread)
+    requested = rounds * args.episodes_per_round
+    s = policy.samples
+    if len(s) < 2:
+        print(f"error: only {len(s)} sample(s) taken: run longer than --warmup + --sample-every",
+              file=sys.stderr)
+        return 2
+    start, middle, end = s[0], s[len(s) // 2], s[-1]
+    growth = {k: round(end[k] / start[k] - 1, 3) for k in ("rss_mb", "pss_mb", "fds", "procs")}
+    # Chromium's memory grows while it runs and drops when a killed one is relaunched: the range shows it
+    span = {k: [min(r[k] for r in s), max(r[k] for r in s)] for k in ("rss_mb", "pss_mb", "fds", "procs")}
+    aborted_reasons: dict[str, int] = {}
+    for t in kept:
+        if t.status == "aborted":
+            kind = ("worker died" if "worker died" in (t.abort_reason or "")
+                    else "device error" if "device error" in (t.abort_reason or "") else "other")
+            aborted_reasons[kind] = aborted_reasons.get(kind, 0) + 1
+    ok = (checks["completed"] + checks["aborted"] == requested == len(kept)
+          and checks["in_progress"] == 0 and checks["aborted_without_reason"] == 0
+          and checks["completed_lost_or_short"] == 0 and checks["differing"] == 0
+          and growth["rss_mb"] <= args.max_growth and growth["pss_mb"] <= args.max_growth
+          and growth["fds"] <= args.max_growth and abs(growth["procs"]) <= 0.10)
+    summary = {
+        "bench": "soak", "minutes": round((time.monotonic() - t0) / 60, 1), "slots": pool.num_slots,
+        "episodes_requested": requested, "env_steps": policy.steps,
+        "chromium_kills": policy.chromium_kills, "worker_kills": policy.worker_kills,
+        "worker_replacements": pool.replacements, "aborted_by_reason": aborted_reasons, **checks,
+        "start": start, "middle": middle, "end": end, "growth": growth, "range": span, "samples": len(s),
+        "ok": ok,
+    }
+    print(json.dumps(summary))
+    if tmp is not None:
+        tmp.cleanup()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
