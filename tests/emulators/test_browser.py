@@ -359,3 +359,35 @@ def test_shared_browser_death_is_reported(page_server):
     finally:
         dev.close()
         handle.close()
+
+
+def test_run_concurrently_overlaps_waits_keeps_order_and_reraises(shared_browser, page_server):
+    from emulators.browser_support import run_concurrently
+    devs = [BrowserDevice(BrowserConfig.desktop(home_url=page_server + "/static.html"), browser=shared_browser)
+            for _ in range(2)]
+    try:
+        events: list[str] = []
+
+        def job(i: int, ms: int):
+            def run():
+                events.append(f"start {i}")
+                devs[i].reset()
+                got = devs[i].evaluate(f"new Promise(r => setTimeout(() => r({i}), {ms}))")
+                events.append(f"end {i}")
+                return got
+            return run
+
+        # every job starts before the first one ends: the waits overlap; results stay in call order
+        assert run_concurrently(shared_browser.browser, [job(0, 400), job(1, 10)]) == [0, 1]
+        assert events == ["start 0", "start 1", "end 1", "end 0"]
+
+        def boom():
+            devs[1].evaluate("1")
+            raise ValueError("slot 1 broke")
+        events.clear()
+        with pytest.raises(ValueError, match="slot 1 broke"):
+            run_concurrently(shared_browser.browser, [boom, job(0, 100)])
+        assert events == ["start 0", "end 0"]  # the other call still ran to its end
+    finally:
+        for d in devs:
+            d.close()
