@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from emulators.browser import BrowserDevice  # noqa: E402
 from emulators.pool import InProcessPool  # noqa: E402
-from emulators.suites.webapps.server import AppClient  # noqa: E402
+from emulators.suites.webapps.server import LocalClient  # noqa: E402
 from emulators.suites.webapps.tasks.base import WebTask  # noqa: E402
 from guiagent.store import Store  # noqa: E402
 from rl.agents import RandomPolicy  # noqa: E402
@@ -49,7 +49,7 @@ from rl.rollout import make_groups, run_rollout  # noqa: E402
 PHASES = {
     "reset": (WebTask, "reset_device"),
     "page load": (BrowserDevice, "_goto"),
-    "session reset": (AppClient, "reset"),
+    "session reset": (LocalClient, "reset"),
     "act": (BrowserDevice, "_perform"),
     "settle": (BrowserDevice, "_settle"),
     "observe": (BrowserDevice, "observe"),
