@@ -287,6 +287,20 @@ def test_new_window_loads_in_the_same_page(desk, page_server):
 
 
 def test_navigation_guard_blocks_other_origins_and_files(desk, page_server, other_server):
+    _guard_checks(desk, page_server, other_server)
+
+
+def test_navigation_guard_with_fixed_origins(shared_browser, page_server, other_server):
+    # fixed allowed_origins: the driver passes the allowed origin's requests itself (a regex route)
+    config = BrowserConfig.desktop(allowed_origins=(page_server + "/",))
+    with BrowserDevice(config, browser=shared_browser) as dev:
+        assert dev._route_pattern().match(other_server + "/static.html")
+        assert not dev._route_pattern().match(page_server + "/static.html?x=1")
+        assert dev._route_pattern().match(f"{page_server}0/static.html")  # a longer port is not the origin
+        _guard_checks(dev, page_server, other_server)
+
+
+def _guard_checks(desk, page_server, other_server):
     desk.home_url = f"{page_server}/links.html?other={other_server}/static.html"
     desk.reset()
     start = desk.page.url
