@@ -1,7 +1,8 @@
 """Env steps/s of the whole rollout loop (:func:`rl.rollout.run_rollout`) on webapps, and where its time goes.
 
-    python bench/rollout.py                          # 1, 2, 4, 8 in-process slots + Ray 2x2; ~3-4 min
-    python bench/rollout.py --slots 1 4 --no-ray --episodes-per-slot 2
+    python bench/rollout.py                          # 1..16 in-process slots + Ray 1x4, 2x4; ~5-8 min
+    python bench/rollout.py --policies random --slots 8 --ray-workers   # the env-only target alone
+    python bench/rollout.py --policies random --one-after-another      # the old sequential stepping
 
 For each number of slots: an :class:`~emulators.pool.InProcessPool` of the webapps
 suite (every slot a browser context in one shared Chromium) runs groups of
@@ -19,9 +20,13 @@ the timing. Reported per setting: env steps/s (steps / wall time of ``run_rollou
 and the share of wall time in ``env`` (pool reset + step calls), ``policy``
 (``act_batch``: prompt building, image preprocessing, generation, parsing), ``store``
 (episode begin/step/end writes) and ``other`` (rewards, bookkeeping): the
-``RolloutResult`` timers. With ``--ray`` (default) a :class:`~emulators.pool.RayEnvPool`
-of 2 workers x 2 envs runs the model policy once more. The load average is printed
-with each figure (the machine is shared). The last stdout line is one JSON object.
+``RolloutResult`` timers. The in-process pool steps its slots side by side
+(``--one-after-another``: sequentially, as before). Then each Ray pool of
+``--ray-workers`` workers x ``--ray-envs-per-worker`` envs runs the same policies. Memory:
+PSS of the Chromium + Playwright driver processes per slot (Ray: the worker processes
+with theirs). The load average is printed with each figure (the machine is shared). The
+last stdout line is one JSON object; its ``targets`` say whether the random agent with 8
+in-process slots reached 25 env steps/s.
 """
 
 from __future__ import annotations
@@ -76,63 +81,116 @@ def show(label: str, r: dict) -> None:
           f"other {s['other']:.1%}; {r['tokens_per_turn']:.0f} tokens a turn)  load {r['load_avg']}", flush=True)
 
 
+def tree_pss_mib(root: int, *, include_root: bool = False) -> float:
+    """PSS (MiB) of ``root``'s descendants (Chromium, the Playwright driver), ``root`` too if asked."""
+    parents: dict[int, int] = {}
+    for e in os.scandir("/proc"):
+        if e.name.isdigit():
+            try:
+                with open(f"/proc/{e.name}/stat") as f:
+                    st = f.read()
+                parents[int(e.name)] = int(st[st.rfind(")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    pids, todo = ([root] if include_root else []), [root]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parents.items() if pp == p]
+        pids += kids
+        todo += kids
+    kib = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                kib += sum(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+        except (OSError, ValueError):
+            pass
+    return kib / 1024
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--slots", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--slots", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    ap.add_argument("--policies", nargs="+", default=["model", "random"], choices=["model", "random"])
     ap.add_argument("--tasks", nargs="+", default=["open_app", "settings_turn_on"])
     ap.add_argument("--episodes-per-slot", type=int, default=1, help="model policy: episodes per slot (min 4)")
     ap.add_argument("--random-episodes-per-slot", type=int, default=4)
     ap.add_argument("--group-size", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--ray", action=argparse.BooleanOptionalAction, default=True,
-                    help="also a RayEnvPool of 2 workers x 2 envs with the model policy")
+    ap.add_argument("--one-after-another", action="store_true",
+                    help="in-process pools step their slots one after another (the old way), for a before column")
+    ap.add_argument("--ray-workers", type=int, nargs="*", default=[1, 2],
+                    help="also RayEnvPools of this many workers x --ray-envs-per-worker (none: skip Ray)")
+    ap.add_argument("--ray-envs-per-worker", type=int, default=4)
     args = ap.parse_args()
 
     import torch
 
-    from guiagent.policy.tiny import TinyModelSpec, build_tiny_model
-    from rl.config import TINY_MAX_PIXELS
-
     torch.manual_seed(0)
     tmp = Path(tempfile.mkdtemp(prefix="guiagent-bench-rollout-"))
-    info = build_tiny_model(TinyModelSpec(size="tiny", max_pixels=TINY_MAX_PIXELS), tmp / "model")
-    settings = AgentSettings(system_prompt=COMPACT_JSON_PROMPT)
-    model = load_model_policy(str(tmp / "model"), settings=settings, temperature=1.0,
-                              max_new_tokens=args.max_new_tokens, keep_chats=True, threads=args.threads)
+    model, info = None, {"params": 0}
+    if "model" in args.policies:
+        from guiagent.policy.tiny import TinyModelSpec, build_tiny_model
+        from rl.config import TINY_MAX_PIXELS
+        info = build_tiny_model(TinyModelSpec(size="tiny", max_pixels=TINY_MAX_PIXELS), tmp / "model")
+        settings = AgentSettings(system_prompt=COMPACT_JSON_PROMPT)
+        model = load_model_policy(str(tmp / "model"), settings=settings, temperature=1.0,
+                                  max_new_tokens=args.max_new_tokens, keep_chats=True, threads=args.threads)
+        print(f"tiny model {info['params']:,} parameters, {args.threads} threads, max_new_tokens "
+              f"{args.max_new_tokens}", flush=True)
     store = Store.open(tmp / "store")
-    print(f"tiny model {info['params']:,} parameters, {args.threads} threads, max_new_tokens "
-          f"{args.max_new_tokens}; tasks {', '.join(args.tasks)}; load {load_avg()}", flush=True)
+    print(f"tasks {', '.join(args.tasks)}; slots stepped "
+          f"{'one after another' if args.one_after_another else 'side by side'}; load {load_avg()}", flush=True)
+
+    def policies(n: int):
+        for name in args.policies:
+            if name == "model":
+                yield "model", model, args.episodes_per_slot
+            else:
+                yield "random", RandomPolicy(seed=n), args.random_episodes_per_slot
 
     results: list[dict] = []
     t_all = time.perf_counter()
     for n in args.slots:
-        with InProcessPool("webapps", num_slots=n) as pool:
+        with InProcessPool("webapps", num_slots=n, concurrent=not args.one_after_another) as pool:
             run_id = store.create_run(f"bench-rollout-{n}", env="webapps", algo="bench")
-            # warm-up: browser and contexts started, pages loaded once, one generation
-            run_rollout(pool, model, requests(args.tasks, n, 1, 10_000)[:n], store=store, run_id=run_id,
-                        suite="webapps")
-            for name, policy, per_slot in (("model", model, args.episodes_per_slot),
-                                           ("random", RandomPolicy(seed=n), args.random_episodes_per_slot)):
-                eps = max(4, per_slot * n)
-                r = measure(pool, policy, store, run_id, args.tasks, eps, args.group_size, 100 * n)
-                r.update(pool="inprocess", slots=n, policy=name)
+            # warm-up: browser and contexts started, pages loaded once (one generation with the model)
+            run_rollout(pool, model or RandomPolicy(seed=0), requests(args.tasks, n, 1, 10_000)[:n], store=store,
+                        run_id=run_id, suite="webapps")
+            mem = tree_pss_mib(os.getpid()) / n
+            for name, policy, per_slot in policies(n):
+                r = measure(pool, policy, store, run_id, args.tasks, max(4, per_slot * n), args.group_size, 100 * n)
+                r.update(pool="inprocess", slots=n, policy=name, browser_mib_per_slot=round(mem, 1),
+                         side_by_side=not args.one_after_another)
                 results.append(r)
                 show(f"inprocess {n} slots {name}", r)
-    if args.ray:
-        with RayEnvPool("webapps", num_workers=2, envs_per_worker=2) as pool:
-            run_id = store.create_run("bench-rollout-ray", env="webapps", algo="bench")
-            run_rollout(pool, model, requests(args.tasks, 4, 1, 10_000)[:4], store=store, run_id=run_id,
-                        suite="webapps")
-            r = measure(pool, model, store, run_id, args.tasks, max(4, args.episodes_per_slot * 4),
-                        args.group_size, 900)
-            r.update(pool="ray_2x2", slots=4, policy="model")
-            results.append(r)
-            show("ray 2x2 model", r)
+            print(f"{'':<22} Chromium + driver PSS {mem:.0f} MiB a slot", flush=True)
+    for w in args.ray_workers or []:
+        k = args.ray_envs_per_worker
+        with RayEnvPool("webapps", num_workers=w, envs_per_worker=k) as pool:
+            run_id = store.create_run(f"bench-rollout-ray-{w}", env="webapps", algo="bench")
+            run_rollout(pool, model or RandomPolicy(seed=0), requests(args.tasks, w * k, 1, 10_000)[:w * k],
+                        store=store, run_id=run_id, suite="webapps")
+            mem = sum(tree_pss_mib(pid, include_root=True) for pid in pool.worker_pids()) / (w * k)
+            for name, policy, per_slot in policies(w * k):
+                r = measure(pool, policy, store, run_id, args.tasks, max(4, per_slot * w * k), args.group_size,
+                            900 + 100 * w)
+                r.update(pool=f"ray_{w}x{k}", slots=w * k, policy=name, mib_per_slot=round(mem, 1))
+                results.append(r)
+                show(f"ray {w}x{k} {name}", r)
+            print(f"{'':<22} worker + Chromium + driver PSS {mem:.0f} MiB a slot", flush=True)
     store.close()
     print(f"total {time.perf_counter() - t_all:.0f} s")
+    target = next((r for r in results if r["pool"] == "inprocess" and r["slots"] == 8 and r["policy"] == "random"),
+                  None)
+    targets = {}
+    if target is not None:
+        targets["random_8_slots_steps_per_s"] = {"value": target["steps_per_s"], "target": 25,
+                                                 "met": target["steps_per_s"] >= 25, "load_avg": target["load_avg"]}
     print(json.dumps({"bench": "rollout", "model_params": info["params"], "threads": args.threads,
-                      "max_new_tokens": args.max_new_tokens, "tasks": args.tasks, "results": results}))
+                      "max_new_tokens": args.max_new_tokens, "tasks": args.tasks,
+                      "side_by_side": not args.one_after_another, "results": results, "targets": targets}))
 
 
 if __name__ == "__main__":

@@ -45,9 +45,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
+from urllib.parse import urlsplit
 
 from emulators.base import ActionError, Device, DeviceError
 from emulators.browser_support import (
@@ -245,7 +247,7 @@ class BrowserDevice(Device):
         self._context = handle.browser.new_context(**options)
         self._context.set_default_timeout(c.navigation_timeout_ms)
         self._context.add_init_script(SETTLE_INIT_SCRIPT)
-        self._context.route("**/*", self._route)
+        self._context.route(self._route_pattern(), self._route)
         self._context.on("page", self._on_popup)
         self._page = self._context.new_page()
         self._page.on("crash", lambda _p: self._mark_dead("the page crashed"))
@@ -303,6 +305,17 @@ class BrowserDevice(Device):
         if request.is_navigation_request() and request.frame.parent_frame is None:
             self._blocked.append(url)
         route.abort("blockedbyclient")
+
+    def _route_pattern(self) -> Any:
+        """Which requests :meth:`_route` sees. With fixed ``allowed_origins`` the driver lets the
+        allowed http(s) origins (and ``about:``/``data:``/``blob:``) through by itself: a page load
+        then costs no round trip to Python per request (~8 ms of Python and ~5 of the driver's CPU
+        a load of three requests). Everything else still comes to :meth:`_route`, which decides."""
+        origins = [a for a in self.config.allowed_origins if urlsplit(a).scheme in ("http", "https")]
+        if not origins:  # allowed origins follow home_url, which may change between episodes
+            return "**/*"
+        alts = "|".join(re.escape(a.rstrip("/")) + r"(?:[/?#]|$)" for a in origins)
+        return re.compile(r"^(?!(?:about:|data:|blob:|" + alts + "))")
 
     def _url_ok(self, url: str) -> bool:
         if url.startswith("file:") and not self.config.block_file_urls:

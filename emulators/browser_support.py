@@ -6,18 +6,19 @@ Kept apart from :mod:`emulators.browser` so that file reads as the device itself
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence, TypeVar
 from urllib.parse import urlsplit
 
 __all__ = [
     "ChromiumNotFound", "find_chromium", "BrowserHandle", "launch", "connect_over_cdp", "normalise_key",
-    "origin_of", "url_allowed", "SETTLE_INIT_SCRIPT", "SETTLE_POLL_JS", "CHROMIUM_ARGS",
+    "origin_of", "url_allowed", "run_concurrently", "SETTLE_INIT_SCRIPT", "SETTLE_POLL_JS", "CHROMIUM_ARGS",
 ]
 
 #: flags that work headless on a plain Linux box without a GPU or a sandbox
@@ -185,6 +186,53 @@ def connect_over_cdp(endpoint_url: str) -> BrowserHandle:
         _release_playwright(driver)
         raise
     return BrowserHandle(driver.playwright, browser, _driver=driver)
+
+
+T = TypeVar("T")
+
+
+def run_concurrently(anchor: Any, calls: Sequence[Callable[[], T]]) -> list[T]:
+    """Run ``calls`` (each driving pages of this thread's Playwright through the sync API)
+    side by side; their results in order.
+
+    The sync API waits for Chromium by switching to Playwright's dispatcher greenlet, which
+    runs the event loop until the answer arrives. Each call here gets a greenlet of its own
+    (as Playwright runs its route and event handlers), so while one page waits for Chromium
+    (a navigation, a screenshot, a settle poll) the others go on: one thread, no locks,
+    every device still used from the thread that made it. Code between two sync calls runs
+    alone, so the calls interleave only where they would wait. ``anchor`` is any sync
+    Playwright object of this thread (the shared ``Browser``); it gives the loop.
+
+    Every call runs to its end even if another raised; the first exception is then re-raised.
+    Called from inside a greenlet of this kind (or with one call) it runs the calls one after
+    another.
+    """
+    import greenlet
+
+    sync = getattr(anchor, "_sync", None)
+    if len(calls) < 2 or sync is None or greenlet.getcurrent().parent is not None:
+        return [c() for c in calls]
+
+    def start(call: Callable[[], T]) -> "asyncio.Future[T]":
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+        def body() -> None:
+            try:
+                future.set_result(call())
+            except Exception as e:  # handed to the caller after every call ended
+                future.set_exception(e)
+        # runs until its first wait for Chromium, then comes back here (its parent)
+        greenlet.greenlet(body).switch()
+        return future
+
+    async def all_of() -> list[Any]:
+        return await asyncio.gather(*[start(c) for c in calls], return_exceptions=True)
+
+    results = sync(all_of())
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results
 
 
 # --- keys -------------------------------------------------------------------------------------

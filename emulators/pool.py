@@ -2,8 +2,9 @@
 
 Two pools with one interface (:class:`~emulators.pool_types.EnvPool`):
 
-* :class:`InProcessPool` runs every slot in this process, one after another (eval,
-  tests, debugging).
+* :class:`InProcessPool` runs every slot in this process (eval, tests, training on
+  one machine); with a shared browser the slots of a batch run side by side on its
+  event loop (see :mod:`emulators.pool_worker`), otherwise one after another.
 * :class:`RayEnvPool` runs ``num_workers`` Ray actors, each owning one browser (or
   device kind) with ``envs_per_worker`` slots; slot ``s`` lives on worker
   ``s // envs_per_worker``. A batch call sends each worker its share at once and
@@ -94,18 +95,20 @@ class _SlotBook:
 
 
 class InProcessPool:
-    """Every slot in this process, run one after another; same semantics as :class:`RayEnvPool`.
+    """Every slot in this process; same semantics as :class:`RayEnvPool`.
 
     All slots share one browser (one context each) when the suite allows it
-    (``share_browser``: see :class:`RayEnvPool`).
+    (``share_browser``: see :class:`RayEnvPool`); then the slots of one batch run side by
+    side (``concurrent=False``: one after another, e.g. to debug one slot's trace).
     Worker faults cannot happen here; a reset that fails twice or an exception in
     task code still comes back as ``worker_error`` for its slot.
     """
 
     def __init__(self, suite: str, num_slots: int = 1, device_options: dict | None = None, *,
-                 share_browser: bool | None = None):
+                 share_browser: bool | None = None, concurrent: bool = True):
         self._worker = EnvWorker(suite, first_slot=0, num_envs=num_slots, worker_id=0,
-                                 device_options=device_options, share_browser=share_browser)
+                                 device_options=device_options, share_browser=share_browser,
+                                 concurrent=concurrent)
         self._book = _SlotBook(num_slots, self._worker.task_ids())
         self.num_slots = num_slots
         self.suite = suite

@@ -20,10 +20,19 @@ becomes ``worker_error`` for its slot alone.
 Playwright's sync API is bound to the thread that started it, so nothing here
 touches the browser in ``__init__``: the browser starts on the first reset, in
 the thread that runs every batch.
+
+Concurrency: with a shared browser the slots of one batch run side by side
+(:func:`~emulators.browser_support.run_concurrently`: a greenlet per slot on the
+thread's Playwright event loop), so one slot's wait for Chromium (page load,
+settle, screenshot) overlaps the others' work. ``concurrent=False`` (or devices
+that share no browser) runs them one after another. Either way the outputs come
+back in request order and each slot's episode is the same: slots share nothing
+but the browser process.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import logging
@@ -81,7 +90,8 @@ class EnvWorker:
     """
 
     def __init__(self, suite: str, *, first_slot: int, num_envs: int, worker_id: int = 0,
-                 device_options: dict[str, Any] | None = None, share_browser: bool | None = None):
+                 device_options: dict[str, Any] | None = None, share_browser: bool | None = None,
+                 concurrent: bool = True):
         self.suite_name = suite
         self.suite = resolve_suite(suite)
         self.first_slot = first_slot
@@ -92,17 +102,25 @@ class EnvWorker:
             # only a named parameter counts: a bare **options may belong to a non-browser device
             share_browser = "browser" in inspect.signature(self.suite.make_device).parameters
         self.shares_browser = share_browser
+        self.concurrent = concurrent
+        self._side_by_side = False  # inside a batch whose slots run side by side
         self._browser: Any = None
 
     # --- batches ------------------------------------------------------------------------------
 
     def reset_batch(self, requests: Sequence[ResetRequest]) -> list[EnvOutput]:
-        """Reset each requested slot in order; outputs in request order."""
-        return [self._guarded(r.slot, self._reset_one, r) for r in requests]
+        """Reset each requested slot (side by side on a shared browser); outputs in request order."""
+        if self.shares_browser and self.concurrent and len(requests) > 1:
+            try:  # the browser (and this thread's Playwright) start here, not in one slot's greenlet
+                if self._browser is None or not self._browser.connected:
+                    self._relaunch_browser()
+            except Exception as e:  # each slot's reset reports it (and retries the launch)
+                log.warning("launching the shared browser failed: %s", e)
+        return self._each(self._reset_one, requests)
 
     def step_batch(self, requests: Sequence[ActionRequest]) -> list[EnvOutput]:
-        """Step each requested slot in order; outputs in request order."""
-        return [self._guarded(r.slot, self._step_one, r) for r in requests]
+        """Step each requested slot (side by side on a shared browser); outputs in request order."""
+        return self._each(self._step_one, requests)
 
     def oracle_batch(self, slots: Sequence[int]) -> list[Action | None]:
         """The task oracle's next action per slot; ``None`` without a live episode or if it fails."""
@@ -162,6 +180,17 @@ class EnvWorker:
             raise ValueError(f"slot {s} does not live on worker {self.worker_id} "
                              f"(slots {min(self._slots)}..{max(self._slots)})") from None
 
+    def _each(self, fn: Any, requests: Sequence[Any]) -> list[EnvOutput]:
+        calls = [functools.partial(self._guarded, r.slot, fn, r) for r in requests]
+        if self.concurrent and self.shares_browser and self._browser is not None and self._browser.connected:
+            from emulators.browser_support import run_concurrently
+            self._side_by_side = True
+            try:
+                return run_concurrently(self._browser.browser, calls)
+            finally:
+                self._side_by_side = False
+        return [c() for c in calls]
+
     def _guarded(self, s: int, fn: Any, request: Any) -> EnvOutput:
         slot = self._slot(s)
         try:
@@ -211,6 +240,9 @@ class EnvWorker:
         if not self.shares_browser:
             return self.suite.make_device(**self.device_options), None
         if self._browser is None or not self._browser.connected:
+            if self._side_by_side:
+                # two slots must not relaunch it at once: the next batch relaunches it up front
+                raise DeviceError("the shared browser went away during this batch")
             self._relaunch_browser()
         return self.suite.make_device(browser=self._browser, **self.device_options), self._browser
 

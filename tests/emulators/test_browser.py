@@ -287,6 +287,20 @@ def test_new_window_loads_in_the_same_page(desk, page_server):
 
 
 def test_navigation_guard_blocks_other_origins_and_files(desk, page_server, other_server):
+    _guard_checks(desk, page_server, other_server)
+
+
+def test_navigation_guard_with_fixed_origins(shared_browser, page_server, other_server):
+    # fixed allowed_origins: the driver passes the allowed origin's requests itself (a regex route)
+    config = BrowserConfig.desktop(allowed_origins=(page_server + "/",))
+    with BrowserDevice(config, browser=shared_browser) as dev:
+        assert dev._route_pattern().match(other_server + "/static.html")
+        assert not dev._route_pattern().match(page_server + "/static.html?x=1")
+        assert dev._route_pattern().match(f"{page_server}0/static.html")  # a longer port is not the origin
+        _guard_checks(dev, page_server, other_server)
+
+
+def _guard_checks(desk, page_server, other_server):
     desk.home_url = f"{page_server}/links.html?other={other_server}/static.html"
     desk.reset()
     start = desk.page.url
@@ -359,3 +373,35 @@ def test_shared_browser_death_is_reported(page_server):
     finally:
         dev.close()
         handle.close()
+
+
+def test_run_concurrently_overlaps_waits_keeps_order_and_reraises(shared_browser, page_server):
+    from emulators.browser_support import run_concurrently
+    devs = [BrowserDevice(BrowserConfig.desktop(home_url=page_server + "/static.html"), browser=shared_browser)
+            for _ in range(2)]
+    try:
+        events: list[str] = []
+
+        def job(i: int, ms: int):
+            def run():
+                events.append(f"start {i}")
+                devs[i].reset()
+                got = devs[i].evaluate(f"new Promise(r => setTimeout(() => r({i}), {ms}))")
+                events.append(f"end {i}")
+                return got
+            return run
+
+        # every job starts before the first one ends: the waits overlap; results stay in call order
+        assert run_concurrently(shared_browser.browser, [job(0, 400), job(1, 10)]) == [0, 1]
+        assert events == ["start 0", "start 1", "end 1", "end 0"]
+
+        def boom():
+            devs[1].evaluate("1")
+            raise ValueError("slot 1 broke")
+        events.clear()
+        with pytest.raises(ValueError, match="slot 1 broke"):
+            run_concurrently(shared_browser.browser, [boom, job(0, 100)])
+        assert events == ["start 0", "end 0"]  # the other call still ran to its end
+    finally:
+        for d in devs:
+            d.close()

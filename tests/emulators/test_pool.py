@@ -247,6 +247,22 @@ def test_in_process_pool_runs_oracle_episodes_and_rejects_bad_batches():
         assert out.truncated and not out.terminated and out.reward == 0.0
 
 
+def test_slots_side_by_side_give_the_episodes_of_slots_one_after_another():
+    # the same seeds and oracle actions on both stepping modes: identical outputs, slot by slot
+    runs = {}
+    for concurrent in (True, False):
+        with InProcessPool(SUITE_PATH, num_slots=2, concurrent=concurrent) as pool:
+            outs = pool.reset([ResetRequest(s, "two_buttons", seed=20 + s) for s in range(2)])
+            history = _run_oracle(pool, [0, 1])
+            runs[concurrent] = (outs, history)
+    for s in range(2):
+        _assert_solved(runs[True][1][s])
+        assert runs[True][0][s].observation.screenshot == runs[False][0][s].observation.screenshot
+        for a, b in zip(runs[True][1][s], runs[False][1][s], strict=True):
+            assert (a.observation.screenshot, a.milestones, a.reward, a.terminated) == \
+                (b.observation.screenshot, b.milestones, b.reward, b.terminated)
+
+
 def test_failed_resets_come_back_as_worker_errors_for_their_slot_only():
     # an unreachable home page: the device reset raises DeviceError twice (the retry gets a fresh device)
     with InProcessPool(SUITE_PATH, num_slots=1, device_options={"home_url": "http://127.0.0.1:9/"}) as pool:
