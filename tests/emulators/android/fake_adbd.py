@@ -14,8 +14,56 @@ A_CNXN = 0x4E584E43
 BANNER = b"device::ro.product.name=fake;ro.product.model=fake;ro.product.device=fake;features=shell_v2\0"
 
 
-def _packet(cmd: int, arg0: int, arg1: int, data: bytes) -> bytes:
+A_AUTH = 0x48545541
+
+
+def packet(cmd: int, arg0: int, arg1: int, data: bytes) -> bytes:
+    """One adb protocol message: the 24-byte header, then ``data``."""
     return struct.pack("<6I", cmd, arg0, arg1, len(data), sum(data) & 0xFFFFFFFF, cmd ^ 0xFFFFFFFF) + data
+
+
+def read_packet(conn: socket.socket) -> tuple[int, int] | None:
+    """``(command, arg0)`` of the next adb message on ``conn`` (its payload is read and dropped);
+    None when the peer closed the connection."""
+    header = b""
+    while len(header) < 24:
+        chunk = conn.recv(24 - len(header))
+        if not chunk:
+            return None
+        header += chunk
+    cmd, arg0, _, length, _, _ = struct.unpack("<6I", header)
+    got = 0
+    while got < length:
+        chunk = conn.recv(length - got)
+        if not chunk:
+            return None
+        got += len(chunk)
+    return cmd, arg0
+
+
+class Listener:
+    """A TCP listener on 127.0.0.1:``port`` that serves each connection on its own thread."""
+
+    def __init__(self, port: int, backlog: int = 8):
+        self.port = port
+        self.conns: list[socket.socket] = []
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(backlog)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        raise NotImplementedError
 
 
 def free_emulator_adb_port() -> int | None:
@@ -34,45 +82,17 @@ def free_emulator_adb_port() -> int | None:
     return None
 
 
-class FakeAdbd:
+class FakeAdbd(Listener):
     def __init__(self, port: int):
-        self.port = port
         self.serial = f"emulator-{port - 1}"
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", port))
-        self.sock.listen(8)
-        self.conns: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns.append(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        super().__init__(port)
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:
             try:
-                while True:
-                    header = b""
-                    while len(header) < 24:
-                        chunk = conn.recv(24 - len(header))
-                        if not chunk:
-                            return
-                        header += chunk
-                    cmd, _, _, length, _, _ = struct.unpack("<6I", header)
-                    got = 0
-                    while got < length:
-                        chunk = conn.recv(length - got)
-                        if not chunk:
-                            return
-                        got += len(chunk)
-                    if cmd == A_CNXN:
-                        conn.sendall(_packet(A_CNXN, 0x01000001, 256 * 1024, BANNER))
+                while (msg := read_packet(conn)) is not None:
+                    if msg[0] == A_CNXN:
+                        conn.sendall(packet(A_CNXN, 0x01000001, 256 * 1024, BANNER))
             except OSError:
                 return
 
@@ -86,26 +106,14 @@ class FakeAdbd:
             conn.close()
 
 
-class FakeConsole:
+class FakeConsole(Listener):
     """A fake emulator console on ``port`` (the even port below the adb one): the real ``adb emu ...``
     connects to it, sends the command and ``quit``; ``snapshots`` names the snapshots that load."""
 
     def __init__(self, port: int, snapshots: tuple[str, ...] = ("guiagent_ready",)):
-        self.port, self.snapshots = port, set(snapshots)
+        self.snapshots = set(snapshots)
         self.commands: list[str] = []
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", port))
-        self.sock.listen(4)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        super().__init__(port, backlog=4)
 
     def _answer(self, command: str) -> bytes:
         parts = command.split()

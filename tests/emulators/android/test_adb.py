@@ -18,6 +18,8 @@ from emulators.android.adb import (
 from emulators.android.keys import KeyChord
 from emulators.base import ActionError, DeviceError
 
+from .fake_adbd import A_AUTH, A_CNXN, Listener, packet, read_packet
+
 
 @pytest.mark.parametrize("text, expected", [
     ("hello", [["shell", "input", "text", "'hello'"]]),
@@ -141,7 +143,7 @@ def _free_emulator_port() -> int:
     pytest.skip("no free emulator port in 5555..5585")
 
 
-class _FakeEmulatorPort:
+class _FakeEmulatorPort(Listener):
     """A TCP listener on an emulator adb port (5555..5585, odd) that the adb server finds.
 
     ``mode="silent"`` accepts and never answers (adb lists it ``offline``); ``mode="unauthorized"``
@@ -149,53 +151,20 @@ class _FakeEmulatorPort:
     token, so the server ends in ``unauthorized`` exactly as with a device that rejects its key.
     """
 
-    A_CNXN, A_AUTH = 0x4E584E43, 0x48545541
-
     def __init__(self, mode: str):
-        import threading
-
         self.mode = mode
-        self.port = _free_emulator_port()
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", self.port))
-        self.sock.listen(8)
-        self.serial = f"emulator-{self.port - 1}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        port = _free_emulator_port()
+        self.serial = f"emulator-{port - 1}"
+        super().__init__(port)
 
-    def _accept(self) -> None:
-        import threading
-
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            if self.mode == "unauthorized":
-                threading.Thread(target=self._handshake, args=(conn,), daemon=True).start()
-
-    @staticmethod
-    def _packet(cmd: int, arg0: int, arg1: int, data: bytes) -> bytes:
-        import struct
-        return struct.pack("<6I", cmd, arg0, arg1, len(data), sum(data) & 0xFFFFFFFF, cmd ^ 0xFFFFFFFF) + data
-
-    def _handshake(self, conn: socket.socket) -> None:
-        import struct
-
+    def _serve(self, conn: socket.socket) -> None:
+        if self.mode != "unauthorized":
+            return  # silent: the connection stays open, unanswered
         try:
-            while True:
-                header = b""
-                while len(header) < 24:
-                    chunk = conn.recv(24 - len(header))
-                    if not chunk:
-                        return
-                    header += chunk
-                cmd, arg0, _, length, _, _ = struct.unpack("<6I", header)
-                got = 0
-                while got < length:
-                    got += len(conn.recv(length - got))
-                if cmd == self.A_CNXN or (cmd == self.A_AUTH and arg0 == 2):  # 2 = SIGNATURE
-                    conn.sendall(self._packet(self.A_AUTH, 1, 0, os.urandom(20)))  # 1 = TOKEN
+            while (msg := read_packet(conn)) is not None:
+                cmd, arg0 = msg
+                if cmd == A_CNXN or (cmd == A_AUTH and arg0 == 2):  # 2 = SIGNATURE
+                    conn.sendall(packet(A_AUTH, 1, 0, os.urandom(20)))  # 1 = TOKEN
         except OSError:
             return
 
