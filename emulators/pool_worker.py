@@ -37,6 +37,7 @@ import importlib
 import inspect
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -105,6 +106,7 @@ class EnvWorker:
         self.concurrent = concurrent
         self._side_by_side = False  # inside a batch whose slots run side by side
         self._browser: Any = None
+        self._browser_thread: int | None = None  # the thread whose Playwright runs the shared browser
 
     # --- batches ------------------------------------------------------------------------------
 
@@ -182,7 +184,11 @@ class EnvWorker:
 
     def _each(self, fn: Any, requests: Sequence[Any]) -> list[EnvOutput]:
         calls = [functools.partial(self._guarded, r.slot, fn, r) for r in requests]
-        if self.concurrent and self.shares_browser and self._browser is not None and self._browser.connected:
+        # side by side only on the thread that launched the browser: its Playwright loop is that
+        # thread's (an async trainer's held-out evaluation steps the pool from the main thread
+        # while the rollout thread launched it; those calls then run one after another)
+        if (self.concurrent and self.shares_browser and self._browser is not None and self._browser.connected
+                and self._browser_thread == threading.get_ident()):
             from emulators.browser_support import run_concurrently
             self._side_by_side = True
             try:
@@ -258,6 +264,7 @@ class EnvWorker:
             old.close()
         self._browser = launch(self.device_options.get("chromium_path"),
                                headless=self.device_options.get("headless", True))
+        self._browser_thread = threading.get_ident()
 
     def _stale(self, slot: _Slot) -> bool:
         return self.shares_browser and (slot.browser is not self._browser or not slot.browser.connected)
