@@ -87,8 +87,12 @@ def main(argv: list[str]) -> int:
     best = (f"; best {result.best_success:.1%} at iteration {result.best_iteration} -> {result.best_model}"
             if result.best_model else "")
     stopped = f"; stopped early: {result.stopped_by}" if result.stopped_by else ""
-    print(f"trained {result.iterations} iterations -> {result.model}; held-out success "
-          f"{result.success_before:.1%} before, {result.success_after:.1%} after{best}{stopped} ({result.run_dir})")
+    import math
+
+    held = ("no held-out evaluation (--eval-episodes 0)"
+            if math.isnan(result.success_before) and math.isnan(result.success_after) else
+            f"held-out success {result.success_before:.1%} before, {result.success_after:.1%} after")
+    print(f"trained {result.iterations} iterations -> {result.model}; {held}{best}{stopped} ({result.run_dir})")
     if cfg.json:
         emit_json(result.to_dict())
     return 0
