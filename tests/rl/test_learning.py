@@ -30,16 +30,23 @@ def _run(*args):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
+def _sft_checkpoint(tmp_path, tasks, *, demos: int) -> str:
+    """The README's warm-start pipeline: a tiny model, ``demos`` oracle demonstrations of ``tasks``
+    (seed 0), 400 SFT steps; the checkpoint at step 160 (on the rise of the SFT curve)."""
+    base, demo_dir, sft = tmp_path / "tiny", tmp_path / "demos", tmp_path / "sft"
+    _run("model", "init", "--size", "tiny", "--max-pixels", str(TINY_MAX_PIXELS), "--out", str(base))
+    _run("eval", "--env", "webapps", "--agent", "oracle", "--seed", "0", "--episodes", str(demos),
+         "--out", str(demo_dir), "--tasks", *tasks)
+    _run("sft", "--data", str(demo_dir), "--model", str(base), "--compact-prompt", "--out", str(sft),
+         "--train.steps", "400", "--train.checkpoint-every", "160")
+    return str(sft / "checkpoints" / "step-160")
+
+
 def test_grpo_raises_held_out_success_from_an_sft_checkpoint(tmp_path):
     """The README's GRPO learning check, end to end: demos -> SFT (checkpoint at step 160 of 400,
     on the rise of the SFT curve) -> GRPO on three fixed-layout tasks -> held-out greedy success."""
-    base, demos, sft = tmp_path / "tiny", tmp_path / "demos", tmp_path / "sft"
-    _run("model", "init", "--size", "tiny", "--max-pixels", str(TINY_MAX_PIXELS), "--out", str(base))
-    _run("eval", "--env", "webapps", "--agent", "oracle", "--seed", "0", "--episodes", "120", "--out", str(demos),
-         "--tasks", *WARM_START_TASKS)
-    _run("sft", "--data", str(demos), "--model", str(base), "--compact-prompt", "--out", str(sft),
-         "--train.steps", "400", "--train.checkpoint-every", "160")
-    result = train(TrainConfig(model=str(sft / "checkpoints" / "step-160"), tasks=TASKS, algo="dr_grpo",
+    start = _sft_checkpoint(tmp_path, WARM_START_TASKS, demos=120)
+    result = train(TrainConfig(model=start, tasks=TASKS, algo="dr_grpo",
                                iterations=15, groups_per_iteration=8, group_size=8, slots=8, workers=2,
                                lr=3e-4, epochs=2, mini_batch_size=32, temperature=1.0, min_p=0.05,
                                neg_adv_min_scale=0.5, kl_coef=0.1, kl_kind="k3", min_informative_groups=3,
@@ -54,13 +61,8 @@ def test_gigpo_raises_held_out_success_on_three_step_tasks(tmp_path):
     """The step-level check of docs/training.md ("Beyond GRPO"): demos -> SFT checkpoint at step 160
     -> GiGPO (anchor-state step groups, γ 0.95) on three 3-step fixed-layout tasks -> held-out greedy
     success, before and after, with the commands and budget of the comparison table."""
-    base, demos, sft = tmp_path / "tiny", tmp_path / "demos", tmp_path / "sft"
-    _run("model", "init", "--size", "tiny", "--max-pixels", str(TINY_MAX_PIXELS), "--out", str(base))
-    _run("eval", "--env", "webapps", "--agent", "oracle", "--seed", "0", "--episodes", "90", "--out", str(demos),
-         "--tasks", *MULTI_STEP_TASKS)
-    _run("sft", "--data", str(demos), "--model", str(base), "--compact-prompt", "--out", str(sft),
-         "--train.steps", "400", "--train.checkpoint-every", "160")
-    result = train(TrainConfig(model=str(sft / "checkpoints" / "step-160"), tasks=MULTI_STEP_TASKS, algo="gigpo", gamma=0.95,
+    start = _sft_checkpoint(tmp_path, MULTI_STEP_TASKS, demos=90)
+    result = train(TrainConfig(model=start, tasks=MULTI_STEP_TASKS, algo="gigpo", gamma=0.95,
                                iterations=6, groups_per_iteration=4, group_size=4, slots=4, pool="inprocess",
                                lr=3e-4, temperature=1.0, min_p=0.05, eval_episodes=24, out=str(tmp_path / "gigpo"),
                                seed=0))

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
 import threading
+import time
 
 A_CNXN = 0x4E584E43
 BANNER = b"device::ro.product.name=fake;ro.product.model=fake;ro.product.device=fake;features=shell_v2\0"
@@ -39,6 +41,19 @@ def read_packet(conn: socket.socket) -> tuple[int, int] | None:
             return None
         got += len(chunk)
     return cmd, arg0
+
+
+def start_adb_and_wait(adb: str, env: dict[str, str], serial: str, timeout_s: float = 10.0) -> bool:
+    """Start the real adb server under ``env`` and wait until it lists ``serial`` as a device;
+    False when it did not within ``timeout_s`` (the caller skips)."""
+    subprocess.run([adb, "start-server"], env=env, capture_output=True, timeout=30, check=True)
+    deadline = time.monotonic() + timeout_s
+    while f"{serial}\tdevice" not in subprocess.run([adb, "devices"], env=env, capture_output=True, text=True,
+                                                     check=False, timeout=30).stdout:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 class Listener:

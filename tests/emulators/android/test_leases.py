@@ -110,12 +110,11 @@ def test_snapshot_reset_through_the_real_adb_client(tmp_path, monkeypatch):
     client, a private adb server, a fake emulator's adbd and console); a snapshot that does not load
     is a device error that marks the emulator unhealthy when the slot lets it go."""
     import shutil
-    import time
 
     from emulators.base import DeviceError
 
     from .conftest import free_port
-    from .fake_adbd import FakeAdbd, FakeConsole, free_emulator_adb_port
+    from .fake_adbd import FakeAdbd, FakeConsole, free_emulator_adb_port, start_adb_and_wait
 
     adb = shutil.which("adb")
     port = free_emulator_adb_port()
@@ -126,13 +125,8 @@ def test_snapshot_reset_through_the_real_adb_client(tmp_path, monkeypatch):
     env = {**os.environ, "ANDROID_ADB_SERVER_PORT": str(free_port())}
     monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", env["ANDROID_ADB_SERVER_PORT"])
     try:
-        subprocess.run([adb, "start-server"], env=env, capture_output=True, timeout=30, check=True)
-        deadline = time.monotonic() + 10
-        while f"{adbd.serial}\tdevice" not in subprocess.run([adb, "devices"], env=env, capture_output=True,
-                                                              text=True, check=False, timeout=30).stdout:
-            if time.monotonic() > deadline:
-                pytest.skip(f"the adb server did not list the fake {adbd.serial}")
-            time.sleep(0.1)
+        if not start_adb_and_wait(adb, env, adbd.serial):
+            pytest.skip(f"the adb server did not list the fake {adbd.serial}")
         endpoints = farm.local_endpoints([port - 1])
         device = AndroidWorldDevice(HangableEnv(port - 1), serial=adbd.serial, snapshot="guiagent_ready",
                                     with_tree=False, settle_s=0)

@@ -19,7 +19,7 @@ import pytest
 from guiagent.cli.main import main as cli_main
 
 from .conftest import ROOT, free_port
-from .fake_adbd import FakeAdbd, free_emulator_adb_port
+from .fake_adbd import FakeAdbd, free_emulator_adb_port, start_adb_and_wait
 
 try:
     import android_world  # noqa: F401
@@ -59,14 +59,8 @@ def emulator(adb_server):
     pb_grpc.add_EmulatorControllerServicer_to_server(FakeEmulator(), server)
     grpc_port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    subprocess.run([ADB, "start-server"], env=adb_server, capture_output=True, timeout=30, check=True)
-    import time
-    deadline = time.monotonic() + 10
-    while f"{adbd.serial}\tdevice" not in subprocess.run([ADB, "devices"], env=adb_server, capture_output=True,
-                                                          text=True, check=False, timeout=30).stdout:
-        if time.monotonic() > deadline:
-            pytest.skip(f"the adb server did not list the fake {adbd.serial}")
-        time.sleep(0.1)
+    if not start_adb_and_wait(ADB, adb_server, adbd.serial):
+        pytest.skip(f"the adb server did not list the fake {adbd.serial}")
     yield adb_port - 1, grpc_port
     server.stop(0)
     adbd.close()
