@@ -219,9 +219,12 @@ def format_for_policy(fmt: Any, policy: Any) -> Any:
 
 def load_model_policy(spec: str, *, backend: str = "auto", settings: AgentSettings | None = None,
                       temperature: float = 0.0, max_new_tokens: int = 96, keep_chats: bool = False,
-                      policy: Any = None, top_p: float = 1.0, min_p: float = 0.0,
+                      policy: Any = None, top_p: float = 1.0, min_p: float = 0.0, frame: Any = None,
                       **policy_opts: Any) -> ModelPolicy:
     """A :class:`ModelPolicy` for a model folder, hub id or server URL (or an already loaded ``policy``).
+
+    ``frame``: the policy whose image processor sets the action format's coordinate frame (default:
+    ``policy`` itself; a vLLM engine generating for a transformers learner takes the learner's).
 
     Settings come from ``settings``, else the model folder's ``guiagent_agent.json``
     (written by ``guiagent sft``/``train``), else the defaults.
@@ -234,5 +237,5 @@ def load_model_policy(spec: str, *, backend: str = "auto", settings: AgentSettin
         policy = load_policy(spec, backend=None if backend == "auto" else backend, **policy_opts)
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                               min_p=min_p)
-    return ModelPolicy(ModelAgent(policy, settings.format(policy), settings.prompt_config(), sampling,
+    return ModelPolicy(ModelAgent(policy, settings.format(frame or policy), settings.prompt_config(), sampling,
                                   keep_chats=keep_chats))

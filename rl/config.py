@@ -15,7 +15,7 @@ from judge.settings import JudgeSettings
 from rl.advantages import SemiOnlineRewardConfig
 from rl.semi_online import MatchConfig, PatchConfig
 
-__all__ = ["TrainConfig", "SemiOnlineSettings", "TRAIN_SEED_RANGE", "TINY_MAX_PIXELS", "WARM_START_TASKS",
+__all__ = ["TrainConfig", "SemiOnlineSettings", "VLLMSettings", "TRAIN_SEED_RANGE", "TINY_MAX_PIXELS", "WARM_START_TASKS",
            "sample_tasks"]
 
 #: tasks whose targets sit at fixed places for every seed: what a tiny model trained from
@@ -54,6 +54,32 @@ class SemiOnlineSettings:
             raise ValueError("--semi.gamma must lie in [0, 1]")
         if self.per_online < 1 or self.iterations < 0:
             raise ValueError("--semi.per-online must be >= 1 and --semi.iterations >= 0")
+
+
+@dataclass(frozen=True)
+class VLLMSettings:
+    """``--rollout-engine vllm``: a vLLM engine colocated with the learner on its GPU."""
+
+    gpu_memory_utilization: float = 0.35
+    """share of the GPU's memory vLLM takes for weights and KV cache (the learner has the rest; during
+    an update the engine sleeps and hands its memory back)"""
+    max_model_len: int = 8192
+    """longest prompt + reply in tokens"""
+    sleep_level: int = 1
+    """how the engine hands its memory over during each update: 1 weights to CPU and KV cache dropped,
+    2 both dropped (least memory; the pushed weights replace them), 0 no sleep (both stay on the GPU)"""
+    enforce_eager: bool = False
+    """no CUDA graphs (slower generation, faster start, less memory)"""
+    dtype: str = "auto"
+    """the engine's weight dtype (auto: the checkpoint's, bf16 for Qwen-VL); pushed weights are cast to it"""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.gpu_memory_utilization < 1.0:
+            raise ValueError("--vllm.gpu-memory-utilization must lie in (0, 1)")
+        if self.max_model_len <= 0 or self.sleep_level not in (0, 1, 2):
+            raise ValueError("--vllm.max-model-len must be positive and --vllm.sleep-level 0, 1 or 2")
+        if self.dtype not in ("auto", "bfloat16", "float16", "float32"):
+            raise ValueError("--vllm.dtype is auto, bfloat16, float16 or float32")
 
 
 @dataclass
@@ -154,6 +180,20 @@ class TrainConfig:
     sync runs are reproducible with the same --seed, async runs are not (see docs/training.md)"""
     max_lag: int = 1
     """async: drop rollouts produced more than this many policy versions ago"""
+    rollout_engine: Literal["transformers", "vllm"] = "transformers"
+    """what generates the rollouts' replies: the learner's own transformers model, or a vLLM engine
+    colocated on the learner's GPU (weights pushed after every update, GPU memory handed over with
+    vLLM's sleep mode; needs pip install guiagent[vllm] and CUDA; sync rollouts)"""
+    vllm: VLLMSettings = field(default_factory=VLLMSettings)
+    """--rollout-engine vllm: --vllm.gpu-memory-utilization, --vllm.sleep-level, ..."""
+    rescore: Literal["auto", "on", "off"] = "auto"
+    """re-score every rollout turn with the learner before the update: the PPO ratio's old log-probs
+    become the learner's own and the train-inference mismatch (KL between the engine's and the
+    learner's log-probs of the sampled tokens) is stored as the metric mismatch_kl (auto: on with
+    --rollout-engine vllm)"""
+    tis_cap: float = 2.0
+    """when re-scoring: truncated importance sampling, each token's advantage weighted by
+    min(pi_learner / pi_rollout, C) with this C (0: measure the mismatch, no correction)"""
     lr: float = 2e-4
     """AdamW learning rate"""
     epochs: int = 1
@@ -300,6 +340,14 @@ class TrainConfig:
                              "(without --model, the warm start's demonstrations are replayed)")
         if self.mode != "online" and self.rollout == "async":
             raise ValueError("--rollout async is for online rollouts; semi-online iterations need no device wait")
+        if self.rollout_engine == "vllm" and self.rollout == "async":
+            raise ValueError("--rollout-engine vllm generates in sync mode (the engine sleeps during each update): "
+                             "drop --rollout async")
+        if self.tis_cap < 0:
+            raise ValueError("--tis-cap must be >= 0 (0: measure the mismatch without correcting it)")
+        if self.algo == "awr" and self.rescore == "on":
+            raise ValueError("--rescore on re-scores the PPO ratio's old log-probs; awr's weighted regression has "
+                             "no ratio: drop it")
         if self.lora_rank < 0 or self.lora_alpha <= 0:
             raise ValueError("--lora-rank must be >= 0 (0: full fine-tuning) and --lora-alpha positive")
         for name in ("max_parse_error_rate", "max_kl_ref", "min_entropy"):
@@ -309,6 +357,8 @@ class TrainConfig:
         for name, w in self.env_weights.items():
             if name not in suites or not w > 0:
                 raise ValueError(f"--env-weights {name} {w}: weights are positive and name suites of --env {self.env}")
+        if self.rescore == "auto":
+            self.rescore = "on" if self.rollout_engine == "vllm" and self.algo != "awr" else "off"
         if self.loss_agg == "":
             self.loss_agg = "seq_mean_token_sum_norm" if self.algo == "dr_grpo" else "token_mean"
 

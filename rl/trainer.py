@@ -129,6 +129,21 @@ def state_name(cfg: TrainConfig, state: TrainerState) -> str:
     return f"{cfg.algo}-{cfg.env}-{state.run_id}"
 
 
+def _engine_dtype(name: str, learner: Any) -> Any:
+    """The dtype weights are cast to on their way into the engine (auto: the learner's weights' own,
+    bf16 when the learner keeps fp32 masters on a GPU)."""
+    if name != "auto":
+        return getattr(torch, name)
+    dtype = next(learner.parameters()).dtype
+    return torch.bfloat16 if dtype == torch.float32 and learner.device.type == "cuda" else dtype
+
+
+@contextlib.contextmanager
+def _pushed_after(sync: Any) -> Any:
+    yield
+    sync.push()
+
+
 class _AdaptersOff:
     """A LoRA policy scored as its frozen base: the KL reference without a second model."""
 
@@ -147,7 +162,7 @@ class Trainer:
         self.cfg = cfg
 
     def run(self) -> TrainResult:
-        self.store = self.pool = self.async_rollout = None
+        self.store = self.pool = self.async_rollout = self.colocated = None
         try:
             self.setup()
             while self.state.iteration < self.cfg.iterations and self.stopped_by is None:
@@ -243,16 +258,22 @@ class Trainer:
                 log.info("marked %d unfinished episodes of the killed run as aborted", len(recovered))
             self.store.set_run_status(self.state.run_id, "running")
 
-        if self.state.eval_before is None:
-            self.state.eval_before = self.evaluate("before")
         # The rollout side acts with its own copy of the weights in async mode (synced after each
-        # update under a lock); in sync mode it shares the learner's model, so syncing is free.
-        self.rollout_policy = (load_transformers(model_dir, threads=cfg.threads or None)
-                               if cfg.rollout == "async" else self.policy)
+        # update under a lock), or on a colocated vLLM engine (weights pushed after each update); in
+        # sync mode it otherwise shares the learner's model, so syncing is free.
+        if cfg.rollout_engine == "vllm":
+            self.rollout_policy, self.colocated = self._vllm_engine(self.state.model_dir)
+        elif cfg.rollout == "async":
+            self.rollout_policy = load_transformers(model_dir, threads=cfg.threads or None)
+        else:
+            self.rollout_policy = self.policy
         self.lock = threading.Lock()
         self.sampler = _LockedTurnPolicy(load_model_policy(
             model_dir, settings=self.settings, policy=self.rollout_policy, temperature=cfg.temperature,
-            top_p=cfg.top_p, min_p=cfg.min_p, max_new_tokens=cfg.max_new_tokens, keep_chats=True), self.lock)
+            top_p=cfg.top_p, min_p=cfg.min_p, max_new_tokens=cfg.max_new_tokens, keep_chats=True,
+            frame=self.policy), self.lock)
+        if self.state.eval_before is None:
+            self.state.eval_before = self.evaluate("before")
         self.judge = make_judge(cfg.judge, out)
         from guiagent.config import to_mapping as _mapping
         self.loggers = make_loggers(("store", *cfg.log_to), out, state_name(cfg, self.state), _mapping(cfg),
@@ -262,6 +283,22 @@ class Trainer:
 
             cursor = self.state.iteration if self.state.data_cursor is None else self.state.data_cursor
             self.async_rollout = AsyncRollout(self.produce, max_lag=cfg.max_lag, start_iteration=cursor)
+
+    def _vllm_engine(self, model_dir: str) -> tuple[Any, Any]:
+        """A vLLM engine in this process on the learner's GPU, holding the learner's current weights
+        (a resumed or LoRA run's differ from the folder's), and the sync that hands memory over."""
+        from guiagent.policy.vllm_backend import ColocatedSync, VLLMPolicy
+
+        v = self.cfg.vllm
+        g = self.policy.image_geometry()
+        engine = VLLMPolicy(model_dir, colocate=True, enable_sleep_mode=v.sleep_level > 0,
+                            gpu_memory_utilization=v.gpu_memory_utilization, max_model_len=v.max_model_len,
+                            enforce_eager=v.enforce_eager, dtype=v.dtype, seed=self.cfg.seed,
+                            min_pixels=g.min_pixels, max_pixels=g.max_pixels,
+                            max_images=max(self.settings.history_images, 1))
+        sync = ColocatedSync(engine, self.policy, dtype=_engine_dtype(v.dtype, self.policy), level=v.sleep_level)
+        sync.push()
+        return engine, sync
 
     def _load_policy(self, model_dir: str, *, resumed: bool) -> Any:
         """The learner: precision, LoRA adapters (resumed from the checkpoint's adapter folder) and
@@ -379,26 +416,28 @@ class Trainer:
             turns, adv, adv_stats = self.credit.batch(result, self.policy, it, store=self.store)
         metrics.update(adv_stats)
         t1 = time.perf_counter()
-        if turns:
-            beta = cfg.kl_coef if state.kl_coef is None else state.kl_coef
-            metrics.update(update(dataclasses.replace(cfg, kl_coef=beta), self.policy, self.ref, self.opt, turns, adv,
-                                  rng=random.Random(cfg.seed * 7919 + it)))
-            if cfg.kl_target > 0:  # adaptive β: a soft trust region around the reference
-                state.kl_coef = AdaptiveKL(beta, cfg.kl_target, cfg.kl_horizon).update(metrics["kl"], len(turns))
-            metrics["kl_coef"] = beta
-        metrics.update(self.credit.fit())  # the critic (ppo, awr) after the actor
-        tripped = self._guards(metrics)
-        if tripped and cfg.guard_action == "rollback" and state.rollbacks < MAX_CONSECUTIVE_ROLLBACKS:
-            self._rollback(tripped)
-            metrics["guard/rollback"] = 1.0
-        elif tripped:
-            self.stopped_by = tripped
-            metrics["guard/stop"] = 1.0
-            log.warning("stability guard: %s; stopping the run", tripped)
-            if cfg.guard_action == "rollback":  # rolled back too often in a row: keep the last good weights
+        # a colocated vLLM engine sleeps from here to the sync: the learner has the GPU's memory
+        with self._update_phase():
+            if turns:
+                beta = cfg.kl_coef if state.kl_coef is None else state.kl_coef
+                metrics.update(update(dataclasses.replace(cfg, kl_coef=beta), self.policy, self.ref, self.opt, turns,
+                                      adv, rng=random.Random(cfg.seed * 7919 + it)))
+                if cfg.kl_target > 0:  # adaptive β: a soft trust region around the reference
+                    state.kl_coef = AdaptiveKL(beta, cfg.kl_target, cfg.kl_horizon).update(metrics["kl"], len(turns))
+                metrics["kl_coef"] = beta
+            metrics.update(self.credit.fit())  # the critic (ppo, awr) after the actor
+            tripped = self._guards(metrics)
+            if tripped and cfg.guard_action == "rollback" and state.rollbacks < MAX_CONSECUTIVE_ROLLBACKS:
                 self._rollback(tripped)
-        else:
-            state.rollbacks = 0
+                metrics["guard/rollback"] = 1.0
+            elif tripped:
+                self.stopped_by = tripped
+                metrics["guard/stop"] = 1.0
+                log.warning("stability guard: %s; stopping the run", tripped)
+                if cfg.guard_action == "rollback":  # rolled back too often in a row: keep the last good weights
+                    self._rollback(tripped)
+            else:
+                state.rollbacks = 0
         self._sync_weights()
         metrics["update_seconds"] = time.perf_counter() - t1
         metrics["iteration_seconds"] = time.perf_counter() - t0
@@ -466,7 +505,19 @@ class Trainer:
         self.state.rollbacks += 1
         log.warning("stability guard: %s; rolled back to %s", why, src)
 
+    def _update_phase(self) -> Any:
+        """Around the update: a colocated vLLM engine asleep (its memory the learner's), the learner's
+        new weights pushed into it when the block ends (and the engine woken with its old weights
+        if the update fails); nothing otherwise."""
+        if self.colocated is None:
+            return contextlib.nullcontext()
+        if self.colocated.level == 0:  # no sleep mode: both stay on the GPU, weights pushed after
+            return _pushed_after(self.colocated)
+        return self.colocated.update_phase()
+
     def _sync_weights(self) -> None:
+        if self.colocated is not None:  # pushed at the end of the update phase
+            return
         if self.rollout_policy is not self.policy:
             with self.lock:
                 self.rollout_policy.load_state_dict(self.policy.state_dict())
@@ -505,7 +556,9 @@ class Trainer:
         cfg = self.cfg
         if cfg.eval_episodes <= 0:
             return float("nan")
-        greedy = load_model_policy(self.state.model_dir, settings=self.settings, policy=self.policy,
+        # greedy on the learner's weights: a colocated vLLM engine holds them too, and generates faster
+        greedy = load_model_policy(self.state.model_dir, settings=self.settings, frame=self.policy,
+                                   policy=self.rollout_policy if self.colocated is not None else self.policy,
                                    temperature=0.0, max_new_tokens=cfg.max_new_tokens)
         ecfg = EvalConfig(env=cfg.env, agent="model", model=self.state.model_dir, episodes=cfg.eval_episodes,
                           out=str(self.out / f"eval-{tag}"), tasks=tuple(self.tasks), slots=cfg.slots,
@@ -550,6 +603,8 @@ class Trainer:
             self.loggers.close()
         if self.pool is not None:
             self.pool.close()
+        if self.colocated is not None:
+            self.colocated.engine.close()
         if self.store is not None:
             self.store.close()
 

@@ -1,4 +1,10 @@
-"""The learner's update: PPO-clip steps over a batch of turns, in mini- and micro-batches."""
+"""The learner's update: PPO-clip steps over a batch of turns, in mini- and micro-batches.
+
+With ``cfg.rescore == "on"`` the learner first re-scores every turn (no grad): those log-probs are
+the PPO ratio's old ones, and the rollout engine's own (vLLM's, or any sampler's) only enter
+through truncated importance sampling weights ``min(π_learner / π_rollout, C)`` on the advantages
+(``cfg.tis_cap``; 0: none) and the stored ``mismatch_kl``.
+"""
 
 from __future__ import annotations
 
@@ -22,12 +28,16 @@ def update(cfg: TrainConfig, policy: Any, ref: Any, opt: torch.optim.Optimizer, 
     reference policy of the KL term (None: no KL term).
     """
     rng = rng or random.Random(0)
-    from rl.losses import awr_loss, ppo_clip_loss
+    from rl.losses import awr_loss, ppo_clip_loss, tis_advantages, tis_weights
 
     params = [p for p in policy.parameters() if p.requires_grad]
     out = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "grad_norm": 0.0, "approx_kl_old": 0.0, "optimizer_steps": 0.0,
            "early_stopped": 0.0}
     n_mb = 0
+    learner_old = None
+    if cfg.rescore == "on" and cfg.algo != "awr":
+        learner_old, stats = rescore(policy, turns, cfg.micro_batch_size, tis_cap=cfg.tis_cap)
+        out.update(stats)
     order = list(range(len(turns)))
     mini = cfg.mini_batch_size or len(turns)
     for _ in range(cfg.epochs):
@@ -46,10 +56,17 @@ def update(cfg: TrainConfig, policy: Any, ref: Any, opt: torch.optim.Optimizer, 
                 comps = [list(u.completion_ids) for u in mb]
                 sb = policy.score_batch(chats, comps, grad=True)
                 old = _place(sb.mask, [u.old_logprobs for u in mb], sb.logprobs.dtype)
+                adv_mb = adv[idx].to(sb.logprobs.dtype)
+                if learner_old is not None:  # the learner's own old log-probs; TIS on the advantages
+                    rollout_old = old
+                    old = _place(sb.mask, [learner_old[j] for j in idx], sb.logprobs.dtype)
+                    if cfg.tis_cap > 0:
+                        w, _ = tis_weights(old, rollout_old, sb.mask, cap=cfg.tis_cap)
+                        adv_mb = tis_advantages(adv_mb, w)
                 ref_lp = None
                 if ref is not None and cfg.kl_coef > 0:
                     ref_lp = ref.score_batch(chats, comps, grad=False).logprobs.detach()
-                loss, st = ppo_clip_loss(sb.logprobs, old, adv[idx].to(sb.logprobs.dtype), sb.mask,
+                loss, st = ppo_clip_loss(sb.logprobs, old, adv_mb, sb.mask,
                                          clip_eps_low=cfg.clip_eps_low, clip_eps_high=cfg.clip_eps_high,
                                          agg=cfg.loss_agg, ref_logp=ref_lp, kl_coef=cfg.kl_coef, kl_kind=cfg.kl_kind,
                                          max_len=cfg.max_new_tokens,
@@ -82,6 +99,40 @@ def update(cfg: TrainConfig, policy: Any, ref: Any, opt: torch.optim.Optimizer, 
     if out["optimizer_steps"]:
         policy.mark_updated()  # one new policy version per update: what rollouts are tagged and lag-checked with
     return out
+
+
+def rescore(policy: Any, turns: list[Any], micro_batch_size: int, *,
+            tis_cap: float = 0.0) -> tuple[list[tuple[float, ...]], dict[str, float]]:
+    """The learner's log-probs of each turn's sampled tokens (no grad), and how far the rollout's own
+    (``turn.old_logprobs``) are from them over all tokens: ``mismatch_kl`` (k3 estimate of
+    KL(π_rollout ‖ π_learner)), ``mismatch_max_abs`` (largest |Δ log p| of a token) and, with a cap,
+    ``tis_clip_frac`` / ``tis_weight_mean`` of the truncated importance weights."""
+    from rl.losses import mismatch_kl, tis_weights
+
+    rows: list[tuple[float, ...]] = []
+    kl = clip = wmean = max_abs = 0.0
+    tokens = 0
+    for i in range(0, len(turns), micro_batch_size):
+        mb = turns[i:i + micro_batch_size]
+        sb = policy.score_batch([u.prompt for u in mb], [list(u.completion_ids) for u in mb], grad=False)
+        lp = sb.logprobs.detach().float()
+        for b in range(len(mb)):
+            rows.append(tuple(lp[b, sb.mask[b]].tolist()))
+        roll = _place(sb.mask, [u.old_logprobs for u in mb], lp.dtype)
+        n = int(sb.mask.sum())
+        if n == 0:
+            continue
+        kl += float(mismatch_kl(lp, roll, sb.mask)) * n
+        max_abs = max(max_abs, float(((lp - roll).abs() * sb.mask).max()))
+        if tis_cap > 0:
+            _, st = tis_weights(lp, roll, sb.mask, cap=tis_cap)
+            clip += st.tis_clip_frac * n
+            wmean += st.tis_weight_mean * n
+        tokens += n
+    stats = {"mismatch_kl": kl / max(tokens, 1), "mismatch_max_abs": max_abs}
+    if tis_cap > 0:
+        stats.update(tis_clip_frac=clip / max(tokens, 1), tis_weight_mean=wmean / max(tokens, 1))
+    return rows, stats
 
 
 def _place(mask: torch.Tensor, rows: list[tuple[float, ...]], dtype: torch.dtype) -> torch.Tensor:

@@ -109,8 +109,11 @@ class ChatEncoder:
 
     def _encode(self, chat: Chat) -> Encoded:
         check_chat(chat)
-        text = self.render(chat)
-        images = chat_images(chat)
+        return self.encode_rendered(self.render(chat), chat_images(chat))
+
+    def encode_rendered(self, text: str, images: Sequence[Any]) -> Encoded:
+        """Model inputs of an already rendered prompt (one ``<|image_pad|>`` per image) and its images:
+        what a vLLM-style engine receives."""
         pieces = text.split(IMAGE_TOKEN)
         if len(pieces) - 1 != len(images):
             raise ChatError(f"the chat template produced {len(pieces) - 1} image slots for {len(images)} images")
@@ -470,9 +473,13 @@ class TransformersPolicy:
         """Batched sampling (greedy when ``temperature == 0``); log-probs under the unmodified model."""
         if not chats:
             return []
+        return self.generate_encoded([self.encoder.encode(c) for c in chats], sampling)
+
+    def generate_encoded(self, encs: Sequence[Encoded], sampling: SamplingParams = SamplingParams()
+                         ) -> list[Generation]:
+        """:meth:`generate` on encoded prompts (:meth:`ChatEncoder.encode_rendered`)."""
         from transformers import GenerationConfig
 
-        encs = [self.encoder.encode(c) for c in chats]
         row_seeds = sampling.for_rows(len(encs))
         batch = self._collate(encs)
         greedy = sampling.temperature == 0
