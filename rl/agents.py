@@ -182,6 +182,15 @@ class AgentSettings:
         p = Path(model_dir, AGENT_SETTINGS_FILE)
         return cls(**json.loads(p.read_text())) if p.is_file() else None
 
+    def in_format(self, action_format: str) -> "AgentSettings":
+        """These settings speaking ``action_format``: unchanged for ``auto`` or the same format; for another,
+        that format's own system prompt (a custom one belongs to the format it was written for) and the same
+        history."""
+        if action_format in ("auto", self.action_format):
+            return self
+        return AgentSettings(action_format=action_format, history_images=self.history_images,
+                             max_history=self.max_history)
+
     def format(self, policy: Any = None) -> Any:
         """The action format; with ``policy``, in the coordinate frame of its image processor."""
         from grounding import get_format

@@ -15,8 +15,8 @@ from judge.settings import JudgeSettings
 from rl.advantages import SemiOnlineRewardConfig
 from rl.semi_online import MatchConfig, PatchConfig
 
-__all__ = ["TrainConfig", "SemiOnlineSettings", "VLLMSettings", "TRAIN_SEED_RANGE", "TINY_MAX_PIXELS", "WARM_START_TASKS",
-           "sample_tasks"]
+__all__ = ["TINY_MAX_PIXELS", "TRAIN_SEED_RANGE", "WARM_START_TASKS", "SemiOnlineSettings", "TrainConfig",
+           "VLLMSettings", "sample_tasks"]
 
 #: tasks whose targets sit at fixed places for every seed: what a tiny model trained from
 #: scratch on CPU can learn (docs/training.md, "Learning checks"), so the embedded default trains on them
@@ -145,8 +145,14 @@ class TrainConfig:
     entropy_modulation: float = 0.0
     """AEM's α: scale each reply's advantage by 1 + α·sign(A)·(relative response surprisal), clamped to
     [1/2, 2] (> 0 favours exploration, < 0 exploitation; 0: off)"""
+    action_format: str = "auto"
+    """the action format the policy is prompted in and parsed with (json, uitars15, qwen_mobile,
+    qwen_computer, ...; auto: the model folder's guiagent_agent.json, written by sft and train, else
+    json). A pretrained model starts best in the format it was trained on: qwen_mobile for
+    Qwen2.5-VL on a phone screen, uitars15 for UI-TARS-1.5"""
     tasks: tuple[str, ...] = ()
-    """task ids to train on (default: the fixed-layout family for webapps, else every task)"""
+    """task ids to train on (default: every task of the suite; without --model, where a tiny model is
+    warm-started from scratch, webapps' fixed-layout family, the tasks such a model can learn on CPU)"""
     model: str = ""
     """policy to train: a local folder or hub id (empty: a tiny model with an SFT warm start)"""
     out: str = "runs/train"
@@ -348,6 +354,12 @@ class TrainConfig:
         if self.algo == "awr" and self.rescore == "on":
             raise ValueError("--rescore on re-scores the PPO ratio's old log-probs; awr's weighted regression has "
                              "no ratio: drop it")
+        if self.action_format != "auto":
+            from grounding import FORMAT_NAMES
+
+            if self.action_format not in FORMAT_NAMES:
+                raise ValueError(f"--action-format {self.action_format!r}: choose auto or one of "
+                                 f"{', '.join(FORMAT_NAMES)}")
         if self.lora_rank < 0 or self.lora_alpha <= 0:
             raise ValueError("--lora-rank must be >= 0 (0: full fine-tuning) and --lora-alpha positive")
         for name in ("max_parse_error_rate", "max_kl_ref", "min_entropy"):

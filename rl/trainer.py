@@ -106,6 +106,9 @@ def resolve_tasks(cfg: TrainConfig) -> list[str]:
         if unknown:
             raise KeyError(f"unknown task(s) {unknown} in {cfg.env}; see `guiagent tasks list --env {cfg.env}`")
         return list(cfg.tasks)
+    if cfg.model:  # a given model (a pretrained VLM): every task of the suite(s)
+        return ids
+    # the tiny warm start learns targets at fixed places only: webapps' fixed-layout family
     if cfg.env == "webapps":
         return [t for t in WARM_START_TASKS if t in ids]
     if "," in cfg.env:  # a mixed run: webapps' share is its fixed-layout family too
@@ -224,7 +227,8 @@ class Trainer:
             self.cfg = cfg = dataclasses.replace(cfg, data=(str(out / "demos"),))
             self.recorded = load_recorded(cfg)
         self.first_iteration = self.state.iteration
-        self.settings = AgentSettings.load(self.state.model_dir) or AgentSettings.load(model_dir) or AgentSettings()
+        self.settings = (AgentSettings.load(self.state.model_dir) or AgentSettings.load(model_dir)
+                         or AgentSettings()).in_format(cfg.action_format)
         from rl.algos import Credit  # per --algo: critic, replay buffer, advantages (rl/algos.py)
 
         self.credit = Credit(cfg, out, self.state, self.settings)

@@ -49,10 +49,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = importlib.import_module(COMMANDS[name][0])
     from guiagent.config import ConfigError
+    from guiagent.policy.vllm_backend import VLLMUnavailable
     from guiagent.store import StoreError
     try:
         return int(module.main(rest) or 0)
-    except (ConfigError, StoreError) as e:
+    except (ConfigError, StoreError, VLLMUnavailable) as e:
         # bad input (flags, config files, paths, stores): one line, no traceback, exit 2
         print(f"guiagent {name}: {_one_line(e)}", file=sys.stderr)
         return 2

@@ -47,6 +47,10 @@ def preflight(cfg) -> None:
         if not (Path(d) / "store.sqlite").is_file():
             raise CLIError(f"--data {d}: no trajectory store there (record one with guiagent eval --agent oracle "
                            "--out DIR, or import one with guiagent data import)")
+    if cfg.rollout_engine == "vllm":  # vLLM and a CUDA GPU, before any file or model
+        from guiagent.policy.vllm_backend import require_vllm
+
+        require_vllm()
     validate_out_dir(cfg.out)
 
 

@@ -34,13 +34,18 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from guiagent.policy.base import Chat, Generation, SamplingParams, chat_images, check_chat, to_pil
 
-__all__ = ["VLLMPolicy", "VLLMUnavailable", "ColocatedSync", "chunk_weights", "to_generation"]
+__all__ = ["ColocatedSync", "VLLMPolicy", "VLLMUnavailable", "chunk_weights", "require_vllm", "to_generation"]
 
 INSTALL_HINT = "the vllm backend needs vLLM and a CUDA GPU: pip install guiagent[vllm] on a CUDA machine"
 
 
 class VLLMUnavailable(RuntimeError):
     """vLLM is not installed or no CUDA GPU is visible (the message is one line)."""
+
+
+def require_vllm() -> Any:
+    """The ``vllm`` module; :class:`VLLMUnavailable` (one line) without it or without a CUDA GPU."""
+    return _require_vllm()
 
 
 def _require_vllm() -> Any:

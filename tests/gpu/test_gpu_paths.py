@@ -143,3 +143,31 @@ def test_vllm_colocated_rollouts_with_weight_sync_3b(model_3b):
         assert engine.version == learner.version == it + 1
         assert st.mismatch_kl < 0.5
     engine.close()
+
+
+@pytest.mark.browser
+def test_trainer_on_a_colocated_vllm_engine_3b(model_3b, tmp_path):
+    """``guiagent train --rollout-engine vllm`` end to end: webapps in real Chromium, rollouts on the
+    engine, LoRA learner in bf16-mixed, mismatch and TIS stored each iteration."""
+    pytest.importorskip("vllm")
+    from guiagent.store import StoreReader
+    from rl.config import TrainConfig, VLLMSettings
+    from rl.trainer import Trainer
+
+    torch.cuda.reset_peak_memory_stats()
+    cfg = TrainConfig(model=model_3b, tasks=("go_home", "open_app"), iterations=2, groups_per_iteration=2,
+                      group_size=4, slots=4, pool="inprocess", max_new_tokens=48, eval_episodes=2,
+                      filter_zero_variance=False, action_format="qwen_mobile", precision="bf16-mixed",
+                      lora_rank=32, lora_alpha=64, gradient_checkpointing=True, lr=1e-5, rollout_engine="vllm",
+                      vllm=VLLMSettings(gpu_memory_utilization=0.35, max_model_len=4096), out=str(tmp_path / "run"))
+    t = time.perf_counter()
+    trainer = Trainer(cfg)
+    result = trainer.run()
+    print(f"\n2 iterations in {time.perf_counter() - t:.0f} s; peak learner memory "
+          f"{torch.cuda.max_memory_allocated() / GiB:.1f} GiB; "
+          + "; ".join(f"it {i}: mismatch_kl {h['mismatch_kl']:.2e}, tis_clip_frac {h['tis_clip_frac']:.3f}"
+                      for i, h in enumerate(trainer.history)))
+    with StoreReader(tmp_path / "run") as reader:
+        mk = reader.metrics(result.run_id, ["mismatch_kl"])["mismatch_kl"]
+    assert len(mk) == 2 and all(0 <= p.value < 1.0 for p in mk)
+    assert trainer.colocated.engine.version == trainer.policy.version

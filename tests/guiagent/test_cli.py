@@ -110,6 +110,17 @@ def test_every_shipped_config_loads(path):
     assert isinstance(cfg, cls)
 
 
+def test_the_gpu_config_trains_every_webapps_task_on_vllm_in_the_models_own_format():
+    from emulators.suites import get_suite
+    from rl.config import TrainConfig
+    from rl.trainer import resolve_tasks
+
+    cfg = load_yaml(TrainConfig, ROOT / "configs" / "train_qwen25vl_webapps.yaml")
+    assert (cfg.rollout_engine, cfg.rescore, cfg.action_format, cfg.precision) == ("vllm", "on", "qwen_mobile",
+                                                                                   "bf16-mixed")
+    assert resolve_tasks(cfg) == get_suite("webapps").task_ids() and len(resolve_tasks(cfg)) == 52
+
+
 # -- strict YAML values ---------------------------------------------------------------------
 
 @dataclass
@@ -233,6 +244,10 @@ CASES = [
     (["train", "--resume", "{t}/badrun"], "config.yaml: iterations: 2.5 is not valid (expected an integer)", 2),
     (["nosuchcommand"], "unknown command", 2),
 ]
+try:
+    import vllm  # noqa: F401
+except ImportError:  # CPU machines: the vLLM rollout engine is refused before any file
+    CASES.append((["train", "--rollout-engine", "vllm", "--out", "{t}/tr"], "needs vLLM and a CUDA GPU", 2))
 if os.geteuid() != 0:  # root may write anywhere
     CASES.append((["model", "init", "--out", "{t}/ro/new"], "is not writable", 2))
     CASES.append((["eval", "--out", "{t}/ro"], "is not writable", 2))

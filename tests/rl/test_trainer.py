@@ -191,10 +191,21 @@ def test_rollout_results_merge_and_count_informative_groups():
     (dict(group_size=1), "group-size"), (dict(eval_every=-1), "eval-every"), (dict(mini_batch_size=-1), "mini-batch"),
     (dict(max_sampling_rounds=0), "sampling-rounds"), (dict(kl_target=0.01), "kl-coef"),
     (dict(max_kl_old=-1.0), "max-kl-old"), (dict(clip_eps_low=0.0), "clip"),
+    (dict(action_format="qwen"), "action-format 'qwen': choose auto or one of"),
 ])
 def test_train_config_rejects_bad_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
         TrainConfig(**kwargs)
+
+
+def test_action_format_switches_the_format_and_keeps_the_history():
+    from rl.agents import AgentSettings
+
+    saved = AgentSettings(history_images=2, max_history=5, system_prompt="Reply in compact JSON.")
+    assert saved.in_format("auto") is saved and saved.in_format("json") is saved
+    qwen = saved.in_format("qwen_mobile")
+    assert (qwen.action_format, qwen.history_images, qwen.max_history, qwen.system_prompt) == ("qwen_mobile", 2, 5, None)
+    assert "mobile_use" in qwen.format().system_prompt()
 
 
 def _tiny_cfg(tiny_model_dir, out, **kw):
