@@ -154,6 +154,9 @@ class StepInfo:
     device_error: str | None = None
     success: float | None = None
     milestones: tuple[bool, ...] = ()
+    target_box: tuple[float, float, float, float] | None = None
+    """the element the step's point action landed on, normalised ``(x0, y0, x1, y1)``, where the device
+    can tell (a browser page; see ``BrowserDevice.target_box``)"""
     elapsed_ms: float = field(default=0.0, compare=False)
 
 
@@ -385,6 +388,7 @@ class GuiEnv(gymnasium.Env):
         t0 = time.perf_counter()
         self.steps += 1
         action_error: str | None = None
+        target: tuple[float, float, float, float] | None = None
         parse_error = action if isinstance(action, ParseError) else None
         try:
             if parse_error is not None:
@@ -392,6 +396,8 @@ class GuiEnv(gymnasium.Env):
             elif isinstance(action, Answer):
                 self.answer = action.text
             elif not isinstance(action, Finish):
+                box_of = getattr(self.device, "target_box", None)
+                target = box_of(action) if box_of is not None else None
                 try:
                     self.device.execute(action)
                 except ActionError as e:
@@ -417,7 +423,7 @@ class GuiEnv(gymnasium.Env):
         self.done = terminated or truncated
         self._last = obs
         info = StepInfo(action_error=action_error, parse_error=parse_error, success=success,
-                        milestones=milestones, elapsed_ms=(time.perf_counter() - t0) * 1e3)
+                        milestones=milestones, target_box=target, elapsed_ms=(time.perf_counter() - t0) * 1e3)
         return obs, reward, terminated, truncated, {"step": info}
 
     # --- Gymnasium face -------------------------------------------------------------------

@@ -146,6 +146,20 @@ _CONTEXTMENU_JS = """([x, y]) => {
 }"""
 
 
+#: the element a point lands on: its nearest interactive ancestor (or itself), as the page stands
+_TARGET_JS = """([x, y]) => {
+    const el = document.elementFromPoint(x, y);
+    if (!el) return null;
+    const t = el.closest('a[href], button, input, select, textarea, label, summary, [onclick], '
+        + '[role=button], [role=link], [role=switch], [role=checkbox], [role=radio], [role=tab], '
+        + '[role=menuitem], [role=option], [role=treeitem], [tabindex]:not([tabindex="-1"])') || el;
+    const r = t.getBoundingClientRect();
+    return [r.left, r.top, r.right, r.bottom];
+}"""
+#: a "target" covering more of the screen than this is a container, not something one taps
+_MAX_TARGET_AREA = 0.25
+
+
 def _closed_error(e: Exception) -> bool:
     text = str(e)
     return any(s in text for s in ("Target closed", "has been closed", "Target crashed", "crashed",
@@ -558,6 +572,31 @@ class BrowserDevice(Device):
                               f"this device may only visit {', '.join(self.allowed_origins) or 'its home page'}")
         if self._popup_url and not self._url_ok(self._popup_url):
             raise ActionError(f"navigation to {self._popup_url} was blocked")
+
+    def target_box(self, action: Action) -> tuple[float, float, float, float] | None:
+        """The box ``(x0, y0, x1, y1)``, normalised to the viewport, of the element a point action is
+        about to land on (its nearest interactive ancestor: a link, button, input, an ARIA control), as
+        the page stands before the action; ``None`` for other actions, an empty spot, or a container
+        covering over a quarter of the screen. Recorded with each step (``Step.metadata["target_box"]``),
+        it lets a replay of the episode count any point on the same element as the same action."""
+        x, y = getattr(action, "x", None), getattr(action, "y", None)
+        if not isinstance(action, (Click, LongPress, DoubleClick, RightClick)) or x is None or y is None:
+            return None
+        if not (0.0 <= x <= 1.0 and 0.0 <= y <= 1.0) or self._dead:
+            return None
+        from playwright.sync_api import Error as PlaywrightError
+        try:
+            r = self.page.evaluate(_TARGET_JS, list(self._point(x, y)))
+        except PlaywrightError:
+            return None  # the action itself will report a dead page
+        if not r:
+            return None
+        w, h = self.config.viewport
+        x0, y0 = max(0.0, r[0] / w), max(0.0, r[1] / h)
+        x1, y1 = min(1.0, r[2] / w), min(1.0, r[3] / h)
+        if x1 <= x0 or y1 <= y0 or (x1 - x0) * (y1 - y0) > _MAX_TARGET_AREA:
+            return None
+        return (round(x0, 5), round(y0, 5), round(x1, 5), round(y1, 5))
 
     def _restore(self, url_before: str) -> None:
         """Undo a blocked navigation (which leaves Chromium's error page behind)."""

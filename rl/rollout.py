@@ -324,7 +324,8 @@ def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeReq
                         parse_error=turn.action if parse_failed else None,  # type: ignore[arg-type]
                         action_error=info.action_error if info else None, reward=reward, reward_parts=parts,
                         milestones=out.milestones, terminated=out.terminated, truncated=out.truncated,
-                        policy_version=turn.policy_version, latency_ms=info.elapsed_ms if info else 0.0)
+                        policy_version=turn.policy_version, latency_ms=info.elapsed_ms if info else 0.0,
+                        metadata={"target_box": list(info.target_box)} if info and info.target_box else {})
             ep.steps.append(step)
             if keep_turns and turn.completion_ids:
                 ep.turns.append(TrainTurn(ep.req.group_id, ep.episode_id, step.index, turn.prompt,

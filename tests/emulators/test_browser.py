@@ -129,6 +129,17 @@ def test_locate_and_center(desk, page_server):
     assert desk.locate("#does-not-exist") is None
 
 
+def test_target_box_is_the_element_a_point_lands_on(desk, page_server):
+    from guiagent.types import Click, LongPress, Type
+
+    open_page(desk, page_server, "static.html")
+    btn = desk.locate("#btn")
+    assert desk.target_box(Click(*px(150, 110))) == pytest.approx(btn, abs=1e-4)   # a corner of the button
+    assert desk.target_box(LongPress(*px(299, 159))) == pytest.approx(btn, abs=1e-4)
+    assert desk.target_box(Click(*px(600, 500))) is None      # the page's body: a container, not a target
+    assert desk.target_box(Type("hi")) is None
+
+
 # --- settling -----------------------------------------------------------------------------------
 
 def text_of(dev: BrowserDevice, sel: str) -> str:

@@ -578,3 +578,45 @@ def test_oracle_demonstrations_replay_perfectly(tmp_path):
     assert len(eps) == 2 and all(e.num_steps >= 1 for e in eps)
     r = semi_online_eval(ReplayPolicy(eps), eps)
     assert r.progress == 1.0 and r.success == 1.0 and set(r.per_task) == {"open_app", "settings_turn_on"}
+
+
+class _OffCentrePolicy(ReplayPolicy):
+    """The recording's actions, but every tap moved to a corner of the element the recording tapped."""
+
+    def __init__(self, episodes):
+        self.by_screen = {}
+        for e in episodes:
+            for s in e.steps:
+                box = s.metadata.get("target_box")
+                a = s.action
+                if isinstance(a, Click) and box:
+                    a = Click(box[0] + 0.9 * (box[2] - box[0]), box[1] + 0.9 * (box[3] - box[1]))
+                self.by_screen[s.observation.screenshot] = a
+
+
+@pytest.mark.browser
+def test_recorded_browser_taps_carry_their_target_box_and_replays_match_the_whole_element(tmp_path):
+    """Oracle demonstrations in real Chromium store the box of each tapped element; a replay that taps
+    another point of the same element matches (the oracle taps centres: by the point tolerance alone
+    those taps would be misses)."""
+    from emulators.pool import InProcessPool
+    from rl.agents import OraclePolicy
+    from rl.rollout import make_groups, run_rollout
+    from rl.semi_online import load_recorded_episodes
+
+    store = Store.open(tmp_path)
+    run = store.create_run("demos", env="webapps")
+    with InProcessPool("webapps", num_slots=2) as pool:
+        run_rollout(pool, OraclePolicy(), make_groups(["open_app", "settings_turn_on"], [3, 4], 1),
+                    store=store, run_id=run, suite="webapps")
+    store.close()
+    eps = load_recorded_episodes(tmp_path)
+    taps = [s for e in eps for s in e.steps if isinstance(s.action, Click)]
+    assert len(taps) >= 2
+    for s in taps:
+        x0, y0, x1, y1 = s.metadata["target_box"]
+        assert x0 <= s.action.x <= x1 and y0 <= s.action.y <= y1 and (x1 - x0) * (y1 - y0) < 0.25
+    moved = [math.hypot(0.4 * (b[2] - b[0]), 0.4 * (b[3] - b[1])) for b in (s.metadata["target_box"] for s in taps)]
+    assert max(moved) > MatchConfig().point_tolerance  # outside the point tolerance, inside the element
+    r = semi_online_eval(_OffCentrePolicy(eps), eps)
+    assert r.progress == 1.0 and r.success == 1.0
