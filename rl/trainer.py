@@ -278,6 +278,8 @@ class Trainer:
             frame=self.policy), self.lock)
         if self.state.eval_before is None:
             self.state.eval_before = self.evaluate("before")
+            if cfg.eval_every:  # the starting model is the first candidate: a run never hands back a worse one
+                self._keep_best(self.state.eval_before, 0)
         self.judge = make_judge(cfg.judge, out)
         from guiagent.config import to_mapping as _mapping
         self.loggers = make_loggers(("store", *cfg.log_to), out, state_name(cfg, self.state), _mapping(cfg),
