@@ -12,8 +12,8 @@ From model to action is one chain:
   server) turns chats into generations and knows nothing of GUIs;
 * :class:`ModelAgent` prompts it (:mod:`rl.prompting`), samples each turn from its own seed
   and parses the reply in its action format;
-* as a :class:`TurnPolicy` it answers the rollout drivers' :class:`TurnContext` batches with
-  :class:`PolicyTurn` s.
+* as a :class:`TurnPolicy` it answers each :class:`TurnContext` of the rollout drivers'
+  batches with one :class:`PolicyTurn`.
 
 :func:`load_agent` builds a :class:`ModelAgent` from a model folder, hub id or server URL and
 the :class:`AgentSettings` saved beside the model.
