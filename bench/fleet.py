@@ -113,7 +113,7 @@ def measure(pool, task: str, args: Args, envs_per_worker: int) -> dict:
         per_worker: dict[int, float] = {}
         for o in outs:
             w = o.slot // envs_per_worker
-            per_worker[w] = per_worker.get(w, 0.0) + (o.info.elapsed_ms if o.info else 0.0)
+            per_worker[w] = per_worker.get(w, 0.0) + o.info.elapsed_ms
         walls.append(wall)
         overheads.append(wall - max(per_worker.values()))
     elapsed = time.perf_counter() - t0

@@ -10,7 +10,7 @@ episodes of the fixed-layout tasks (``--tasks``; 3 steps at most each) with
 
 * **model**: the tiny Qwen2.5-VL from :mod:`guiagent.policy.tiny` (built offline into a temp
   folder with the training warm start's pixel limit, ~128 visual tokens a screenshot) as a
-  :class:`rl.agents.ModelPolicy` the way training samples: temperature 1,
+  :class:`rl.agents.ModelAgent` the way training samples: temperature 1,
   ``--max-new-tokens`` 32, ``keep_chats=True``, the compact system prompt, CPU, ``--threads``;
 * **random**: :class:`rl.agents.RandomPolicy` (no model): the ceiling the envs allow.
 
@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from emulators.pool import InProcessPool, RayEnvPool  # noqa: E402
 from guiagent.store import Store  # noqa: E402
-from rl.agents import COMPACT_JSON_PROMPT, AgentSettings, RandomPolicy, load_model_policy  # noqa: E402
+from rl.agents import COMPACT_JSON_PROMPT, AgentSettings, RandomPolicy, load_agent  # noqa: E402
 from rl.rollout import make_groups, run_rollout  # noqa: E402
 
 
@@ -135,8 +135,8 @@ def main() -> None:
         from rl.config import TINY_MAX_PIXELS
         info = build_tiny_model(TinyModelSpec(size="tiny", max_pixels=TINY_MAX_PIXELS), tmp / "model")
         settings = AgentSettings(system_prompt=COMPACT_JSON_PROMPT)
-        model = load_model_policy(str(tmp / "model"), settings=settings, temperature=1.0,
-                                  max_new_tokens=args.max_new_tokens, keep_chats=True, threads=args.threads)
+        model = load_agent(str(tmp / "model"), settings=settings, temperature=1.0,
+                           max_new_tokens=args.max_new_tokens, keep_chats=True, threads=args.threads)
         print(f"tiny model {info['params']:,} parameters, {args.threads} threads, max_new_tokens "
               f"{args.max_new_tokens}", flush=True)
     store = Store.open(tmp / "store")

@@ -4,7 +4,7 @@
     python bench/semi_online.py --episodes 16 --group-size 4 --turns 3 --max-new-tokens 32
 
 Set-up: the tiny Qwen2.5-VL from :mod:`guiagent.policy.tiny` (built offline into a temp
-folder with the training warm start's pixel limit) as a :class:`rl.agents.ModelPolicy`
+folder with the training warm start's pixel limit) as a :class:`rl.agents.ModelAgent`
 sampling the way training does (temperature 1, ``keep_chats=True``, the compact
 prompt, CPU). Oracle demonstrations of the fixed-layout webapps tasks (``--tasks``)
 are recorded first on an in-process pool (real Chromium), outside the timing.
@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from emulators.pool import InProcessPool  # noqa: E402
 from guiagent.store import Store  # noqa: E402
-from rl.agents import COMPACT_JSON_PROMPT, AgentSettings, OraclePolicy, load_model_policy  # noqa: E402
+from rl.agents import COMPACT_JSON_PROMPT, AgentSettings, OraclePolicy, load_agent  # noqa: E402
 from rl.rollout import make_groups, run_rollout  # noqa: E402
 from rl.semi_online import PatchConfig, run_semi_online  # noqa: E402
 
@@ -100,7 +100,7 @@ def main() -> None:
     torch.manual_seed(0)
     tmp = Path(tempfile.mkdtemp(prefix="guiagent-bench-semi-"))
     info = build_tiny_model(TinyModelSpec(size="tiny", max_pixels=TINY_MAX_PIXELS), tmp / "model")
-    model = load_model_policy(
+    model = load_agent(
         str(tmp / "model"),
         settings=AgentSettings(system_prompt=COMPACT_JSON_PROMPT),
         temperature=1.0,

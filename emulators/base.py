@@ -10,14 +10,19 @@ Layers (after android_world's ``env/interface.py`` and ``task_eval.py``):
   task's parameters from the seed and sets it up; ``step(action)`` executes, observes
   and, when the episode ends, evaluates. Its Gymnasium face returns dict observations
   (``observation_space``) and takes JSON action strings (:class:`ActionText`); its
-  typed face (``reset_typed``/``step_typed``) returns :class:`~guiagent.types.Observation`.
-  See docs/gymnasium.md.
+  typed face (``reset_typed``/``step_typed``) returns :class:`~guiagent.types.Observation`
+  and the step's :class:`StepInfo`. See docs/gymnasium.md.
+
+Success travels one way: the task's ``evaluate`` on the step that ends the episode ->
+``StepInfo.success`` -> the rollout driver -> ``Trajectory.success`` (stored). The
+Gymnasium ``step`` returns it as the reward too, because the Gym API wants a reward; that
+is the same number seen through the Gym face, not a second path.
 
 Errors: :class:`ActionError` (the action cannot be carried out: off-screen,
 nothing focused, blocked navigation, unknown key) is *data*: it becomes the next
 observation's ``last_action_error`` and the episode goes on. :class:`DeviceError`
 (the browser or emulator died) truncates the episode with the reason in
-``info["device_error"]``; the next ``reset`` must work on a fresh device.
+``StepInfo.device_error``; the next ``reset`` must work on a fresh device.
 """
 
 from __future__ import annotations
@@ -143,7 +148,8 @@ class Task(ABC):
 
 @dataclass(frozen=True)
 class StepInfo:
-    """Typed diagnostics of a step; ``info["step"]`` holds one of these.
+    """Typed diagnostics of a step: what ``step_typed`` returns beside the observation, and
+    ``info["step"]`` of the Gymnasium ``step``.
 
     ``elapsed_ms`` is wall-clock time, not data: it takes no part in equality, so two
     replays of the same seed and actions give equal infos.
@@ -153,7 +159,10 @@ class StepInfo:
     parse_error: ParseError | None = None
     device_error: str | None = None
     success: float | None = None
+    """the task's evaluation in [0, 1] on the step that ends the episode (None before, and when the
+    device died): the episode's success, and the only place it comes from"""
     milestones: tuple[bool, ...] = ()
+    """the task's sub-goals reached after this step, in order (progress rewards read them)"""
     target_box: tuple[float, float, float, float] | None = None
     """the element the step's point action landed on, normalised ``(x0, y0, x1, y1)``, where the device
     can tell (a browser page; see ``BrowserDevice.target_box``)"""
@@ -305,15 +314,16 @@ class GuiEnv(gymnasium.Env):
       as captured, ``url``), ``info["task"]`` the :class:`~guiagent.types.TaskSpec`
       (reset), ``info["step"]`` a :class:`StepInfo` (step).
     * typed (:meth:`reset_typed`, :meth:`step_typed`): the same, returning the typed
-      ``Observation`` itself and decoding no pixels; the env fleet and the rollout
-      driver use this face.
+      ``Observation`` itself and decoding no pixels, and a step's :class:`StepInfo`
+      itself (no reward: the success is ``StepInfo.success``); the env fleet and the
+      rollout driver use this face.
 
     A parse error executes nothing and comes back as ``last_action_error``. The
-    reward is the task's evaluation on the step that ends the episode, 0 before;
-    shaping and penalties are composed downstream (``judge.compose``) from the typed
-    info. ``reset(seed=s)`` fixes the task parameters; ``reset()`` draws the episode
-    seed from the env's ``np_random`` (so a seeded reset followed by unseeded ones is
-    reproducible). The env owns its device: :meth:`close` closes it.
+    Gymnasium reward is the task's evaluation (``StepInfo.success``) on the step that
+    ends the episode, 0 before; shaping and penalties are composed downstream
+    (``judge.compose``) from the typed info. ``reset(seed=s)`` fixes the task parameters;
+    ``reset()`` draws the episode seed from the env's ``np_random`` (so a seeded reset
+    followed by unseeded ones is reproducible). The env owns its device: :meth:`close` closes it.
 
     Example::
 
@@ -376,8 +386,9 @@ class GuiEnv(gymnasium.Env):
         return obs, {"task": self.task_spec, "milestones": tuple(self.task.milestones(self.device))}
 
     def step_typed(self, action: Action | ParseError | str | Mapping[str, Any]
-                   ) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
-        """One step with a typed action (or its JSON text or dict); returns the typed observation."""
+                   ) -> tuple[Observation, bool, bool, StepInfo]:
+        """One step with a typed action (or its JSON text or dict): ``(observation, terminated,
+        truncated, info)``, the episode's success in ``info.success`` once it ends."""
         if self.done or self.task is None:
             raise RuntimeError("step() called on a finished episode; call reset() first")
         if isinstance(action, str):
@@ -409,22 +420,20 @@ class GuiEnv(gymnasium.Env):
             truncated = not terminated and self.steps >= self.max_steps
             milestones = tuple(self.task.milestones(self.device))
             success = None
-            reward = 0.0
             if terminated or truncated:
                 success = float(self.task.evaluate(self.device, self.answer))
-                reward = success
         except DeviceError as e:
             self.done = True
             obs = dead_observation(str(e))
             self._last = obs
             info = StepInfo(parse_error=parse_error, device_error=str(e),
                             elapsed_ms=(time.perf_counter() - t0) * 1e3)
-            return obs, 0.0, False, True, {"step": info}
+            return obs, False, True, info
         self.done = terminated or truncated
         self._last = obs
         info = StepInfo(action_error=action_error, parse_error=parse_error, success=success,
                         milestones=milestones, target_box=target, elapsed_ms=(time.perf_counter() - t0) * 1e3)
-        return obs, reward, terminated, truncated, {"step": info}
+        return obs, terminated, truncated, info
 
     # --- Gymnasium face -------------------------------------------------------------------
 
@@ -439,9 +448,16 @@ class GuiEnv(gymnasium.Env):
 
     def step(self, action: str | Action | ParseError | Mapping[str, Any]
              ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        """Gymnasium ``step``: ``action`` is a JSON action string (or a typed action, or its dict)."""
-        obs, reward, terminated, truncated, info = self.step_typed(action)
-        return self.encode(obs), float(reward), bool(terminated), bool(truncated), {**info, "observation": obs}
+        """Gymnasium ``step``: ``action`` is a JSON action string (or a typed action, or its dict).
+
+        The reward is ``info["step"].success`` (0 before the episode ends): the Gym API needs a
+        reward, and the task's success is this env's; the rollout driver reads the success from
+        the :class:`StepInfo` and composes its own rewards from it.
+        """
+        obs, terminated, truncated, step = self.step_typed(action)
+        reward = step.success if step.success is not None else 0.0
+        info = {"step": step, "observation": obs}
+        return self.encode(obs), float(reward), bool(terminated), bool(truncated), info
 
     def encode(self, obs: Observation) -> dict[str, Any]:
         """The typed observation as a member of :attr:`observation_space` (fresh arrays)."""

@@ -46,6 +46,9 @@ class ActionRequest:
 class EnvOutput:
     """What one slot returns from a reset or a step.
 
+    ``info`` is the step's typed diagnostics (:class:`~emulators.base.StepInfo`): its
+    ``success`` (the task's evaluation once the episode ends) and ``milestones`` are the
+    only copies; after a reset it holds the initial milestones only.
     ``worker_error`` is set when the worker died or hung during this call, or the
     environment failed in a way that leaves no usable episode (a reset that failed
     twice, an exception in task code): the episode in this slot must be marked
@@ -57,11 +60,9 @@ class EnvOutput:
     slot: int
     observation: Observation
     spec: TaskSpec | None = None
-    reward: float = 0.0
     terminated: bool = False
     truncated: bool = False
-    info: StepInfo | None = None
-    milestones: tuple[bool, ...] = ()
+    info: StepInfo = StepInfo()
     worker_error: str | None = None
     worker_id: int = 0
 

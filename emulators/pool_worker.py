@@ -41,7 +41,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from emulators.base import DeviceError, Device, GuiEnv
+from emulators.base import DeviceError, Device, GuiEnv, StepInfo
 from emulators.pool_types import ActionRequest, EnvOutput, ResetRequest, error_output
 from emulators.suites import Suite, get_suite
 from guiagent.types import Action
@@ -227,18 +227,16 @@ class EnvWorker:
                 continue
             slot.live = True
             return EnvOutput(slot=req.slot, observation=obs, spec=info["task"],
-                             milestones=tuple(info.get("milestones", ())), worker_id=self.worker_id)
+                             info=StepInfo(milestones=tuple(info["milestones"])), worker_id=self.worker_id)
         return error_output(req.slot, f"reset failed twice on fresh devices: {last}", self.worker_id)
 
     def _step_one(self, slot: _Slot, req: ActionRequest) -> EnvOutput:
         if slot.env is None or not slot.live:
             return error_output(req.slot, "no running episode in this slot; reset it first", self.worker_id)
-        obs, reward, terminated, truncated, info = slot.env.step_typed(req.action)
-        step = info["step"]
+        obs, terminated, truncated, info = slot.env.step_typed(req.action)
         slot.live = not (terminated or truncated)
-        return EnvOutput(slot=req.slot, observation=obs, reward=float(reward),
-                         terminated=bool(terminated), truncated=bool(truncated), info=step,
-                         milestones=tuple(step.milestones), worker_id=self.worker_id)
+        return EnvOutput(slot=req.slot, observation=obs, terminated=bool(terminated),
+                         truncated=bool(truncated), info=info, worker_id=self.worker_id)
 
     # --- devices ------------------------------------------------------------------------------
 

@@ -1,26 +1,52 @@
-"""Who acts: turn policies for the rollout driver (oracle, random, model).
+"""Who acts: turn policies for the rollout drivers (oracle, random, model).
 
 A turn policy answers a *batch* of slots at once (``act_batch``), so a model
 generates for every busy env in one call. Each answer is typed
 (:class:`PolicyTurn`): the raw text (what a model said, or the JSON of a scripted
 action), the parsed action or a :class:`~guiagent.types.ParseError`, the thought,
 and for models the prompt, completion token ids and log-probs the learner needs.
+
+From model to action is one chain:
+
+* a backend (:class:`guiagent.policy.Policy`: transformers, vLLM or an OpenAI-compatible
+  server) turns chats into generations and knows nothing of GUIs;
+* :class:`ModelAgent` prompts it (:mod:`rl.prompting`), samples each turn from its own seed
+  and parses the reply in its action format;
+* as a :class:`TurnPolicy` it answers each :class:`TurnContext` of the rollout drivers'
+  batches with one :class:`PolicyTurn`.
+
+:func:`load_agent` builds a :class:`ModelAgent` from a model folder, hub id or server URL and
+the :class:`AgentSettings` saved beside the model.
+
+Example::
+
+    >>> agent = load_agent("runs/sft", temperature=1.0)                      # doctest: +SKIP
+    >>> [turn] = agent.act_batch([TurnContext(spec, (), observation, slot=0)], pool=None)  # doctest: +SKIP
+    >>> turn.action                                   # an Action, or a ParseError  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import random
+import threading
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
+from guiagent.policy.base import Chat, Generation, Policy, SamplingParams, turn_seed
 from guiagent.types import (
     Action, Click, Finish, Key, NavigateBack, Observation, ParseError, Scroll, Step, Swipe, TaskSpec, Type,
     action_to_dict,
 )
+from rl.prompting import PromptConfig, build_chat
 
-__all__ = ["TurnContext", "PolicyTurn", "TurnPolicy", "OraclePolicy", "RandomPolicy", "ModelPolicy",
-           "AgentSettings", "load_model_policy", "AGENT_SETTINGS_FILE", "format_for_policy"]
+if TYPE_CHECKING:
+    from grounding.base import ActionFormat
+
+__all__ = ["TurnContext", "PolicyTurn", "TurnPolicy", "OraclePolicy", "RandomPolicy", "ModelAgent",
+           "AgentSettings", "load_agent", "AGENT_SETTINGS_FILE", "format_for_policy"]
 
 
 @dataclass(frozen=True)
@@ -103,41 +129,77 @@ class RandomPolicy:
         return [_scripted(self._one()) for _ in contexts]
 
 
-class ModelPolicy:
-    """A :class:`guiagent.policy.agent.ModelAgent` as a turn policy (one generation call per batch)."""
+class ModelAgent:
+    """A backend as a turn policy: prompt, one batched generation per batch of turns, parse.
+
+    ``sampling``: the sampling of every turn. ``seed``: when set (the trainer sets one per
+    iteration), each turn samples from its own stream, seeded by (seed, the episode's key, the turn
+    index), so a reply depends neither on batching nor on slot order. ``keep_chats``: each turn
+    keeps its chat (``PolicyTurn.prompt``) for the learner to score; off by default to spare
+    memory. ``lock``: held around every generation, so a learner thread never swaps the weights
+    mid-batch (the trainer's async rollout). Model text never raises: bad text becomes a
+    :class:`~guiagent.types.ParseError`.
+    """
 
     name = "model"
 
-    def __init__(self, model_agent: Any, sampling: Any = None, seed: int | None = None):
-        self.agent = model_agent
+    def __init__(self, backend: Policy, action_format: "ActionFormat",
+                 prompt_config: PromptConfig = PromptConfig(),
+                 sampling: SamplingParams = SamplingParams(max_new_tokens=128, temperature=0.0), *,
+                 keep_chats: bool = False, seed: int | None = None, lock: threading.Lock | None = None):
+        self.backend = backend
+        self.format = action_format
+        self.prompt_config = prompt_config
         self.sampling = sampling
+        self.keep_chats = keep_chats
         self.seed = seed
-        """when set (the trainer sets one per iteration), each turn samples from its own stream,
-        seeded by (seed, the episode's key, the turn index): replies do not depend on batching"""
+        self.lock = lock
 
     @property
     def version(self) -> int:
-        return int(getattr(self.agent.policy, "version", 0))
+        """The backend's weights version (stamped on every turn)."""
+        return int(getattr(self.backend, "version", 0))
 
-    def _sampling_for(self, contexts: Sequence[TurnContext]) -> Any:
-        import dataclasses
+    def generate(self, chats: Sequence[Chat], sampling: SamplingParams) -> list[Generation]:
+        """The backend's generations for ``chats``, under the lock (for callers with prompts of their own)."""
+        with self._locked():
+            return self.backend.generate(list(chats), sampling)
 
-        from guiagent.policy.base import turn_seed
+    def act_batch(self, contexts: Sequence[TurnContext], pool: Any = None) -> list[PolicyTurn]:
+        """One turn per context, in order, from one generation call."""
+        if not contexts:
+            return []
+        with self._locked():
+            chats = [build_chat(c.spec.goal, c.history, c.observation, self.format, self.prompt_config)
+                     for c in contexts]
+            gens = self.backend.generate(chats, self._sampling_for(contexts))
+            version = self.version
+        turns = []
+        for c, chat, g in zip(contexts, chats, gens):
+            result, thought = self._parse(g.text, c.observation.size)
+            turns.append(PolicyTurn(g.text, result, thought, version, chat if self.keep_chats else None,
+                                    tuple(g.token_ids), tuple(g.logprobs)))
+        return turns
 
-        base = self.sampling or self.agent.sampling
-        if self.seed is None or base.temperature == 0:
+    def _locked(self) -> Any:
+        return self.lock if self.lock is not None else contextlib.nullcontext()
+
+    def _sampling_for(self, contexts: Sequence[TurnContext]) -> SamplingParams:
+        if self.seed is None or self.sampling.temperature == 0:
             return self.sampling
         seeds = tuple(turn_seed(self.seed, c.key or f"slot{c.slot}", len(c.history)) for c in contexts)
-        return dataclasses.replace(base, seeds=seeds)
+        return dataclasses.replace(self.sampling, seeds=seeds)
 
-    def act_batch(self, contexts: Sequence[TurnContext], pool: Any) -> list[PolicyTurn]:
-        from guiagent.policy.agent import AgentInput
-
-        decisions = self.agent.act([AgentInput(c.spec.goal, c.observation, tuple(c.history)) for c in contexts],
-                                   self._sampling_for(contexts))
-        version = self.version
-        return [PolicyTurn(d.response, d.result, d.thought, version, d.chat or None,
-                           tuple(d.generation.token_ids), tuple(d.generation.logprobs)) for d in decisions]
+    def _parse(self, text: str, size: tuple[int, int]) -> tuple[Action | ParseError, str]:
+        try:
+            result = self.format.parse(text, size)
+        except Exception as e:  # formats must not raise; if one does, the episode still goes on
+            result = ParseError("malformed", f"parser raised {type(e).__name__}: {e}", text)
+        try:
+            thought = self.format.thought(text)
+        except Exception:
+            thought = ""
+        return result, thought
 
 
 #: a short system prompt for tiny models trained from scratch (the full one is ~700 of their tokens)
@@ -201,9 +263,7 @@ class AgentSettings:
             fmt = get_format(self.action_format)
         return fmt if policy is None else format_for_policy(fmt, policy)
 
-    def prompt_config(self) -> Any:
-        from guiagent.policy.prompting import PromptConfig
-
+    def prompt_config(self) -> PromptConfig:
         return PromptConfig(history_images=self.history_images, max_history=self.max_history,
                             system_prompt=self.system_prompt)
 
@@ -226,25 +286,27 @@ def format_for_policy(fmt: Any, policy: Any) -> Any:
     return rebind(g.factor, g.min_pixels, g.max_pixels)
 
 
-def load_model_policy(spec: str, *, backend: str = "auto", settings: AgentSettings | None = None,
-                      temperature: float = 0.0, max_new_tokens: int = 96, keep_chats: bool = False,
-                      policy: Any = None, top_p: float = 1.0, min_p: float = 0.0, frame: Any = None,
-                      **policy_opts: Any) -> ModelPolicy:
-    """A :class:`ModelPolicy` for a model folder, hub id or server URL (or an already loaded ``policy``).
+def load_agent(spec: str, *, backend: str = "auto", settings: AgentSettings | None = None,
+               temperature: float = 0.0, max_new_tokens: int = 96, top_p: float = 1.0, min_p: float = 0.0,
+               keep_chats: bool = False, loaded: Policy | None = None, frame: Any = None,
+               lock: threading.Lock | None = None, **backend_opts: Any) -> ModelAgent:
+    """A :class:`ModelAgent` for a model folder, hub id or server URL.
 
-    ``frame``: the policy whose image processor sets the action format's coordinate frame (default:
-    ``policy`` itself; a vLLM engine generating for a transformers learner takes the learner's).
+    ``backend``: which backend loads ``spec`` (``auto``: see :func:`guiagent.policy.load_policy`;
+    ``backend_opts`` go to it); ``loaded``: an already loaded backend to use instead (the trainer's
+    learner or its vLLM engine). ``frame``: the backend whose image processor sets the action
+    format's coordinate frame (default: the agent's own; a vLLM engine generating for a
+    transformers learner takes the learner's). ``keep_chats``, ``lock``: see :class:`ModelAgent`.
 
     Settings come from ``settings``, else the model folder's ``guiagent_agent.json``
     (written by ``guiagent sft``/``train``), else the defaults.
     """
-    from guiagent.policy import SamplingParams, load_policy
-    from guiagent.policy.agent import ModelAgent
+    from guiagent.policy import load_policy
 
     settings = settings or AgentSettings.load(spec) or AgentSettings()
-    if policy is None:
-        policy = load_policy(spec, backend=None if backend == "auto" else backend, **policy_opts)
+    if loaded is None:
+        loaded = load_policy(spec, backend=None if backend == "auto" else backend, **backend_opts)
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                               min_p=min_p)
-    return ModelPolicy(ModelAgent(policy, settings.format(frame or policy), settings.prompt_config(), sampling,
-                                  keep_chats=keep_chats))
+    return ModelAgent(loaded, settings.format(frame or loaded), settings.prompt_config(), sampling,
+                      keep_chats=keep_chats, lock=lock)

@@ -132,7 +132,7 @@ def pick_tasks(suite: Any, cfg: EvalConfig) -> list[str]:
 
 def make_policy(cfg: EvalConfig) -> Any:
     """The turn policy ``cfg.agent`` names."""
-    from rl.agents import AgentSettings, OraclePolicy, RandomPolicy, load_model_policy
+    from rl.agents import AgentSettings, OraclePolicy, RandomPolicy, load_agent
 
     if cfg.agent == "oracle":
         return OraclePolicy()
@@ -141,8 +141,8 @@ def make_policy(cfg: EvalConfig) -> Any:
     settings = AgentSettings.load(cfg.model) if cfg.action_format == "auto" else None
     if settings is None:
         settings = AgentSettings(action_format="json" if cfg.action_format == "auto" else cfg.action_format)
-    return load_model_policy(cfg.model, backend=cfg.backend, settings=settings, temperature=cfg.temperature,
-                             top_p=cfg.top_p, min_p=cfg.min_p)
+    return load_agent(cfg.model, backend=cfg.backend, settings=settings, temperature=cfg.temperature,
+                      top_p=cfg.top_p, min_p=cfg.min_p)
 
 
 def episode_plan(ids: list[str], episodes: int, seed: int, max_steps: int | None) -> list[Any]:

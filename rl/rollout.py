@@ -212,7 +212,8 @@ def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeReq
             if store is not None:
                 writer = timed("store_seconds", store.begin_episode, run_id, out.spec, policy.name,
                                group_id=r.group_id or None, episode_id=eid)
-            live[s] = _Live(r, out.spec, out.observation, OnlineRewarder(cfg, out.milestones), writer, eid)
+            rewarder = OnlineRewarder(cfg, out.info.milestones)  # Φ of the initial milestones
+            live[s] = _Live(r, out.spec, out.observation, rewarder, writer, eid)
 
     def trajectory(ep: _Live, status: str, success: float, reason: str | None, final_obs: Observation
                    ) -> Trajectory:
@@ -313,19 +314,20 @@ def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeReq
                 finish(s, "aborted", 0.0, f"worker died: {out.worker_error}", out.observation)
                 freed.append(s)
                 continue
-            device_error = info.device_error if info is not None else None
+            device_error = info.device_error
+            success = float(info.success or 0.0)  # the task's evaluation, once the episode ends
             reward, parts = ep.rewarder.step(
-                task_reward=out.reward, milestones=out.milestones, terminated=out.terminated,
+                task_reward=success, milestones=info.milestones, terminated=out.terminated,
                 truncated=out.truncated, parse_failed=parse_failed,
-                action_invalid=info is not None and info.action_error is not None)
+                action_invalid=info.action_error is not None)
             step = Step(index=len(ep.steps), observation=ep.obs,
                         action=None if parse_failed else turn.action,  # type: ignore[arg-type]
                         response=turn.response, thought=turn.thought,
                         parse_error=turn.action if parse_failed else None,  # type: ignore[arg-type]
-                        action_error=info.action_error if info else None, reward=reward, reward_parts=parts,
-                        milestones=out.milestones, terminated=out.terminated, truncated=out.truncated,
-                        policy_version=turn.policy_version, latency_ms=info.elapsed_ms if info else 0.0,
-                        metadata={"target_box": list(info.target_box)} if info and info.target_box else {})
+                        action_error=info.action_error, reward=reward, reward_parts=parts,
+                        milestones=info.milestones, terminated=out.terminated, truncated=out.truncated,
+                        policy_version=turn.policy_version, latency_ms=info.elapsed_ms,
+                        metadata={"target_box": list(info.target_box)} if info.target_box else {})
             ep.steps.append(step)
             if keep_turns and turn.completion_ids:
                 ep.turns.append(TrainTurn(ep.req.group_id, ep.episode_id, step.index, turn.prompt,
@@ -339,7 +341,6 @@ def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeReq
                 finish(s, "aborted", 0.0, f"device error: {device_error}", out.observation)
                 freed.append(s)
             elif ended:
-                success = float(info.success or 0.0) if info else 0.0
                 if judge is not None:
                     live.pop(s)
                     waiting.append((ep, trajectory(ep, "completed", success, None, out.observation)))

@@ -308,23 +308,23 @@ EXPLAIN_PROMPT = (
 
 
 class ModelExplainer:
-    """The ``policy`` patch variant: a :class:`rl.agents.ModelPolicy`'s model explains a given action.
+    """The ``policy`` patch variant: a :class:`rl.agents.ModelAgent`'s model explains a given action.
 
     All requests of a turn go to the model in one generation call (greedy, short).
     """
 
-    def __init__(self, model_policy: Any, *, max_new_tokens: int = 64):
-        self.model_policy = model_policy
+    def __init__(self, agent: Any, *, max_new_tokens: int = 64):
+        self.agent = agent
         self.max_new_tokens = max_new_tokens
 
     def __call__(self, requests: Sequence[ExplainRequest]) -> list[str]:
         from guiagent.policy import SamplingParams
         from guiagent.policy.base import message
-        from guiagent.policy.prompting import summarize_step
+        from rl.prompting import summarize_step
 
         if not requests:
             return []
-        agent = self.model_policy.agent
+        agent = self.agent
         chats = []
         for r in requests:
             parts: list[Any] = [f"Goal: {r.goal}"]
@@ -339,7 +339,7 @@ class ModelExplainer:
                 "Action taken: " + agent.format.format(r.action, r.observation.size).strip(),
             ]
             chats.append([{"role": "system", "content": EXPLAIN_PROMPT}, message("user", *parts)])
-        gens = agent.policy.generate(
+        gens = agent.generate(
             chats, SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0)
         )
         return [g.text.strip() for g in gens]
@@ -347,7 +347,7 @@ class ModelExplainer:
 
 def _response_text(action: Action, thought: str, policy: Any, size: tuple[int, int]) -> str:
     """The reply the policy would have written for ``action`` (its format when it has one)."""
-    fmt = getattr(getattr(policy, "agent", None), "format", None)
+    fmt = getattr(policy, "format", None)
     if fmt is not None:
         try:
             return fmt.format(action, size, thought)

@@ -1,7 +1,7 @@
 """Supervised fine-tuning on stored successful trajectories (behaviour cloning).
 
 Each step of a successful episode becomes one example: the chat the agent saw
-(:func:`guiagent.policy.prompting.sft_example`) and, as the target, the step's
+(:func:`rl.prompting.sft_example`) and, as the target, the step's
 action printed by the action format. The loss is the negative log-likelihood of
 the assistant's tokens only, optionally up-weighting the action name and the
 coordinate digits ("action-aware" SFT): those are the few tokens that decide
@@ -117,7 +117,7 @@ def load_examples(trajs: Sequence[Trajectory], policy: Any, fmt: Any, prompt_con
     """One example per step with an action: the chat the agent saw and the target ``fmt`` prints,
     with coordinates in the frame of ``policy``'s image processor (see
     :func:`rl.agents.format_for_policy`)."""
-    from guiagent.policy.prompting import sft_example
+    from rl.prompting import sft_example
     from rl.agents import format_for_policy
 
     fmt = format_for_policy(fmt, policy)  # targets in the frame of the model's own image processor

@@ -116,17 +116,6 @@ def resolve_tasks(cfg: TrainConfig) -> list[str]:
     return ids
 
 
-class _LockedTurnPolicy:
-    """A turn policy whose generation holds a lock, so weights are never swapped mid-batch."""
-
-    def __init__(self, inner: Any, lock: threading.Lock):
-        self.inner, self.lock, self.name = inner, lock, inner.name
-
-    def act_batch(self, contexts: Any, pool: Any) -> Any:
-        with self.lock:
-            return self.inner.act_batch(contexts, pool)
-
-
 def state_name(cfg: TrainConfig, state: TrainerState) -> str:
     """The run's name in TensorBoard and W&B: ``<algo>-<env>-<run id>``."""
     return f"{cfg.algo}-{cfg.env}-{state.run_id}"
@@ -186,7 +175,7 @@ class Trainer:
         from guiagent.config import to_mapping
         from guiagent.policy.hf import load_transformers
         from guiagent.store import Store
-        from rl.agents import AgentSettings, load_model_policy
+        from rl.agents import AgentSettings, load_agent
         from rl.evaluate import warm_start
 
         cfg = self.cfg
@@ -271,11 +260,11 @@ class Trainer:
             self.rollout_policy = load_transformers(model_dir, threads=cfg.threads or None)
         else:
             self.rollout_policy = self.policy
-        self.lock = threading.Lock()
-        self.sampler = _LockedTurnPolicy(load_model_policy(
-            model_dir, settings=self.settings, policy=self.rollout_policy, temperature=cfg.temperature,
-            top_p=cfg.top_p, min_p=cfg.min_p, max_new_tokens=cfg.max_new_tokens, keep_chats=True,
-            frame=self.policy), self.lock)
+        self.lock = threading.Lock()  # generation holds it: weights are never swapped mid-batch
+        self.sampler = load_agent(model_dir, settings=self.settings, loaded=self.rollout_policy,
+                                  temperature=cfg.temperature, top_p=cfg.top_p, min_p=cfg.min_p,
+                                  max_new_tokens=cfg.max_new_tokens, keep_chats=True, frame=self.policy,
+                                  lock=self.lock)
         if self.state.eval_before is None:
             self.state.eval_before = self.evaluate("before")
             if cfg.eval_every:  # the starting model is the first candidate: a run never hands back a worse one
@@ -360,7 +349,7 @@ class Trainer:
         torch.manual_seed(cfg.seed * 7919 + iteration)
         # every turn samples from its own stream: (this seed, its episode's group and member, the
         # turn index), so a reply does not depend on batching, slot order or the pool kind
-        self.sampler.inner.seed = cfg.seed * 7919 + iteration
+        self.sampler.seed = cfg.seed * 7919 + iteration
         if self.is_semi_online(iteration):
             return self._replay(rng)
         if self.credit.offline(iteration):  # awr's offline start: the replay buffer only
@@ -389,7 +378,7 @@ class Trainer:
         n = cfg.groups_per_iteration
         picks = (rng.sample(self.recorded, n) if n <= len(self.recorded)
                  else [rng.choice(self.recorded) for _ in range(n)])
-        explainer = ModelExplainer(self.sampler.inner) if cfg.semi.patch.mode == "policy" else None
+        explainer = ModelExplainer(self.sampler) if cfg.semi.patch.mode == "policy" else None
         return run_semi_online(self.sampler, picks, group_size=cfg.group_size, patch=cfg.semi.patch,
                                rewards=cfg.semi.rewards, match=cfg.semi.match, explainer=explainer,
                                store=self.store, run_id=self.state.run_id)
@@ -556,16 +545,16 @@ class Trainer:
 
     def evaluate(self, tag: str) -> float:
         """Greedy held-out success of the current policy (nan when --eval-episodes is 0)."""
-        from rl.agents import load_model_policy
+        from rl.agents import load_agent
         from rl.evaluate import EvalConfig, run_eval
 
         cfg = self.cfg
         if cfg.eval_episodes <= 0:
             return float("nan")
         # greedy on the learner's weights: a colocated vLLM engine holds them too, and generates faster
-        greedy = load_model_policy(self.state.model_dir, settings=self.settings, frame=self.policy,
-                                   policy=self.rollout_policy if self.colocated is not None else self.policy,
-                                   temperature=0.0, max_new_tokens=cfg.max_new_tokens)
+        greedy = load_agent(self.state.model_dir, settings=self.settings, frame=self.policy,
+                            loaded=self.rollout_policy if self.colocated is not None else self.policy,
+                            temperature=0.0, max_new_tokens=cfg.max_new_tokens)
         ecfg = EvalConfig(env=cfg.env, agent="model", model=self.state.model_dir, episodes=cfg.eval_episodes,
                           out=str(self.out / f"eval-{tag}"), tasks=tuple(self.tasks), slots=cfg.slots,
                           name=f"eval {tag}")

@@ -431,8 +431,8 @@ class TransformersPolicy:
 
     def image_geometry(self):
         """How this model's image processor resizes screenshots (patch/merge size, pixel limits):
-        the coordinate frame action formats must share (see ``guiagent.policy.prompting.image_geometry``)."""
-        from guiagent.policy.prompting import image_geometry
+        the coordinate frame action formats must share (see ``guiagent.policy.geometry.image_geometry``)."""
+        from guiagent.policy.geometry import image_geometry
 
         return image_geometry(self.image_processor)
 

@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from emulators.base import Device, Task
+from emulators.base import Device, StepInfo, Task
 from emulators.browser import BrowserConfig, BrowserDevice
 from emulators.pool import (
     ActionRequest, EnvOutput, InProcessPool, PoolRequestError, PoolStartError, RayEnvPool,
@@ -158,9 +158,10 @@ def _run_oracle(pool, slots: list[int], max_steps: int = 8) -> dict[int, list[En
 
 def _assert_solved(history: list[EnvOutput]) -> None:
     last = history[-1]
-    assert last.worker_error is None and last.info is not None and last.info.device_error is None
-    assert last.terminated and not last.truncated and last.reward == 1.0 and last.info.success == 1.0
-    assert [o.milestones for o in history] == [(True, False), (True, True)]
+    assert last.worker_error is None and last.info.device_error is None
+    assert last.terminated and not last.truncated and last.info.success == 1.0
+    assert all(o.info.success is None for o in history[:-1])  # evaluated once, when the episode ends
+    assert [o.info.milestones for o in history] == [(True, False), (True, True)]
 
 
 def _pid_gone(pid: int, within_s: float = 10.0) -> bool:
@@ -228,7 +229,8 @@ def test_in_process_pool_runs_oracle_episodes_and_rejects_bad_batches():
         outs = pool.reset([ResetRequest(1, "two_buttons", seed=5), ResetRequest(0, "two_buttons", seed=7)])
         assert [o.slot for o in outs] == [1, 0]
         assert [o.spec.seed for o in outs] == [5, 7] and outs[0].spec.params != outs[1].spec.params
-        assert all(o.milestones == (False, False) and o.info is None and not o.done for o in outs)
+        # a reset's info holds the initial milestones only
+        assert all(o.info == StepInfo(milestones=(False, False)) and not o.done for o in outs)
         assert outs[0].observation.size == (320, 240) and outs[0].observation.screenshot[:4] == b"\x89PNG"
 
         # a parse error executes nothing and comes back as data
@@ -244,7 +246,7 @@ def test_in_process_pool_runs_oracle_episodes_and_rejects_bad_batches():
         (again,) = pool.reset([ResetRequest(0, "two_buttons", seed=7, max_steps=1)])
         assert again.spec.max_steps == 1 and again.spec.params == outs[1].spec.params
         (out,) = pool.step([ActionRequest(0, Click(0.99, 0.99))])
-        assert out.truncated and not out.terminated and out.reward == 0.0
+        assert out.truncated and not out.terminated and out.info.success == 0.0
 
 
 def test_slots_side_by_side_give_the_episodes_of_slots_one_after_another():
@@ -259,8 +261,8 @@ def test_slots_side_by_side_give_the_episodes_of_slots_one_after_another():
         _assert_solved(runs[True][1][s])
         assert runs[True][0][s].observation.screenshot == runs[False][0][s].observation.screenshot
         for a, b in zip(runs[True][1][s], runs[False][1][s], strict=True):
-            assert (a.observation.screenshot, a.milestones, a.reward, a.terminated) == \
-                (b.observation.screenshot, b.milestones, b.reward, b.terminated)
+            assert (a.observation.screenshot, a.info, a.terminated) == \
+                (b.observation.screenshot, b.info, b.terminated)
 
 
 def test_failed_resets_come_back_as_worker_errors_for_their_slot_only():
@@ -294,7 +296,7 @@ def test_ray_pool_several_envs_per_worker_keeps_order_and_solves(ray_pool):
     assert [o.slot for o in outs] == order
     assert [o.worker_id for o in outs] == [s // 2 for s in order]
     assert [o.spec.seed for o in outs] == [100 + s for s in order]
-    assert all(o.worker_error is None and o.milestones == (False, False) for o in outs)
+    assert all(o.worker_error is None and o.info.milestones == (False, False) for o in outs)
     # the two slots of one worker are two contexts in one browser; the workers are two processes
     browsers = pool.browser_pids()
     assert all(len(b) == 1 for b in browsers) and browsers[0] != browsers[1]
@@ -322,7 +324,7 @@ def test_sigkilled_worker_is_replaced_and_other_slots_go_on(ray_pool):
     pool = ray_pool
     _reset_all(pool, seed=1)
     first = _oracle_step(pool, [0, 1, 2, 3])
-    assert all(o.milestones == (True, False) for o in first)
+    assert all(o.info.milestones == (True, False) for o in first)
 
     # between steps: kill worker 1 (slots 2, 3) and see that its Chromium does not outlive it
     old_pid, (old_browser,) = pool.worker_pids()[1], pool.browser_pids()[1]
@@ -333,7 +335,7 @@ def test_sigkilled_worker_is_replaced_and_other_slots_go_on(ray_pool):
     assert pool.health() == [True, False]  # health reports; the next batch call replaces
     outs = pool.step([ActionRequest(s, a) for s, a in zip(range(4), actions)])
     for o in outs[:2]:  # worker 0 untouched
-        assert o.worker_error is None and o.terminated and o.reward == 1.0
+        assert o.worker_error is None and o.terminated and o.info.success == 1.0
     for o in outs[2:]:
         assert o.worker_error and "worker 1" in o.worker_error and o.truncated and o.worker_id == 1
         assert o.observation.size == (1, 1) and o.observation.last_action_error
@@ -360,12 +362,12 @@ def test_sigkilled_worker_is_replaced_and_other_slots_go_on(ray_pool):
     killer.join()
     assert time.perf_counter() - t0 < 2.0  # the death was noticed, not waited out
     assert all(o.worker_error and "died" in o.worker_error for o in outs[:2])
-    assert all(o.worker_error is None and o.milestones == (True, False) for o in outs[2:])
+    assert all(o.worker_error is None and o.info.milestones == (True, False) for o in outs[2:])
     outs = pool.reset([ResetRequest(0, "two_buttons", seed=10), ResetRequest(1, "two_buttons", seed=11)])
     assert all(o.worker_error is None for o in outs)
     history = _run_oracle(pool, [0, 1, 2, 3])
     _assert_solved(history[0])
-    assert all(history[s][-1].reward == 1.0 for s in (1, 2, 3))
+    assert all(history[s][-1].info.success == 1.0 for s in (1, 2, 3))
 
 
 def test_hung_worker_is_killed_after_the_timeout_and_replaced(ray_pool):
@@ -378,7 +380,7 @@ def test_hung_worker_is_killed_after_the_timeout_and_replaced(ray_pool):
     outs = pool.step([ActionRequest(s, a) for s, a in zip(range(4), actions)])
     waited = time.perf_counter() - t0
     assert pool.step_timeout_s <= waited < pool.step_timeout_s + 3
-    assert all(o.worker_error is None and o.milestones == (True, False) for o in outs[:2])
+    assert all(o.worker_error is None and o.info.milestones == (True, False) for o in outs[:2])
     assert all(o.worker_error and "did not answer" in o.worker_error for o in outs[2:])
     assert pool.replacements == replaced + 1 and _pid_gone(hung_pid)
     outs = pool.reset([ResetRequest(2, "two_buttons", seed=22), ResetRequest(3, "two_buttons", seed=23)])
@@ -398,11 +400,11 @@ def test_killed_chromium_truncates_its_envs_and_the_next_reset_works(ray_pool):
     for o in outs[:2]:  # both contexts lived in the killed browser: truncated, not aborted
         assert o.worker_error is None and o.truncated and not o.terminated
         assert o.info.device_error and o.observation.size == (1, 1)
-    assert all(o.worker_error is None and o.milestones == (True, False) for o in outs[2:])
+    assert all(o.worker_error is None and o.info.milestones == (True, False) for o in outs[2:])
 
     replaced = pool.replacements
     outs = pool.reset([ResetRequest(1, "two_buttons", seed=31), ResetRequest(0, "two_buttons", seed=30)])
-    assert all(o.worker_error is None and o.milestones == (False, False) for o in outs)
+    assert all(o.worker_error is None and o.info.milestones == (False, False) for o in outs)
     assert pool.worker_pids()[0] == worker_pid and pool.replacements == replaced  # same worker, new browser
     (new_browser,) = pool.browser_pids()[0]
     assert new_browser != browser_pid
@@ -436,4 +438,4 @@ def test_miniwob_oracle_episodes_on_both_pools(ray_session, kind):
         history = _run_oracle(pool, [0, 1])
         for s in tasks:
             last = history[s][-1]
-            assert last.terminated and last.reward == 1.0 and last.worker_error is None
+            assert last.terminated and last.info.success == 1.0 and last.worker_error is None

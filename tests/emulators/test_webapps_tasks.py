@@ -138,9 +138,9 @@ def test_open_app_action_and_unknown_app(device):
     env = GuiEnv(device, TASKS["open_app"], max_steps=10)
     env.reset(seed=3)
     target = env.task.params["app"]
-    obs, *_ , info = env.step_typed(OpenApp("  Tasks app "))
-    assert obs.url.endswith("/tasks") and info["step"].action_error is None
-    obs, *_ , info = env.step_typed(OpenApp("Camera"))
+    obs, *_, info = env.step_typed(OpenApp("  Tasks app "))
+    assert obs.url.endswith("/tasks") and info.action_error is None
+    obs, *_, info = env.step_typed(OpenApp("Camera"))
     assert "unknown app" in obs.last_action_error and "Contacts" in obs.last_action_error
     with pytest.raises(ActionError):
         device.execute(OpenApp("Camera"))

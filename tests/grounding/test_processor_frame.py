@@ -11,14 +11,15 @@ import io
 import pytest
 from PIL import Image
 
+from guiagent.policy.geometry import ImageGeometry, image_geometry
 from guiagent.policy.hf import image_processor_for, load_transformers
-from guiagent.policy.prompting import ImageGeometry, PromptConfig, image_geometry
 from guiagent.policy.tiny import TinyModelSpec, build_tiny_model
 from guiagent.types import Click, Observation, ParseError, Step, TaskSpec, Trajectory
 
 from grounding import get_format
 from grounding.coords import smart_resize
 from rl.agents import AgentSettings, format_for_policy
+from rl.prompting import PromptConfig
 from rl.sft import SFTConfig, load_examples
 
 MAX_PIXELS = 28 * 28 * 64  # the library default is 28 * 28 * 16384

@@ -122,7 +122,7 @@ def test_critic_fits_returns_and_round_trips_weights_only(tmp_path):
 
 def test_turn_features_read_the_policys_last_prompt_state(tiny_model_dir):
     from guiagent.policy.hf import load_transformers
-    from guiagent.policy.prompting import build_chat
+    from rl.prompting import build_chat
     from grounding import get_format
     from rl.critic import turn_features
 
@@ -194,7 +194,7 @@ def test_awr_trains_offline_from_stored_runs_and_keeps_its_replay_buffer_in_chec
 
 def test_ppo_credit_is_gae_over_the_critics_values_and_the_critic_fits_after(tiny_model_dir, tmp_path):
     from guiagent.policy.hf import load_transformers
-    from guiagent.policy.prompting import build_chat
+    from rl.prompting import build_chat
     from grounding import get_format
     from rl.advantages import gae
 

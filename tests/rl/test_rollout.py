@@ -6,7 +6,7 @@ from emulators.pool import InProcessPool
 from guiagent.store import EpisodeFilter, Store, StoreReader
 from guiagent.types import ParseError
 from judge.compose import RewardConfig, combine
-from rl.agents import OraclePolicy, RandomPolicy, load_model_policy
+from rl.agents import OraclePolicy, RandomPolicy, load_agent
 from rl.rollout import make_groups, run_rollout
 
 pytestmark = pytest.mark.browser
@@ -54,8 +54,8 @@ def test_random_policy_hits_step_budget_and_keeps_slots_busy(pool):
     assert all(s.truncated or s.terminated for t in res.trajectories for s in t.steps[-1:])
 
 
-def test_model_policy_turns_carry_tokens_and_logprobs(pool, tiny_model_dir):
-    policy = load_model_policy(tiny_model_dir, temperature=1.0, max_new_tokens=12, keep_chats=True)
+def test_model_agent_turns_carry_tokens_and_logprobs(pool, tiny_model_dir):
+    policy = load_agent(tiny_model_dir, temperature=1.0, max_new_tokens=12, keep_chats=True)
     reqs = make_groups(["go_home"], [5], group_size=2, max_steps=2)
     res = run_rollout(pool, policy, reqs)
     assert len(res.trajectories) == 2
@@ -73,7 +73,7 @@ def test_model_policy_turns_carry_tokens_and_logprobs(pool, tiny_model_dir):
 def test_seeded_replies_do_not_depend_on_batching_or_order(pool, tiny_model_dir):
     """Each turn samples from its own stream (seed, episode key, turn): the same requests run in
     another order — other batches, other slots — give every episode the same replies."""
-    policy = load_model_policy(tiny_model_dir, temperature=1.0, max_new_tokens=10)
+    policy = load_agent(tiny_model_dir, temperature=1.0, max_new_tokens=10)
     reqs = make_groups(["go_home", "open_app"], [5, 6], group_size=3, max_steps=2, tag="t")
 
     def replies(requests, seed):
@@ -202,7 +202,7 @@ def test_learner_turns_and_advantages_read_the_judged_rewards(pool, tiny_model_d
     from rl.config import TrainConfig
 
     judge = _judge(judge_server, monkeypatch, tmp_path, "verdict-success", weight=0.5)
-    policy = load_model_policy(tiny_model_dir, temperature=1.0, max_new_tokens=8, keep_chats=True)
+    policy = load_agent(tiny_model_dir, temperature=1.0, max_new_tokens=8, keep_chats=True)
     try:
         res = run_rollout(pool, policy, make_groups(["go_home"], [6], group_size=2, max_steps=1), judge=judge)
     finally:

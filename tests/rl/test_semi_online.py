@@ -460,7 +460,7 @@ def test_semi_online_eval_stops_at_first_mismatch():
 
 
 def test_tiny_model_semi_online_rollout(tiny_model_dir, tmp_path):
-    from rl.agents import load_model_policy
+    from rl.agents import load_agent
     from rl.semi_online import ModelExplainer
 
     real = [_episode("a", "t1")]
@@ -482,7 +482,7 @@ def test_tiny_model_semi_online_rollout(tiny_model_dir, tmp_path):
         )
         for e in real
     ]
-    policy = load_model_policy(tiny_model_dir, temperature=1.0, max_new_tokens=6, keep_chats=True)
+    policy = load_agent(tiny_model_dir, temperature=1.0, max_new_tokens=6, keep_chats=True)
     store = Store.open(tmp_path)
     run = store.create_run("semi")
     res = run_semi_online(

@@ -15,7 +15,7 @@ import torch
 
 from emulators.pool import InProcessPool
 from guiagent.store import EpisodeFilter, StoreReader
-from rl.agents import load_model_policy
+from rl.agents import load_agent
 from rl.rollout import make_groups, run_rollout
 from rl.batching import compute_advantages
 from rl.config import TrainConfig
@@ -25,11 +25,11 @@ pytestmark = pytest.mark.browser
 
 
 def test_update_changes_parameters_with_finite_loss(tiny_model_dir):
-    mp = load_model_policy(tiny_model_dir, temperature=1.0, max_new_tokens=10, keep_chats=True)
-    policy = mp.agent.policy
+    agent = load_agent(tiny_model_dir, temperature=1.0, max_new_tokens=10, keep_chats=True)
+    policy = agent.backend
     pool = InProcessPool("webapps", num_slots=2)
     try:
-        res = run_rollout(pool, mp, make_groups(["open_app"], [1], group_size=2, max_steps=2))
+        res = run_rollout(pool, agent, make_groups(["open_app"], [1], group_size=2, max_steps=2))
     finally:
         pool.close()
     turns = res.turns

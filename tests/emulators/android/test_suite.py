@@ -155,10 +155,10 @@ def test_episode_through_gui_env(device):
     assert spec.max_steps == 12 and spec.goal.startswith("Create a new contact for ")
     assert obs.screenshot[:4] == b"\x89PNG" and (obs.width, obs.height) == (360, 640)
     assert device.aw_env.resets == 1 and ContactsAddContact.calls == ["init"]
-    obs, r, term, trunc, _ = env.step_typed(Click(0.5, 0.5))
-    assert (r, term, trunc) == (0.0, False, False)
-    obs, r, term, trunc, _ = env.step_typed(Answer(spec.params["number"]))
-    assert (r, term) == (1.0, True)  # the answer reached is_successful through interaction_cache
+    obs, term, trunc, info = env.step_typed(Click(0.5, 0.5))
+    assert (info.success, term, trunc) == (None, False, False)
+    obs, term, trunc, info = env.step_typed(Answer(spec.params["number"]))
+    assert (info.success, term) == (1.0, True)  # the answer reached is_successful through interaction_cache
     env.reset(seed=12)
     assert ContactsAddContact.calls == ["init", "tear_down", "init"]
 

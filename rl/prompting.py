@@ -14,8 +14,7 @@ the number of images (only the last k are attached): long episodes stay within
 context and memory.
 
 The action format is duck-typed (``system_prompt``, ``format``, ``parse``,
-``thought``; see ``grounding.base.ActionFormat``): ``guiagent`` does not import
-the ``grounding`` package.
+``thought``; see ``grounding.base.ActionFormat``).
 """
 
 from __future__ import annotations
@@ -30,58 +29,7 @@ from guiagent.types import Observation, Step, Trajectory
 if TYPE_CHECKING:
     from grounding.base import ActionFormat
 
-__all__ = ["PromptConfig", "build_chat", "summarize_step", "sft_target", "sft_example", "ImageGeometry",
-           "image_geometry"]
-
-
-@dataclass(frozen=True)
-class ImageGeometry:
-    """How a Qwen-VL image processor resizes screenshots: the one coordinate frame a model has.
-
-    Sides become multiples of ``factor = patch_size * merge_size`` and the area is
-    brought into ``[min_pixels, max_pixels]`` (Qwen's ``smart_resize``). Action formats
-    that speak pixels of the resized image must use exactly these numbers, in the
-    prompt, in SFT targets and in the parser; otherwise every point lands elsewhere.
-    """
-
-    patch_size: int
-    merge_size: int
-    min_pixels: int
-    max_pixels: int
-
-    def __post_init__(self) -> None:
-        if min(self.patch_size, self.merge_size) <= 0 or not 0 < self.min_pixels <= self.max_pixels:
-            raise ValueError(f"invalid image geometry {self}")
-
-    @property
-    def factor(self) -> int:
-        return self.patch_size * self.merge_size
-
-
-def image_geometry(processor: Any) -> ImageGeometry:
-    """The :class:`ImageGeometry` of a Qwen2-VL-style image processor (transformers).
-
-    Reads ``patch_size``, ``merge_size`` and the pixel limits, which transformers keeps
-    in ``size["shortest_edge"]`` / ``size["longest_edge"]`` (older versions: ``min_pixels``
-    / ``max_pixels`` attributes). Raises ``ValueError`` when the processor has none of them.
-    """
-    size = getattr(processor, "size", None)
-
-    def limit(key: str, attr: str) -> Any:
-        value = getattr(processor, attr, None)
-        if value is None and size is not None:
-            value = size.get(key) if isinstance(size, dict) else getattr(size, key, None)
-        return value
-
-    values = {"patch_size": getattr(processor, "patch_size", None),
-              "merge_size": getattr(processor, "merge_size", None),
-              "min_pixels": limit("shortest_edge", "min_pixels"),
-              "max_pixels": limit("longest_edge", "max_pixels")}
-    missing = [k for k, v in values.items() if not isinstance(v, int) or isinstance(v, bool)]
-    if missing:
-        raise ValueError(f"the image processor {type(processor).__name__} has no usable {missing}; "
-                         "is it a Qwen-VL image processor?")
-    return ImageGeometry(**values)
+__all__ = ["PromptConfig", "build_chat", "summarize_step", "sft_target", "sft_example"]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Agent prompts (bounded history), SFT targets, and the batched ModelAgent on the tiny model."""
+"""Agent prompts (bounded history) and SFT targets."""
 
 from __future__ import annotations
 
@@ -8,12 +8,9 @@ import pytest
 from PIL import Image
 
 from grounding import get_format
-from guiagent.policy import SamplingParams, check_chat
-from guiagent.policy.agent import AgentInput, ModelAgent
-from guiagent.policy.hf import load_transformers
-from guiagent.policy.prompting import PromptConfig, build_chat, sft_example, sft_target, summarize_step
-from guiagent.policy.tiny import TinyModelSpec, build_tiny_model
+from guiagent.policy import check_chat
 from guiagent.types import Click, Observation, ParseError, Step, TaskSpec, Trajectory, Type
+from rl.prompting import PromptConfig, build_chat, sft_example, sft_target, summarize_step
 
 
 def shot(i: int, w: int = 112, h: int = 112) -> bytes:
@@ -117,45 +114,3 @@ def test_sft_target_round_trips_through_the_format():
         assert images(chat) == [shot(0), shot(1)]
     with pytest.raises(ValueError):
         sft_target(Step(0, obs(0), None), get_format("json"))
-
-
-@pytest.fixture(scope="module")
-def policy(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tiny")
-    build_tiny_model(TinyModelSpec(), out)
-    return load_transformers(str(out), device="cpu")
-
-
-def test_model_agent_acts_for_a_batch_and_never_raises(policy):
-    agent = ModelAgent(policy, get_format("json"), PromptConfig(history_images=2),
-                       SamplingParams(max_new_tokens=12, temperature=1.0, seed=0), keep_chats=True)
-    inputs = [AgentInput("Open the clock", obs(0)), AgentInput("Send hi", obs(5), tuple(history(3)))]
-    decisions = agent.act(inputs)
-    assert len(decisions) == 2
-    for d in decisions:
-        # an untrained model: whatever it says becomes an action or a typed parse error
-        assert isinstance(d.result, ParseError) or d.action is not None
-        assert d.response == d.generation.text and len(d.generation.token_ids) > 0
-        assert d.chat and d.chat[0]["role"] == "system"
-    # what a trainer scores is exactly what was generated
-    scored = policy.score([d.chat for d in decisions], [d.generation.token_ids for d in decisions])
-    for d, s in zip(decisions, scored):
-        assert max(abs(a - b) for a, b in zip(d.generation.logprobs, s)) < 1e-4
-
-
-def test_model_agent_parses_a_well_formed_reply():
-    fmt = get_format("json")
-
-    class Echo:  # a policy that answers with a fixed, valid action text
-        version = 0
-
-        def generate(self, chats, sampling=SamplingParams()):
-            from guiagent.policy import Generation
-
-            return [Generation(text=fmt.format(Click(0.5, 0.25), (112, 112), "tap")) for _ in chats]
-
-        def close(self):
-            pass
-
-    [d] = ModelAgent(Echo(), fmt).act([AgentInput("g", obs(0))])
-    assert d.action == Click(0.5, 0.25) and d.thought == "tap" and d.parse_error is None
