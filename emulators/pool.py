@@ -238,8 +238,12 @@ class RayEnvPool:
             raise PoolStartError(f"{num_workers} workers x {num_cpus_per_worker} CPU need {need} CPUs but "
                                  f"the Ray cluster has {have}: lower num_cpus_per_worker or add nodes")
         extra = {"scheduling_strategy": scheduling_strategy} if scheduling_strategy else {}
+        # enable_task_events=False: Ray's GCS otherwise keeps a record of every batch call (about 3.5 KB
+        # each, up to 100,000 of them), so a long run's GCS grows by megabytes a minute; nothing here
+        # reads Ray's task table (no dashboard), and actor deaths still reach us through RayActorError
         self._actor_cls = ray.remote(num_cpus=num_cpus_per_worker, max_restarts=0, max_concurrency=1,
-                                     resources=dict(worker_resources or {}), **extra)(EnvWorker)
+                                     resources=dict(worker_resources or {}), enable_task_events=False,
+                                     **extra)(EnvWorker)
         self._actors = [self._start(w) for w in range(num_workers)]
         self._book = _SlotBook(self.num_slots, self._wait_started(start_timeout_s))
 
