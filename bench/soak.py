@@ -68,32 +68,45 @@ TASKS = ("open_app", "settings_turn_on", "settings_open_section", "go_home")
 
 
 def process_tree_figures(root: int | None = None) -> dict[str, float]:
-    """RSS, PSS and USS (MB), open fds and process count of ``root`` (this process) and its
-    descendants, and USS by kind of process (:func:`_kind`).
+    """Memory (MB), open fds and process count of ``root`` (this process) and its descendants.
 
-    USS (pages no other process maps) is the figure to read a process's own growth from: PSS
-    also moves when other processes on the machine start or stop mapping the same libraries
-    (every Ray process maps Ray's 30 MB core library; another job's Ray lowers our share).
+    RSS, PSS and USS, summed; and by kind of process (:func:`_kind`), the anonymous memory
+    (heap, arenas, stacks: what a leak grows). USS and PSS also move when other processes on the
+    machine start or stop mapping the same files: another job's Ray shares the pages of Ray's
+    binaries and core library with ours, and our USS drops by their size. Anonymous memory is
+    this process's own whatever runs beside it, so the growth by kind is read from it.
     """
     me = psutil.Process(root or os.getpid())
     procs = [me] + me.children(recursive=True)
-    rss = pss = uss = 0
+    tot = {"rss": 0.0, "pss": 0.0, "uss": 0.0, "anon": 0.0}
     fds = n = 0
     by_kind: dict[str, float] = {}
     for p in procs:
         try:
-            mem = p.memory_full_info()
-            rss += mem.rss
-            pss += getattr(mem, "pss", mem.rss)
-            uss += mem.uss
+            mem = _smaps_rollup(p.pid)
             fds += p.num_fds()
-            n += 1
             kind = _kind(p, me)
-            by_kind[kind] = by_kind.get(kind, 0.0) + mem.uss / 2**20
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        except (OSError, psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue  # ended between the listing and the reading
-    return {"rss_mb": round(rss / 2**20, 1), "pss_mb": round(pss / 2**20, 1), "uss_mb": round(uss / 2**20, 1),
-            "fds": fds, "procs": n, **{f"uss_{k}_mb": round(v, 1) for k, v in sorted(by_kind.items())}}
+        n += 1
+        for k in tot:
+            tot[k] += mem[k]
+        by_kind[kind] = by_kind.get(kind, 0.0) + mem["anon"]
+    return {**{f"{k}_mb": round(v, 1) for k, v in tot.items()}, "fds": fds, "procs": n,
+            **{f"anon_{k}_mb": round(v, 1) for k, v in sorted(by_kind.items())}}
+
+
+def _smaps_rollup(pid: int) -> dict[str, float]:
+    """RSS, PSS, USS (private clean + dirty) and anonymous memory of one process, in MB (Linux)."""
+    kb: dict[str, int] = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            name, _, rest = line.partition(":")
+            parts = rest.split()
+            if len(parts) == 2 and parts[1] == "kB":
+                kb[name] = int(parts[0])
+    return {"rss": kb["Rss"] / 1024, "pss": kb["Pss"] / 1024,
+            "uss": (kb["Private_Clean"] + kb["Private_Dirty"]) / 1024, "anon": kb["Anonymous"] / 1024}
 
 
 def _kind(p: psutil.Process, me: psutil.Process) -> str:
@@ -116,7 +129,7 @@ def _kind(p: psutil.Process, me: psutil.Process) -> str:
 class DriverTrace:
     """``--trace``: where this process's own memory goes, to tell a leak from warm-up.
 
-    At each sample: this process's anonymous memory, glibc malloc's in-use and free-but-held
+    At each sample: glibc malloc's in-use and free-but-held
     bytes (all arenas: C/C++ allocations, Ray's core worker included, and the fragmentation
     Python cannot see), the object refs Ray's core worker holds for this driver and the bytes in
     its in-process object store. With ``python=True`` (``--trace-python``) also Python's traced
@@ -136,7 +149,7 @@ class DriverTrace:
 
     def sample(self) -> dict[str, float]:
         mi = self._libc.mallinfo2()
-        row: dict[str, float] = {"anon_mb": _anon_mb(), "malloc_used_mb": round((mi.uordblks + mi.hblkhd) / 2**20, 1),
+        row: dict[str, float] = {"malloc_used_mb": round((mi.uordblks + mi.hblkhd) / 2**20, 1),
                                  "malloc_free_mb": round(mi.fordblks / 2**20, 1)}
         if self.python:
             gc.collect()
@@ -174,15 +187,6 @@ class DriverTrace:
         grew = sorted(((t1[k] - t0.get(k, 0), k) for k in t1), reverse=True)[:top]
         lines.append("trace: object types that grew most: " + ", ".join(f"{k} {n:+d}" for n, k in grew if n))
         return "\n".join(lines)
-
-
-def _anon_mb() -> float:
-    """This process's anonymous resident memory (heap, arenas, stacks: not mapped files)."""
-    with open("/proc/self/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("Anonymous:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    return -1.0
 
 
 class _MallInfo2(ctypes.Structure):
@@ -373,9 +377,10 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     start, middle, end = s[0], s[len(s) // 2], s[-1]
-    growth = {k: round(end[k] / start[k] - 1, 3) for k in ("rss_mb", "pss_mb", "uss_mb", "fds", "procs")}
+    figures = ("rss_mb", "pss_mb", "uss_mb", "anon_mb", "fds", "procs")
+    growth = {k: round(end[k] / start[k] - 1, 3) for k in figures}
     # Chromium's memory grows while it runs and drops when a killed one is relaunched: the range shows it
-    span = {k: [min(r[k] for r in s), max(r[k] for r in s)] for k in ("rss_mb", "pss_mb", "uss_mb", "fds", "procs")}
+    span = {k: [min(r[k] for r in s), max(r[k] for r in s)] for k in figures}
     aborted_reasons: dict[str, int] = {}
     for t in kept:
         if t.status == "aborted":
