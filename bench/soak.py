@@ -16,21 +16,24 @@ between two steps (while no batch is in flight):
 
 Workers take turns. After ``--warmup`` seconds (browsers launched, pages cached) the first
 sample is taken; then one every ``--sample-every`` seconds and a last one in the final
-half-interval, each between two steps and only while every worker's Chromium is up (a
-killed one is relaunched at its slots' next reset), so samples are comparable. A sample is the sum over this
-process and every descendant (Ray's GCS and raylet, the workers, Playwright, Chromium) of
-resident memory (RSS and PSS), open file descriptors and the number of processes, taken
-between two steps.
+half-interval, each between two steps and only while every worker's Chromium is up (a killed
+one is relaunched at its slots' next reset), so samples are comparable. A sample sums over
+this process and every descendant (Ray's GCS and raylet, the workers, Playwright, Chromium)
+the resident memory (RSS, PSS, USS and anonymous memory), open file descriptors and the number
+of processes, and breaks the anonymous memory down by kind of process (driver, gcs, raylet,
+ray, worker, playwright, chromium): that is where a leak shows, whatever else runs on the
+machine (see :func:`process_tree_figures`). ``--trace`` adds this process's malloc figures
+and Ray's object refs; ``--trace-python`` also Python's allocations by line (tracemalloc).
 
 At the end the store is checked: every requested episode is in it, completed or aborted
 (none left in progress), the completed ones with exactly the steps the driver saw, and every
 aborted one with its reason (20 completed episodes, a reservoir sample, are kept whole, screenshots
 as their content hashes, and compared step by step; of the others the driver keeps only id, status
-and length, so that its own bookkeeping does not grow the figures). Printed: one line per sample, then one JSON object (last stdout
-line) with the samples at start, middle and end, the fault counts and the checks. Exit code
-1 if an episode was lost or left unmarked, or a figure grew past ``--max-growth`` (default
-0.25: end more than 25 % above start, for memory and file descriptors; process count must be
-back to within 10 % of the start).
+and length, so that its own bookkeeping does not grow the figures). Printed: one line per sample,
+then one JSON object (last stdout line) with the samples at start, middle and end and every 10
+minutes, the fault counts and the checks. Exit code 1 if an episode was lost or left unmarked,
+or a figure grew past ``--max-growth`` (default 0.25: end more than 25 % above start, for RSS,
+PSS, anonymous memory and file descriptors; process count must be back to within 10 % of the start).
 """
 
 from __future__ import annotations
@@ -377,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     start, middle, end = s[0], s[len(s) // 2], s[-1]
+    # warm-up (caches filling, then flat) or a leak (no end to it): the figures every 10 minutes tell
+    marks = [m * 60 for m in range(10, int(args.minutes) + 1, 10)]
+    every_10_min = [min(s, key=lambda r, m=m: abs(r["t_s"] - m)) for m in marks]
     figures = ("rss_mb", "pss_mb", "uss_mb", "anon_mb", "fds", "procs")
     growth = {k: round(end[k] / start[k] - 1, 3) for k in figures}
     # Chromium's memory grows while it runs and drops when a killed one is relaunched: the range shows it
@@ -391,13 +397,14 @@ def main(argv: list[str] | None = None) -> int:
           and checks["in_progress"] == 0 and checks["aborted_without_reason"] == 0
           and checks["completed_lost_or_short"] == 0 and checks["differing"] == 0
           and growth["rss_mb"] <= args.max_growth and growth["pss_mb"] <= args.max_growth
+          and growth["anon_mb"] <= args.max_growth
           and growth["fds"] <= args.max_growth and abs(growth["procs"]) <= 0.10)
     summary = {
         "bench": "soak", "minutes": round((time.monotonic() - t0) / 60, 1), "slots": pool.num_slots,
         "episodes_requested": requested, "env_steps": policy.steps,
         "chromium_kills": policy.chromium_kills, "worker_kills": policy.worker_kills,
         "worker_replacements": pool.replacements, "aborted_by_reason": aborted_reasons, **checks,
-        "start": start, "middle": middle, "end": end, "growth": growth, "range": span, "samples": len(s),
+        "start": start, "middle": middle, "end": end, "every_10_min": every_10_min, "growth": growth, "range": span, "samples": len(s),
         "ok": ok,
     }
     if policy.trace is not None and policy.trace.python:
