@@ -53,6 +53,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: tasks whose records the GCS of a Ray that :func:`ensure_ray` starts keeps (Ray's default: 100,000)
+TASK_EVENTS_KEPT = 10_000
+
 
 class _SlotBook:
     """Driver-side bookkeeping shared by both pools: checks batches before they are sent."""
@@ -166,6 +169,13 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
         # machine left in /tmp/ray/ray_current_cluster, even a dead one
         kwargs["address"] = "local"
         kwargs["num_cpus"] = num_cpus or max(2, os.cpu_count() or 2)
+        # the GCS keeps a record of every task (~3.5 KB each) up to 100,000, then the ids of the
+        # dropped ones up to a million: a long run's GCS would grow by hundreds of MB. The env
+        # workers' calls are not recorded at all (RayEnvPool); this bounds the rest (no dashboard
+        # here reads the table)
+        kwargs["_system_config"] = {"task_events_max_num_task_in_gcs": TASK_EVENTS_KEPT,
+                                    "task_events_max_dropped_task_attempts_tracked_per_job_in_gcs":
+                                        TASK_EVENTS_KEPT}
     else:
         kwargs.pop("include_dashboard")
         kwargs["address"] = address
