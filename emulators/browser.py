@@ -79,7 +79,11 @@ class BrowserConfig:
     ``tree='aria'`` adds ``locator('body').aria_snapshot()`` text to each observation
     (~8 ms, taken while the screenshot is captured). ``reuse_context`` keeps one browser
     context across ``reset`` calls (faster: cookies are cleared, but local storage and the
-    cache are not), otherwise each ``reset`` opens a new context (~150 ms).
+    cache are not), otherwise each ``reset`` opens a new context (~150 ms). A reused context is
+    still replaced after ``context_max_resets`` resets: Playwright keeps a record of every
+    navigation's request and response for the context's life (in this process and in its
+    driver, up to 10,000 of each), about two per episode, so one context kept for a worker's
+    whole life would grow both by megabytes an hour.
     """
 
     viewport: tuple[int, int] = (1280, 720)
@@ -95,6 +99,7 @@ class BrowserConfig:
     home_url: str | None = None
     block_file_urls: bool = True
     reuse_context: bool = False
+    context_max_resets: int = 100
     user_agent: str | None = None
     locale: str = "en-US"
     timezone_id: str = "UTC"
@@ -113,6 +118,8 @@ class BrowserConfig:
             raise ValueError(f"image_format must be 'png' or 'jpeg', got {self.image_format!r}")
         if self.settle_timeout_ms < 0:
             raise ValueError("settle_timeout_ms must be >= 0")
+        if self.context_max_resets < 1:
+            raise ValueError(f"context_max_resets must be >= 1, got {self.context_max_resets}")
         if isinstance(self.allowed_origins, str):
             raise TypeError("allowed_origins is a tuple of origins, not one string")
 
@@ -216,6 +223,7 @@ class BrowserDevice(Device):
         self._quiet_mutations: int | None = None
         self._popup_url: str | None = None
         self._watched_browser: Any = None
+        self._context_resets = 0  # resets on the current context (see BrowserConfig.context_max_resets)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -285,12 +293,15 @@ class BrowserDevice(Device):
             raise DeviceError("the device was closed")
         from playwright.sync_api import Error as PlaywrightError
         try:
-            if self._dead or not self.config.reuse_context or self._context is None:
+            if (self._dead or not self.config.reuse_context or self._context is None
+                    or self._context_resets >= self.config.context_max_resets):
                 self._drop_context()
                 self._dead = None
                 self._new_context()
+                self._context_resets = 0
             else:
                 self._context.clear_cookies()
+            self._context_resets += 1
             self._blocked.clear()
             self._goto(self.home_url or "about:blank")
             self._cdp.send("Page.resetNavigationHistory")

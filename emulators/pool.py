@@ -53,6 +53,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: tasks whose records the GCS of a Ray that :func:`ensure_ray` starts keeps (Ray's default: 100,000)
+TASK_EVENTS_KEPT = 10_000
+
 
 class _SlotBook:
     """Driver-side bookkeeping shared by both pools: checks batches before they are sent."""
@@ -166,6 +169,13 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
         # machine left in /tmp/ray/ray_current_cluster, even a dead one
         kwargs["address"] = "local"
         kwargs["num_cpus"] = num_cpus or max(2, os.cpu_count() or 2)
+        # the GCS keeps a record of every task (~3.5 KB each) up to 100,000, then the ids of the
+        # dropped ones up to a million: a long run's GCS would grow by hundreds of MB. The env
+        # workers' calls are not recorded at all (RayEnvPool); this bounds the rest (no dashboard
+        # here reads the table)
+        kwargs["_system_config"] = {"task_events_max_num_task_in_gcs": TASK_EVENTS_KEPT,
+                                    "task_events_max_dropped_task_attempts_tracked_per_job_in_gcs":
+                                        TASK_EVENTS_KEPT}
     else:
         kwargs.pop("include_dashboard")
         kwargs["address"] = address
@@ -238,8 +248,12 @@ class RayEnvPool:
             raise PoolStartError(f"{num_workers} workers x {num_cpus_per_worker} CPU need {need} CPUs but "
                                  f"the Ray cluster has {have}: lower num_cpus_per_worker or add nodes")
         extra = {"scheduling_strategy": scheduling_strategy} if scheduling_strategy else {}
+        # enable_task_events=False: Ray's GCS otherwise keeps a record of every batch call (about 3.5 KB
+        # each, up to 100,000 of them), so a long run's GCS grows by megabytes a minute; nothing here
+        # reads Ray's task table (no dashboard), and actor deaths still reach us through RayActorError
         self._actor_cls = ray.remote(num_cpus=num_cpus_per_worker, max_restarts=0, max_concurrency=1,
-                                     resources=dict(worker_resources or {}), **extra)(EnvWorker)
+                                     resources=dict(worker_resources or {}), enable_task_events=False,
+                                     **extra)(EnvWorker)
         self._actors = [self._start(w) for w in range(num_workers)]
         self._book = _SlotBook(self.num_slots, self._wait_started(start_timeout_s))
 

@@ -335,6 +335,28 @@ def test_home_less_device_errors(shared_browser):
             dev.execute(Type("x"))
 
 
+def test_reused_context_is_replaced_after_context_max_resets(shared_browser, page_server):
+    """Playwright keeps every navigation's request and response for a context's life: a reused
+    context is replaced every ``context_max_resets`` resets, so those records stay bounded."""
+    config = BrowserConfig(home_url=page_server + "/static.html", reuse_context=True, context_max_resets=3)
+    with BrowserDevice(config, browser=shared_browser) as dev:
+        def records() -> int:  # Playwright's Request objects alive in this process
+            objects = dev.page._impl_obj._connection._objects.values()
+            return sum(type(o).__name__ == "Request" for o in objects)
+
+        contexts, counts = [], []
+        for _ in range(7):
+            dev.reset()
+            contexts.append(dev.page.context)
+            counts.append(records())
+        assert contexts[0] is contexts[2] and contexts[3] is not contexts[2] and contexts[3] is contexts[5]
+        assert contexts[6] is not contexts[5]
+        assert not any(c is contexts[0] for c in shared_browser.browser.contexts)  # the old ones are closed
+        assert counts[2] > counts[0] and counts[3] <= counts[0] + 1, counts  # kept, then let go with the context
+    with pytest.raises(ValueError, match="context_max_resets"):
+        BrowserConfig(context_max_resets=0)
+
+
 # --- faults -------------------------------------------------------------------------------------
 
 def test_page_crash_raises_device_error_then_reset_recovers(shared_browser, page_server):

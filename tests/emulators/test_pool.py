@@ -308,6 +308,29 @@ def test_ray_pool_several_envs_per_worker_keeps_order_and_solves(ray_pool):
     assert pool.replacements == 0
 
 
+def test_ray_pool_batch_calls_leave_no_record_in_rays_task_table(ray_pool):
+    """Ray's GCS keeps a record of every traced task (up to 100,000): a long run's env steps would
+    grow it without need, so the workers' calls are not traced; other tasks still are."""
+    import ray
+    from ray._private import state
+
+    @ray.remote(num_cpus=0)
+    def traced() -> int:
+        return 1
+
+    _reset_all(ray_pool, seed=7)
+    _oracle_step(ray_pool, [0, 1, 2, 3])
+    assert ray.get(traced.remote()) == 1
+    names: list[str] = []
+    for _ in range(50):  # workers report their task events about once a second
+        names = [e.task_info.name for e in state.state._get_all_task_events()]
+        if any("traced" in n for n in names):
+            break
+        time.sleep(0.1)
+    assert any("traced" in n for n in names), names
+    assert not [n for n in names if "EnvWorker" in n], names
+
+
 def test_ray_pool_bad_batches_are_rejected_before_sending(ray_pool):
     with pytest.raises(PoolRequestError, match="unknown task"):
         ray_pool.reset([ResetRequest(0, "nope", seed=0)])
