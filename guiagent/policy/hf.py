@@ -411,6 +411,8 @@ class TransformersPolicy:
         self.autocast_dtype: torch.dtype | None = None
         self.lora: LoraSettings | None = None
         self.gradient_checkpointing = False
+        #: rows with identical prompts share one prompt forward in scoring (see :meth:`score_encoded`)
+        self.share_prompts = True
 
     @contextlib.contextmanager
     def _compute(self, *, train: bool = False) -> Iterator[None]:
@@ -442,9 +444,10 @@ class TransformersPolicy:
 
     # ---- batching -------------------------------------------------------------------------------
 
-    def _collate(self, encs: Sequence[Encoded], completions: Sequence[Sequence[int]] | None = None
-                 ) -> dict[str, torch.Tensor]:
-        """Left-pad prompts to one length; right-pad completions (if any) after them."""
+    def _collate(self, encs: Sequence[Encoded], completions: Sequence[Sequence[int]] | None = None, *,
+                 pixels: bool = True) -> dict[str, torch.Tensor]:
+        """Left-pad prompts to one length; right-pad completions (if any) after them; the images'
+        patches and grids unless ``pixels`` is false."""
         plen = max(len(e.input_ids) for e in encs)
         clen = max((len(c) for c in completions), default=0) if completions is not None else 0
         b = len(encs)
@@ -461,7 +464,7 @@ class TransformersPolicy:
                 ids[i, plen:plen + len(c)] = torch.tensor(list(c), dtype=torch.long)
                 mask[i, plen:plen + len(c)] = 1
         batch = {"input_ids": ids, "attention_mask": mask, "mm_token_type_ids": types}
-        pv = [e.pixel_values for e in encs if e.pixel_values is not None]
+        pv = [e.pixel_values for e in encs if e.pixel_values is not None] if pixels else []
         if pv:
             batch["pixel_values"] = torch.cat(pv).to(_weight_dtype(self.model))
             batch["image_grid_thw"] = torch.cat([e.image_grid_thw for e in encs if e.image_grid_thw is not None])
@@ -545,18 +548,87 @@ class TransformersPolicy:
             raise ValueError(f"{len(chats)} chats but {len(completions)} completions")
         if not chats:
             raise ValueError("score_batch needs at least one chat")
-        encs = [self.encoder.encode(c) for c in chats]
-        batch = self._collate(encs, completions)
+        return self.score_encoded([self.encoder.encode(c) for c in chats], completions, grad=grad)
+
+    def score_encoded(self, encs: Sequence[Encoded], completions: Sequence[Sequence[int]], *,
+                      grad: bool = True) -> ScoreBatch:
+        """:meth:`score_batch` on encoded prompts.
+
+        Rows with identical prompts (a GRPO group's samples of one screen) share one prompt
+        forward when :attr:`share_prompts` allows it: the distinct prompts run once (vision tower
+        included) with a KV cache, each row's completion runs on its prompt's cache rows. The
+        prompt's activations do not depend on what follows them (causal attention), so the
+        log-probs are those of one padded forward per row, and so are the gradients (a shared
+        prompt's gradient is the sum over its rows, as with duplicated rows).
+        """
+        if len(encs) != len(completions):
+            raise ValueError(f"{len(encs)} prompts but {len(completions)} completions")
         t = max(len(c) for c in completions)
         if t == 0:
-            z = torch.zeros((len(chats), 0), device=self.device)
+            z = torch.zeros((len(encs), 0), device=self.device)
             return ScoreBatch(z, z.bool())
+        owner = _prompt_owners(encs) if self._can_share_prompts() else None
+        if owner is not None and len(set(owner)) < len(encs):
+            return self._score_shared(encs, completions, owner, t, grad)
+        batch = self._collate(encs, completions)
         with torch.set_grad_enabled(grad), self._compute(train=grad):
             logits = self.model(**batch, logits_to_keep=t + 1, use_cache=False).logits[:, :t]
             target = batch["input_ids"][:, -t:]
-            lp = logits.float().log_softmax(-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+            lp = _token_logprobs(logits, target)
         mask = batch["attention_mask"][:, -t:].bool()
         return ScoreBatch(lp.masked_fill(~mask, 0.0), mask)
+
+    def _can_share_prompts(self) -> bool:
+        # A checkpointed model turns its KV cache off in train mode; DDP / FSDP expect one forward
+        # per backward. Both keep the one-pass path.
+        if not self.share_prompts or self.gradient_checkpointing or getattr(self, "ddp", None) is not None:
+            return False
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return False
+        return hasattr(self._core(), "get_rope_index")
+
+    def _core(self) -> Any:
+        """The Qwen-VL model under the LM head (through a peft wrapper): it has ``get_rope_index``."""
+        model = self.model.get_base_model() if _is_peft(self.model) else self.model
+        return getattr(model, "model", model)
+
+    def _score_shared(self, encs: Sequence[Encoded], completions: Sequence[Sequence[int]], owner: list[int],
+                      t: int, grad: bool) -> ScoreBatch:
+        """:meth:`score_encoded` with one prompt forward per distinct prompt; ``owner[b]`` is the
+        first row whose prompt equals row ``b``'s."""
+        full = self._collate(encs, completions, pixels=False)
+        ids, mask = full["input_ids"], full["attention_mask"]
+        b, plen = ids.shape[0], ids.shape[1] - t
+        grids = [e.image_grid_thw for e in encs if e.image_grid_thw is not None]
+        if grids:  # the 3-D rope positions the one-pass forward computes for these rows
+            pos, _ = self._core().get_rope_index(ids, mm_token_type_ids=full["mm_token_type_ids"],
+                                                 image_grid_thw=torch.cat(grids).to(self.device),
+                                                 attention_mask=mask)
+        else:  # text only: the model's own default, positions counted from the first column
+            pos = torch.arange(plen + t, device=self.device).view(1, 1, -1).expand(3, b, -1)
+        rows = sorted(set(owner))
+        first = {r: k for k, r in enumerate(rows)}
+        sel = torch.tensor([first[o] for o in owner], device=self.device)
+        u = torch.tensor(rows, device=self.device)
+        prompt = {"input_ids": ids[u, :plen], "attention_mask": mask[u, :plen], "position_ids": pos[:, u, :plen]}
+        pv = [encs[r].pixel_values for r in rows if encs[r].pixel_values is not None]
+        if pv:
+            prompt.update(pixel_values=torch.cat(pv).to(self.device, _weight_dtype(self.model)),
+                          image_grid_thw=torch.cat([encs[r].image_grid_thw for r in rows
+                                                    if encs[r].image_grid_thw is not None]).to(self.device),
+                          mm_token_type_ids=full["mm_token_type_ids"][u, :plen])
+        with torch.set_grad_enabled(grad), self._compute(train=grad):
+            out = self.model(**prompt, use_cache=True, logits_to_keep=1)
+            logits = out.logits[sel]  # [B, 1, V]: each row's first completion token
+            if t > 1:
+                cache = out.cache
+                cache.batch_select_indices(sel)
+                rest = self.model(input_ids=ids[:, plen:plen + t - 1], attention_mask=mask[:, :plen + t - 1],
+                                  position_ids=pos[:, :, plen:plen + t - 1], cache=cache, use_cache=True).logits
+                logits = torch.cat([logits, rest], dim=1)
+            lp = _token_logprobs(logits, ids[:, plen:])
+        cmask = mask[:, plen:].bool()
+        return ScoreBatch(lp.masked_fill(~cmask, 0.0), cmask)
 
     def score(self, chats: Sequence[Chat], completions: Sequence[Sequence[int]]) -> list[list[float]]:
         """Per-token log-probs of the given completion token ids (no grad)."""
@@ -653,6 +725,32 @@ def qwen2_5_vl_3b_config() -> Any:
                        "spatial_merge_size": 2, "spatial_patch_size": 14, "window_size": 112,
                        "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2,
                        "temporal_patch_size": 2})
+
+
+def _token_logprobs(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``log_softmax(logits)`` at ``target``: ``[B, T, V]``, ``[B, T]`` -> float ``[B, T]``."""
+    return logits.float().log_softmax(-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+
+
+def _prompt_owners(encs: Sequence[Encoded]) -> list[int]:
+    """For each prompt the index of the first equal one (same token ids and the same image patches)."""
+    seen: dict[tuple[int, ...], list[int]] = {}
+    owner: list[int] = []
+    for i, e in enumerate(encs):
+        same = seen.setdefault(tuple(e.input_ids), [])
+        j = next((j for j in same if _same_images(encs[j], e)), None)
+        if j is None:
+            same.append(i)
+        owner.append(i if j is None else j)
+    return owner
+
+
+def _same_images(a: Encoded, b: Encoded) -> bool:
+    pa, pb = a.pixel_values, b.pixel_values
+    if pa is None or pb is None or pa is pb:
+        return pa is pb
+    return (pa.shape == pb.shape and torch.equal(a.image_grid_thw, b.image_grid_thw)  # type: ignore[arg-type]
+            and torch.equal(pa, pb))
 
 
 def _weight_dtype(model: Any) -> torch.dtype:

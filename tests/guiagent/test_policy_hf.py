@@ -187,6 +187,40 @@ def test_score_batch_is_differentiable_and_masked(policy):
     assert max_diff(policy.score(cs, comps)[1], sb.to_lists()[1]) < 1e-6
 
 
+def _scores_and_grads(p, cs, comps, share):
+    p.share_prompts = share
+    p.model.zero_grad(set_to_none=True)
+    sb = p.score_batch(cs, comps, grad=True)
+    (sb.logprobs * torch.linspace(0.5, 1.5, sb.logprobs.shape[1])).sum().backward()
+    grads = {n: t.grad.clone() for n, t in p.model.named_parameters() if t.grad is not None}
+    p.model.zero_grad(set_to_none=True)
+    p.share_prompts = True
+    return sb, grads
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_rows_with_one_prompt_share_its_forward_with_the_same_logprobs_and_gradients(policy, model_dir, lora,
+                                                                                     monkeypatch):
+    """A group's samples of one screen: the prompt runs once; log-probs and gradients equal one
+    padded forward per row (same chat object, an equal copy, a text-only row, uneven completions)."""
+    p = _lora_policy(model_dir) if lora else policy
+    a, b, text = chats()
+    cs = [a, b, a, [dict(m) for m in b], text, text]
+    comps = [[100, 101, 102], [110, 111, 112, 113, 114], [120], [130, 131], [140, 141, 142, 143], [150, 151]]
+    calls = []
+    real = type(p)._score_shared
+    monkeypatch.setattr(type(p), "_score_shared", lambda *x, **k: calls.append(1) or real(*x, **k))
+    one, g_one = _scores_and_grads(p, cs, comps, share=False)
+    assert not calls
+    shared, g_shared = _scores_and_grads(p, cs, comps, share=True)
+    assert calls  # the shared path ran
+    assert torch.equal(one.mask, shared.mask)
+    torch.testing.assert_close(shared.logprobs, one.logprobs, atol=1e-5, rtol=0)
+    assert set(g_one) == set(g_shared) and g_one
+    for n in g_one:
+        torch.testing.assert_close(g_shared[n], g_one[n], atol=1e-5, rtol=1e-4)
+
+
 def test_weight_update_bumps_version_and_save_reloads(policy, tmp_path):
     c = chats()[:1]
     [g] = policy.generate(c, SamplingParams(max_new_tokens=6, temperature=0))
