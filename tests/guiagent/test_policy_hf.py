@@ -221,6 +221,59 @@ def test_rows_with_one_prompt_share_its_forward_with_the_same_logprobs_and_gradi
         torch.testing.assert_close(g_shared[n], g_one[n], atol=1e-5, rtol=1e-4)
 
 
+def test_vision_outputs_are_reused_while_the_tower_is_unchanged(model_dir):
+    """One screen sampled 4 times goes through the vision tower once; re-scoring at the same weights
+    reuses it (same log-probs as generation); a step on the tower's weights invalidates the cache."""
+    p = load_transformers(str(model_dir), device="cpu")
+    screen = png(112, 112, 5)
+    cs = [[message("user", bytes(bytearray(screen)), "Goal: open the settings.")] for _ in range(4)]
+    cs.append([message("user", png(112, 112, 6), "Goal: open the settings.")])
+    gens = p.generate(cs, SamplingParams(max_new_tokens=5, temperature=1.0, seed=3))
+    assert p.vision_stats == {"encoded": 2, "reused": 3}
+    comps = [g.token_ids for g in gens]
+    for g, s in zip(gens, p.score(cs, comps)):
+        assert max_diff(g.logprobs, s) < 1e-5
+    assert p.vision_stats["encoded"] == 2  # re-scoring ran no vision tower
+    sb = p.score_batch(cs, comps, grad=True)  # a trainable tower is run with grad, not reused
+    (sb.logprobs * sb.mask).sum().backward()
+    visual = p._core().visual
+    assert p.vision_stats["encoded"] == 2 and all(t.grad is not None for t in visual.parameters())
+    with torch.no_grad():
+        for t in visual.parameters():
+            t.add_(0.01 * t.grad.sign())  # an optimiser step on the vision tower
+    p.model.zero_grad(set_to_none=True)
+    after = p.score(cs, comps)
+    assert p.vision_stats["encoded"] == 4  # the cache was dropped with the old weights
+    p.vision_cache_bytes = 0  # the plain path agrees
+    for a, b in zip(after, p.score(cs, comps)):
+        assert max_diff(a, b) < 1e-5
+    assert max_diff(after[0], list(gens[0].logprobs)) > 1e-4  # and the step did change the model
+
+
+def test_vision_cache_stays_in_its_budget_and_a_frozen_tower_is_reused_with_grad(model_dir):
+    p = _lora_policy(model_dir)  # LoRA: the vision tower is frozen, so the update may reuse its outputs
+    cs = [[message("user", png(112, 112, 10 + i), "Goal: go.")] for i in range(3)]
+    comps = [[100, 101, 102], [110, 111], [120, 121, 122, 123]]
+    p.score(cs, comps)
+    used = p._vision_cache_used
+    assert p.vision_stats["encoded"] == 3 and used > 0
+    grads = []
+    for budget in (1 << 30, 0):
+        p.vision_cache_bytes = budget
+        sb = p.score_batch(cs, comps, grad=True)
+        (sb.logprobs * sb.mask).sum().backward()
+        grads.append({n: t.grad.clone() for n, t in p.model.named_parameters() if t.grad is not None})
+        p.model.zero_grad(set_to_none=True)
+    assert p.vision_stats["encoded"] == 3  # the update with grad reused all three
+    for n in grads[0]:
+        torch.testing.assert_close(grads[0][n], grads[1][n], atol=1e-6, rtol=1e-4)
+    p.vision_cache_bytes = used // 2  # room for one screen: the oldest go
+    p._vision_cache.clear()
+    p._vision_cache_used = 0
+    p.score(cs, comps)
+    assert len(p._vision_cache) == 1 and p._vision_cache_used <= used // 2
+
+
 def test_weight_update_bumps_version_and_save_reloads(policy, tmp_path):
     c = chats()[:1]
     [g] = policy.generate(c, SamplingParams(max_new_tokens=6, temperature=0))
