@@ -495,7 +495,12 @@ class TransformersPolicy:
 
     def generate_encoded(self, encs: Sequence[Encoded], sampling: SamplingParams = SamplingParams()
                          ) -> list[Generation]:
-        """:meth:`generate` on encoded prompts (:meth:`ChatEncoder.encode_rendered`)."""
+        """:meth:`generate` on encoded prompts (:meth:`ChatEncoder.encode_rendered`).
+
+        Every image is encoded once (:meth:`_vision_inputs`); with :attr:`share_prompts` the text the
+        prompts begin with in common (the system prompt) is prefilled once and its KV cache copied
+        to every row (:meth:`_shared_prefix_cache`).
+        """
         from transformers import GenerationConfig
 
         row_seeds = sampling.for_rows(len(encs))
@@ -521,6 +526,9 @@ class TransformersPolicy:
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
             batch.update(self._vision_inputs(encs, grad=False))
+            prefix = self._common_prefix(encs)
+            if prefix:
+                batch = self._shared_prefix_cache(batch, prefix)
             out = self.model.generate(**batch, generation_config=gen_config, logits_processor=processors,
                                       tokenizer=self.tokenizer if sampling.stop else None)
         plen = batch["input_ids"].shape[1]
@@ -529,6 +537,46 @@ class TransformersPolicy:
         tok_lp = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1)
         return [self._finish(new[i].tolist(), tok_lp[i].tolist(), len(encs[i].input_ids), sampling)
                 for i in range(len(encs))]
+
+    #: a shared prefix shorter than this is prefilled with the rest (a separate forward costs more)
+    min_shared_prefix = 16
+
+    def _common_prefix(self, encs: Sequence[Encoded]) -> int:
+        """Tokens every prompt begins with, before any image and leaving each prompt one token of its
+        own (0 when sharing is off or does not pay)."""
+        if len(encs) < 2 or not self.share_prompts or self._distributed() or not hasattr(self._core(), "rope_deltas"):
+            return 0
+        first = encs[0]
+        limit = min(len(e.input_ids) for e in encs) - 1
+        if 1 in first.mm_token_type_ids[:limit]:
+            limit = first.mm_token_type_ids.index(1)
+        n = 0
+        for column in zip(*(e.input_ids[:limit] for e in encs)):
+            if any(t != column[0] for t in column):
+                break
+            n += 1
+        return n if n >= self.min_shared_prefix else 0
+
+    def _shared_prefix_cache(self, batch: dict[str, Any], n: int) -> dict[str, Any]:
+        """``batch`` re-laid as [shared prefix][padding][rest of the prompt] a row, with the prefix's KV
+        cache (prefilled once, copied to every row) for ``generate`` to continue from. Positions are
+        counted over real tokens (generate's own rule for padded rows), so they are those of the
+        left-padded layout and the log-probs do not change."""
+        ids, mask, types = batch["input_ids"], batch["attention_mask"], batch["mm_token_type_ids"]
+        b, plen = ids.shape
+        out = {k: torch.zeros_like(batch[k]) for k in ("input_ids", "attention_mask", "mm_token_type_ids")}
+        out["input_ids"].fill_(self.pad_id)
+        for i, m in enumerate(mask.sum(1).tolist()):
+            for key, src in (("input_ids", ids), ("attention_mask", mask), ("mm_token_type_ids", types)):
+                out[key][i, :n] = src[i, plen - m:plen - m + n]
+                out[key][i, plen - (m - n):] = src[i, plen - m + n:]
+        pre = self.model(input_ids=out["input_ids"][:1, :n], attention_mask=out["attention_mask"][:1, :n],
+                         position_ids=torch.arange(n, device=self.device).view(1, 1, n).expand(3, 1, n),
+                         use_cache=True, logits_to_keep=1)
+        cache = pre.cache
+        cache.batch_repeat_interleave(b)
+        self._core().rope_deltas = None  # generate computes the positions of the new layout itself
+        return {**batch, **out, "cache": cache}
 
     def _finish(self, ids: list[int], lps: list[float], prompt_tokens: int, sampling: SamplingParams
                 ) -> Generation:

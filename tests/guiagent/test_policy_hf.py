@@ -274,6 +274,25 @@ def test_vision_cache_stays_in_its_budget_and_a_frozen_tower_is_reused_with_grad
     assert len(p._vision_cache) == 1 and p._vision_cache_used <= used // 2
 
 
+@pytest.mark.parametrize("seeds", [False, True])
+def test_a_shared_system_prompt_is_prefilled_once_and_generation_does_not_change(policy, seeds):
+    system = {"role": "system", "content": "You operate a phone for the user. " * 6}
+    cs = [[system, message("user", png(112, 112, 1), "Goal: open the settings.")],
+          [system, message("user", png(84, 140, 2), "Goal: send a message to Ann, then go back home.")],
+          [system, message("user", "Goal: no image at all, just text.")]]
+    assert policy._common_prefix([policy.encoder.encode(c) for c in cs]) >= policy.min_shared_prefix
+    sp = SamplingParams(max_new_tokens=8, temperature=1.0, seed=5, seeds=(1, 2, 3) if seeds else None)
+    runs = []
+    for share in (False, True):
+        policy.share_prompts = share
+        runs.append(policy.generate(cs, sp))
+    policy.share_prompts = True
+    for a, b in zip(*runs):
+        assert a.token_ids == b.token_ids and max_diff(a.logprobs, b.logprobs) < 1e-5
+    for g, s in zip(runs[1], policy.score(cs, [g.token_ids for g in runs[1]])):
+        assert max_diff(g.logprobs, s) < TOL
+
+
 def test_weight_update_bumps_version_and_save_reloads(policy, tmp_path):
     c = chats()[:1]
     [g] = policy.generate(c, SamplingParams(max_new_tokens=6, temperature=0))
