@@ -698,8 +698,8 @@ class TransformersPolicy:
         Where no gradient has to reach the vision tower (no grad, or a frozen tower as under LoRA)
         its outputs are reused: each distinct image (by content digest) goes through the tower
         once a call, and outputs are kept across calls (LRU within :attr:`vision_cache_bytes`) for
-        as long as the tower's weights are unchanged (their tensors' in-place version counters, so
-        an optimiser step or a ``load_state_dict`` invalidates the cache without being told). A
+        as long as the tower's weights are unchanged (their tensors, storage and in-place version
+        counters: an optimiser step or a ``load_state_dict`` invalidates the cache without being told). A
         group's G samples of one screen, the re-scoring of a rollout's turns at the weights that
         generated them and a LoRA update all reuse the generation's vision outputs. Otherwise the
         patches go to the model as they are.
@@ -713,7 +713,7 @@ class TransformersPolicy:
                 or (grad and any(p.requires_grad for p in visual.parameters())) or self._distributed()):
             pv = torch.cat([e.pixel_values for e in with_img])  # type: ignore[misc]
             return {"pixel_values": pv.to(self.device, _weight_dtype(self.model)), "image_grid_thw": grid}
-        weights = (self.autocast_dtype, *((id(p), p._version) for p in visual.parameters()))
+        weights = (self.autocast_dtype, *((id(p), p.data_ptr(), p._version) for p in visual.parameters()))
         if weights != self._vision_weights:
             self._vision_cache.clear()
             self._vision_cache_used = 0
