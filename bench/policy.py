@@ -1,6 +1,6 @@
 """Policy time per step on CPU: the tiny model generating for a batch of env slots, and scoring.
 
-    python bench/policy.py                       # B=8 slots, 32 new tokens, 3 repeats; ~3 min on 2 loaded cores
+    python bench/policy.py                       # B=8 slots, 32 new tokens, 3 repeats; ~3 min on 2 cores
     python bench/policy.py --batch 4 --repeats 2 --new-tokens 16
 
 The batch is what :func:`rl.rollout.run_rollout` hands the model in one ``act_batch``: one chat
@@ -53,9 +53,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 MODES = ("plain", "vision", "shared", "shared_1_thread")
-GOALS = ("Open the Settings app.", "Turn on Wi-Fi in Settings.", "Open the Files app.", "Go to the home screen.",
-         "Turn off Bluetooth.", "Open the clock and add an alarm.", "Search the contacts for Ann.",
-         "Set the brightness to the lowest.")
+GOALS = ("Open the Settings app.", "Turn on Wi-Fi in Settings.", "Open the Files app.",
+         "Go to the home screen.", "Turn off Bluetooth.", "Open the clock and add an alarm.",
+         "Search the contacts for Ann.", "Set the brightness to the lowest.")
 
 
 def screen(i: int, w: int = 360, h: int = 640) -> bytes:
@@ -103,7 +103,8 @@ def batches(b: int, g: int, full_prompt: str) -> dict[str, list]:
 
     def chat(i: int, system: str, shot: int):  # each slot its own chat and its own copy of the PNG
         return [{"role": "system", "content": system},
-                message("user", f"Goal: {GOALS[i % len(GOALS)]}\nCurrent screenshot:", bytes(bytearray(screen(shot))))]
+                message("user", f"Goal: {GOALS[i % len(GOALS)]}\nCurrent screenshot:",
+                        bytes(bytearray(screen(shot))))]
 
     return {"distinct": [chat(i, COMPACT_JSON_PROMPT, i) for i in range(b)],
             "groups": [chat(i // g, COMPACT_JSON_PROMPT, i // g) for i in range(b)],
@@ -152,7 +153,8 @@ def main() -> None:
           f"at most {args.new_tokens} new tokens, temperature 1, per-row seeds")
     for k, e in encs.items():
         print(f"  {k}: prompt {len(e[0].input_ids)} tokens ({sum(e[0].mm_token_type_ids)} visual), "
-              f"{len({x.image_keys for x in e})} distinct screens, shared prefix {policy._common_prefix(e)} tokens")
+              f"{len({x.image_keys for x in e})} distinct screens, "
+              f"shared prefix {policy._common_prefix(e)} tokens")
     loads = [load_avg()]
 
     def sampling(r: int) -> SamplingParams:
@@ -192,11 +194,13 @@ def main() -> None:
         pairs = [p[0] / s[0] for p, s in zip(runs[k]["plain"], runs[k]["shared"])]
         fig["speedup_shared_vs_plain"] = round(med(pairs), 2)
         for m in ("vision", "shared_1_thread"):
-            fig[f"speedup_{m}_vs_plain"] = round(med([p[0] / s[0] for p, s in zip(runs[k]["plain"], runs[k][m])]), 2)
+            ratios = [p[0] / s[0] for p, s in zip(runs[k]["plain"], runs[k][m])]
+            fig[f"speedup_{m}_vs_plain"] = round(med(ratios), 2)
         result[k] = fig
-        print(f"{k}: policy s a step plain {fig['plain']['policy_s_per_step']:.3f}, vision reuse "
-              f"{fig['vision']['policy_s_per_step']:.3f}, + shared prefix {fig['shared']['policy_s_per_step']:.3f} "
-              f"(x{fig['speedup_shared_vs_plain']:.2f}), 1 thread {fig['shared_1_thread']['policy_s_per_step']:.3f}; "
+        step = {m: fig[m]["policy_s_per_step"] for m in MODES}
+        print(f"{k}: policy s a step plain {step['plain']:.3f}, vision reuse {step['vision']:.3f}, "
+              f"+ shared prefix {step['shared']:.3f} (x{fig['speedup_shared_vs_plain']:.2f}), "
+              f"1 thread {step['shared_1_thread']:.3f}; "
               f"tokens/s {fig['plain']['tokens_per_s']} -> {fig['shared']['tokens_per_s']}")
 
     # the learner's side on the groups batch: re-scoring at the generation's weights, scoring with backward
@@ -224,8 +228,9 @@ def main() -> None:
                    "tokens_per_s": round(n_tok / med([x[0] for x in v[m]]), 1)} for m in v}
         fig["speedup"] = round(med([p[0] / s[0] for p, s in zip(v["plain"], v["shared"])]), 2)
         result[f"groups_{k}"] = fig
-        print(f"groups {k}: plain {fig['plain']['s']:.3f} s ({fig['plain']['cpu_s']:.3f} CPU s), "
-              f"shared {fig['shared']['s']:.3f} s ({fig['shared']['cpu_s']:.3f} CPU s): x{fig['speedup']:.2f}")
+        pl, sh = fig["plain"], fig["shared"]
+        print(f"groups {k}: plain {pl['s']:.3f} s ({pl['cpu_s']:.3f} CPU s), "
+              f"shared {sh['s']:.3f} s ({sh['cpu_s']:.3f} CPU s): x{fig['speedup']:.2f}")
     loads.append(load_avg())
     peak = peak_rss_mb()
     result.update(peak_rss_mb=round(peak), load_avg=loads)

@@ -103,7 +103,8 @@ def build_turns(policy, images: list[bytes], group_size: int, length: int, seed:
     for g, img in enumerate(images):
         for _ in range(group_size):  # each slot of a group has its own chat and screenshot bytes
             chats.append([{"role": "system", "content": COMPACT_JSON_PROMPT},
-                          message("user", f"Goal: {GOALS[g % len(GOALS)]}\nCurrent screenshot:", bytes(bytearray(img)))])
+                          message("user", f"Goal: {GOALS[g % len(GOALS)]}\nCurrent screenshot:",
+                                  bytes(bytearray(img)))])
             comps.append([rng.randrange(first, len(policy.tokenizer)) for _ in range(length)])
             groups.append(g)
     old = policy.score(chats, comps)
@@ -318,10 +319,11 @@ def main() -> None:
     if ours_one:
         one_s, one_cpu = med([o[0] for o in ours_one]), med([o[1] for o in ours_one])
         result["ours_one_pass"] = {"update_s": round(one_s, 4), "update_cpu_s": round(one_cpu, 4),
-                                   "samples_per_s": round(b / one_s, 2), "runs": [round(o[0], 3) for o in ours_one]}
+                                   "samples_per_s": round(b / one_s, 2),
+                                   "runs": [round(o[0], 3) for o in ours_one]}
         result["speedup_shared_vs_one_pass"] = round(med([u[0] / o[0] for u, o in zip(ours_one, ours)]), 2)
-        print(f"ours, one pass (prompt sharing off): {b / one_s:.2f} samples/s ({one_s:.3f} s, {one_cpu:.3f} CPU s); "
-              f"sharing x{result['speedup_shared_vs_one_pass']:.2f}")
+        print(f"ours, one pass (prompt sharing off): {b / one_s:.2f} samples/s ({one_s:.3f} s, "
+              f"{one_cpu:.3f} CPU s); sharing x{result['speedup_shared_vs_one_pass']:.2f}")
     if trl_figs:
         pairs_u = [u / o[0] for u, o in zip(trl_figs["runs"]["update_s"], ours)]
         pairs_s = [s / o[0] for s, o in zip(trl_figs["runs"]["step_s"], ours)]
@@ -336,7 +338,8 @@ def main() -> None:
         print(f"speed-up of ours (median over pairs): x{result['speedup_vs_trl_update']:.2f} vs TRL's update part, "
               f"x{result['speedup_vs_trl_step']:.2f} vs TRL's full step; x{result['speedup_vs_trl_update_cpu']:.2f} "
               "in CPU seconds vs the update part"
-              + (f"; one pass x{result['speedup_one_pass_vs_trl_update']:.2f} vs the update part" if ours_one else ""))
+              + (f"; one pass x{result['speedup_one_pass_vs_trl_update']:.2f} vs the update part"
+                 if ours_one else ""))
     else:
         print("reference, NOT measured side by side (docs/benchmarks.md, earlier reference figures): TRL 1.16 "
               "GRPOTrainer on this tiny model took 1.1-1.6 s a full step (batch 4, 4 generations, 16 new tokens, "

@@ -134,7 +134,8 @@ def build_optimizer(policy: Any, lr: float, betas: tuple[float, float] = (0.9, 0
         if low:
             warnings.warn(f"precision 'bf16': AdamW steps {len(low)} low-precision tensors in place; "
                           "updates below their resolution are lost", stacklevel=2)
-        return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay, fused=_fusable(params))
+        return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay,
+                                 fused=_fusable(params))
     if low and plan.name == "fp32":
         raise ValueError(f"precision 'fp32' but {len(low)} trainable tensors are {low[0].dtype}: "
                          "load the policy with precision='fp32'")

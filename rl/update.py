@@ -117,7 +117,9 @@ def rescore(policy: Any, turns: list[Any], micro_batch_size: int, *,
     ``tis_clip_frac`` / ``tis_weight_mean`` of the truncated importance weights."""
     from rl.losses import mismatch_kl, tis_weights
 
-    perm = _cluster(list(range(len(turns))), turns) if micro_batch_size < len(turns) else list(range(len(turns)))
+    perm = list(range(len(turns)))
+    if micro_batch_size < len(turns):
+        perm = _cluster(perm, turns)
     rows: list[tuple[float, ...]] = []
     kl = clip = wmean = max_abs = 0.0
     tokens = 0
@@ -150,10 +152,13 @@ def rescore(policy: Any, turns: list[Any], micro_batch_size: int, *,
 
 def _cluster(idx: list[int], turns: list[Any]) -> list[int]:
     """``idx`` with the turns of one group at one step side by side, clusters in order of first appearance."""
+    def key(j: int) -> tuple[Any, Any]:
+        return getattr(turns[j], "group_id", j), getattr(turns[j], "step_index", 0)
+
     first: dict[tuple[Any, Any], int] = {}
     for pos, j in enumerate(idx):
-        first.setdefault((getattr(turns[j], "group_id", j), getattr(turns[j], "step_index", 0)), pos)
-    return sorted(idx, key=lambda j: first[(getattr(turns[j], "group_id", j), getattr(turns[j], "step_index", 0))])
+        first.setdefault(key(j), pos)
+    return sorted(idx, key=lambda j: first[key(j)])
 
 
 def _place(mask: torch.Tensor, rows: list[tuple[float, ...]], dtype: torch.dtype) -> torch.Tensor:

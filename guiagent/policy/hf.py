@@ -149,8 +149,9 @@ class ChatEncoder:
             self._image_cache.move_to_end(key)
             return self._image_cache[key]
         out = self.image_processor(images=[to_pil(image)], return_tensors="pt")
-        digest = _digest(key) if key is not None else _patches_digest(out["pixel_values"], out["image_grid_thw"])
-        hit = (out["pixel_values"], out["image_grid_thw"], digest)
+        pv, grid = out["pixel_values"], out["image_grid_thw"]
+        digest = _digest(key) if key is not None else _patches_digest(pv, grid)
+        hit = (pv, grid, digest)
         if key is not None:
             size = hit[0].numel() * hit[0].element_size()
             self._image_cache[key] = hit
@@ -544,7 +545,9 @@ class TransformersPolicy:
     def _common_prefix(self, encs: Sequence[Encoded]) -> int:
         """Tokens every prompt begins with, before any image and leaving each prompt one token of its
         own (0 when sharing is off or does not pay)."""
-        if len(encs) < 2 or not self.share_prompts or self._distributed() or not hasattr(self._core(), "rope_deltas"):
+        if len(encs) < 2 or not self.share_prompts or self._distributed():
+            return 0
+        if not hasattr(self._core(), "rope_deltas"):
             return 0
         first = encs[0]
         limit = min(len(e.input_ids) for e in encs) - 1
@@ -673,7 +676,8 @@ class TransformersPolicy:
         first = {r: k for k, r in enumerate(rows)}
         sel = torch.tensor([first[o] for o in owner], device=self.device)
         u = torch.tensor(rows, device=self.device)
-        prompt = {"input_ids": ids[u, :plen], "attention_mask": mask[u, :plen], "position_ids": pos[:, u, :plen]}
+        prompt = {"input_ids": ids[u, :plen], "attention_mask": mask[u, :plen],
+                  "position_ids": pos[:, u, :plen]}
         if grids:
             prompt["mm_token_type_ids"] = full["mm_token_type_ids"][u, :plen]
         with torch.set_grad_enabled(grad), self._compute(train=grad):
@@ -683,8 +687,9 @@ class TransformersPolicy:
             if t > 1:
                 cache = out.cache
                 cache.batch_select_indices(sel)
-                rest = self.model(input_ids=ids[:, plen:plen + t - 1], attention_mask=mask[:, :plen + t - 1],
-                                  position_ids=pos[:, :, plen:plen + t - 1], cache=cache, use_cache=True).logits
+                end = plen + t - 1
+                rest = self.model(input_ids=ids[:, plen:end], attention_mask=mask[:, :end],
+                                  position_ids=pos[:, :, plen:end], cache=cache, use_cache=True).logits
                 logits = torch.cat([logits, rest], dim=1)
             lp = _token_logprobs(logits, ids[:, plen:])
         cmask = mask[:, plen:].bool()
@@ -734,8 +739,8 @@ class TransformersPolicy:
             # ordinary tensors even inside generation's inference mode: a later forward may need grad
             with torch.inference_mode(False), torch.no_grad():
                 pv = torch.cat([v[0] for v in todo.values()]).to(self.device, _weight_dtype(self.model))
-                out = self._core().get_image_features(pv, torch.cat([v[1] for v in todo.values()]).to(self.device),
-                                                      return_dict=True)
+                g = torch.cat([v[1] for v in todo.values()]).to(self.device)
+                out = self._core().get_image_features(pv, g, return_dict=True)
             self._vision_output_type = type(out)
             deep = getattr(out, "deepstack_features", None) or []
             for i, key in enumerate(todo):

@@ -18,7 +18,8 @@ from rl.update import rescore, update
 def _png(seed: int) -> bytes:
     g = torch.Generator().manual_seed(seed)
     buf = io.BytesIO()
-    Image.fromarray((torch.rand((84, 84, 3), generator=g) * 255).to(torch.uint8).numpy()).save(buf, format="PNG")
+    pixels = (torch.rand((84, 84, 3), generator=g) * 255).to(torch.uint8).numpy()
+    Image.fromarray(pixels).save(buf, format="PNG")
     return buf.getvalue()
 
 
