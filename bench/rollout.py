@@ -71,14 +71,18 @@ def measure(pool, policy, store: Store, run_id: str, tasks: list[str], episodes:
             "wall_s": round(wall, 3), "steps_per_s": round(res.steps_per_second, 2),
             "share": {k: round(v, 3) for k, v in share.items()},
             "tokens_per_turn": round(sum(toks) / len(toks), 1) if toks else 0.0,
-            "policy_s_per_step": round(res.policy_seconds / max(res.env_steps, 1), 4), "load_avg": load_avg()}
+            "policy_s_per_step": round(res.policy_seconds / max(res.env_steps, 1), 4),
+            "policy_tokens_per_s": round(sum(toks) / res.policy_seconds, 1) if res.policy_seconds else 0.0,
+            "load_avg": load_avg()}
 
 
 def show(label: str, r: dict) -> None:
     s = r["share"]
     print(f"{label:<22} {r['steps_per_s']:6.2f} steps/s  ({r['env_steps']} steps, {r['episodes']} episodes, "
           f"{r['wall_s']:.1f} s; env {s['env']:.1%} policy {s['policy']:.1%} store {s['store']:.1%} "
-          f"other {s['other']:.1%}; {r['tokens_per_turn']:.0f} tokens a turn)  load {r['load_avg']}", flush=True)
+          f"other {s['other']:.1%}; {r['tokens_per_turn']:.0f} tokens a turn, policy "
+          f"{r['policy_s_per_step']:.3f} s a step, {r['policy_tokens_per_s']:.0f} tokens/s)  "
+          f"load {r['load_avg']}", flush=True)
 
 
 def tree_pss_mib(root: int, *, include_root: bool = False) -> float:

@@ -2,20 +2,24 @@
 
     python bench/update.py                    # B=16 (4 groups x G=4), 16-token completions, 448x448 images
     python bench/update.py --repeats 5 --completion-tokens 32 --no-trl
+    python bench/update.py --no-one-pass      # without the one-forward-a-row reference runs
 
 Both sides train the same freshly built tiny Qwen2.5-VL (``TinyModelSpec(size="tiny")``,
 saved to a temp folder), on CPU in float32 with ``--threads`` torch threads, on the
 same chats: a short system prompt and one user turn (goal text + one 448x448
-screenshot-like PNG, 256 visual tokens), one image per group, G turns per group.
+screenshot-like PNG, 256 visual tokens), one image per group, G turns per group (each
+turn its own chat object and its own copy of the PNG bytes, as a rollout's slots make them).
 
 **Ours** (``update_s``): one call of :func:`rl.update.update` over B turns with
 fixed-length completions (``--completion-tokens`` ordinary tokens), behaviour
 log-probs scored beforehand, nonzero group advantages from random rewards
 (:func:`rl.advantages.grpo_advantages`). The call covers chat encoding (the
 screenshot's preprocessing is cached by its bytes, as after the rollout that
-generated it), ``score_batch`` with grad, ``ppo_clip_loss`` (token mean, ε 0.2/0.28),
-backward, gradient clipping and the AdamW step; one micro-batch of B
-(``--micro-batch`` to split it).
+generated it), ``score_batch`` with grad (a group's G turns share one prompt forward),
+``ppo_clip_loss`` (token mean, ε 0.2/0.28), backward, gradient clipping and the AdamW step
+(:func:`rl.optim.build_optimizer`, as the trainer builds it); one micro-batch of B
+(``--micro-batch`` to split it). **Ours, one pass** (``ours_one_pass``): the same update with
+``share_prompts`` off (one padded forward over all B rows, as TRL does), for reference.
 
 **TRL** (``GRPOTrainer``, installed only as a dev dependency of this bench; skipped with a
 line when missing): ``per_device_train_batch_size=B``, ``num_generations=G``,
@@ -33,9 +37,9 @@ without the video processor (which needs torchvision). Per optimiser step:
 * ``update_s`` = ``step_s − gen_score_s``: ``compute_loss`` (forward with grad,
   log-probs, entropy, loss) + backward + clipping + AdamW + scheduler: what ours does.
 
-The machine is shared, so the runs are paired: one of our updates right after each
-TRL step (in a trainer callback, outside TRL's timing), and the speed-ups are the
-median over pairs. Figures are medians over ``--repeats`` after one warm-up each;
+The machine is shared, so the runs are paired: our updates (both kinds, their order
+alternating) right after each TRL step (in a trainer callback, outside TRL's timing), and
+the speed-ups are the median over pairs. Figures are medians over ``--repeats`` after one warm-up each;
 ``*_cpu_s`` are process CPU seconds (both threads), less sensitive to other load.
 The last stdout line is one JSON object.
 """
@@ -97,10 +101,10 @@ def build_turns(policy, images: list[bytes], group_size: int, length: int, seed:
     first = 16  # ids below are the special tokens (guiagent.policy.tiny.SPECIAL_TOKENS)
     chats, comps, groups = [], [], []
     for g, img in enumerate(images):
-        chat = [{"role": "system", "content": COMPACT_JSON_PROMPT},
-                message("user", f"Goal: {GOALS[g % len(GOALS)]}\nCurrent screenshot:", img)]
-        for _ in range(group_size):
-            chats.append(chat)
+        for _ in range(group_size):  # each slot of a group has its own chat and screenshot bytes
+            chats.append([{"role": "system", "content": COMPACT_JSON_PROMPT},
+                          message("user", f"Goal: {GOALS[g % len(GOALS)]}\nCurrent screenshot:",
+                                  bytes(bytearray(img)))])
             comps.append([rng.randrange(first, len(policy.tokenizer)) for _ in range(length)])
             groups.append(g)
     old = policy.score(chats, comps)
@@ -112,13 +116,17 @@ def build_turns(policy, images: list[bytes], group_size: int, length: int, seed:
     return turns, adv, prompt_tokens
 
 
-def timed_update(policy, opt, cfg, turns, adv) -> tuple[float, float]:
-    """One :func:`rl.update.update`: (wall seconds, process CPU seconds)."""
+def timed_update(policy, opt, cfg, turns, adv, *, share: bool = True) -> tuple[float, float]:
+    """One :func:`rl.update.update` (``share``: prompts shared within a group): (wall s, process CPU s)."""
     from rl.update import update
 
-    t0, c0 = time.perf_counter(), time.process_time()
-    update(cfg, policy, None, opt, turns, adv)
-    return time.perf_counter() - t0, time.process_time() - c0
+    policy.share_prompts = share
+    try:
+        t0, c0 = time.perf_counter(), time.process_time()
+        update(cfg, policy, None, opt, turns, adv)
+        return time.perf_counter() - t0, time.process_time() - c0
+    finally:
+        policy.share_prompts = True
 
 
 def trl_processor(model_dir: str):
@@ -231,6 +239,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-trl", action="store_true", help="measure ours only")
+    ap.add_argument("--no-one-pass", action="store_true", help="skip ours with prompt sharing off")
     args = ap.parse_args()
 
     import torch
@@ -238,6 +247,7 @@ def main() -> None:
     from guiagent.policy.hf import load_transformers
     from guiagent.policy.tiny import TinyModelSpec, build_tiny_model
     from rl.config import TrainConfig
+    from rl.optim import build_optimizer
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -249,14 +259,23 @@ def main() -> None:
     policy = load_transformers(model_dir, device="cpu", threads=args.threads)
     turns, adv, prompt_tokens = build_turns(policy, images, args.group_size, args.completion_tokens, args.seed)
     cfg = TrainConfig(micro_batch_size=args.micro_batch or b, max_new_tokens=args.completion_tokens, lr=2e-4)
-    opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.98))
+    opt = build_optimizer(policy, cfg.lr, betas=(0.9, 0.98), weight_decay=0.01)  # as the trainer
     print(f"model: {info['params']:,} parameters, {args.threads} threads; batch {b} = {args.groups} groups x "
           f"G={args.group_size}; prompt {prompt_tokens[0]} tokens ({args.image_size}x{args.image_size} image), "
           f"completion {args.completion_tokens} tokens; advantages |A| mean {adv.abs().mean():.2f}")
 
     loads = [load_avg()]
-    timed_update(policy, opt, cfg, turns, adv)  # warm-up
+    timed_update(policy, opt, cfg, turns, adv)  # warm-ups
+    one_pass = not args.no_one_pass
+    if one_pass:
+        timed_update(policy, opt, cfg, turns, adv, share=False)
     ours: list[tuple[float, float]] = []
+    ours_one: list[tuple[float, float]] = []
+
+    def ours_pair() -> None:  # both kinds, the first of them alternating between pairs
+        kinds = [True, False] if one_pass else [True]
+        for share in kinds if len(ours) % 2 == 0 else kinds[::-1]:
+            (ours if share else ours_one).append(timed_update(policy, opt, cfg, turns, adv, share=share))
     trl_figs: dict | None = None
     skip_reason = ""
     try:
@@ -267,12 +286,12 @@ def main() -> None:
         skip_reason = "--no-trl: TRL side skipped"
     if skip_reason:
         print(skip_reason)
-        ours = [timed_update(policy, opt, cfg, turns, adv) for _ in range(args.repeats)]
+        for _ in range(args.repeats):
+            ours_pair()
     else:
-        # one of our updates right after each TRL step, so each pair sees the same machine load
-        got = bench_trl(model_dir, images, args, 1 + args.repeats,
-                        lambda: ours.append(timed_update(policy, opt, cfg, turns, adv)))
-        ours = ours[1:]  # paired with TRL's warm-up step
+        # our updates right after each TRL step, so each pair sees the same machine load
+        got = bench_trl(model_dir, images, args, 1 + args.repeats, ours_pair)
+        ours, ours_one = ours[1:], ours_one[1:]  # paired with TRL's warm-up step
         t = {k: v[1:] for k, v in got["times"].items()}
         trl_figs = {"version": trl.__version__, "prompt_tokens": got["prompt_tokens"],
                     **{k: round(med(v), 4) for k, v in t.items()},
@@ -280,8 +299,9 @@ def main() -> None:
                     "update_samples_per_s": round(b / med(t["update_s"]), 2),
                     "runs": {k: [round(x, 3) for x in v] for k, v in t.items()}}
         for i, (o, _) in enumerate(ours):
+            one = f", one pass {ours_one[i][0]:.3f} s" if ours_one else ""
             print(f"pair {i + 1}: TRL step {t['step_s'][i]:.3f} s (generate+score {t['gen_score_s'][i]:.3f} s, "
-                  f"update {t['update_s'][i]:.3f} s); ours update {o:.3f} s")
+                  f"update {t['update_s'][i]:.3f} s); ours update {o:.3f} s{one}")
         print(f"TRL {trl.__version__}: median step {trl_figs['step_s']:.3f} s = generate+score "
               f"{trl_figs['gen_score_s']:.3f} s (generate {trl_figs['generate_s']:.3f} s) + update "
               f"{trl_figs['update_s']:.3f} s; prompt {got['prompt_tokens']} tokens")
@@ -296,17 +316,30 @@ def main() -> None:
                        "runs": [round(o[0], 3) for o in ours]},
               "trl": trl_figs, "trl_skipped": skip_reason or None, "load_avg": loads}
     print(f"ours: {b / ours_s:.2f} samples/s ({ours_s:.3f} s an update, {ours_cpu:.3f} CPU s)")
+    if ours_one:
+        one_s, one_cpu = med([o[0] for o in ours_one]), med([o[1] for o in ours_one])
+        result["ours_one_pass"] = {"update_s": round(one_s, 4), "update_cpu_s": round(one_cpu, 4),
+                                   "samples_per_s": round(b / one_s, 2),
+                                   "runs": [round(o[0], 3) for o in ours_one]}
+        result["speedup_shared_vs_one_pass"] = round(med([u[0] / o[0] for u, o in zip(ours_one, ours)]), 2)
+        print(f"ours, one pass (prompt sharing off): {b / one_s:.2f} samples/s ({one_s:.3f} s, "
+              f"{one_cpu:.3f} CPU s); sharing x{result['speedup_shared_vs_one_pass']:.2f}")
     if trl_figs:
         pairs_u = [u / o[0] for u, o in zip(trl_figs["runs"]["update_s"], ours)]
         pairs_s = [s / o[0] for s, o in zip(trl_figs["runs"]["step_s"], ours)]
         result["speedup_vs_trl_update"] = round(med(pairs_u), 2)
         result["speedup_vs_trl_step"] = round(med(pairs_s), 2)
         result["speedup_vs_trl_update_cpu"] = round(trl_figs["update_cpu_s"] / ours_cpu, 2)
+        if ours_one:
+            result["speedup_one_pass_vs_trl_update"] = round(
+                med([u / o[0] for u, o in zip(trl_figs["runs"]["update_s"], ours_one)]), 2)
         print(f"TRL: update part {trl_figs['update_samples_per_s']:.2f} samples/s ({trl_figs['update_cpu_s']:.3f} "
               f"CPU s), full step {trl_figs['step_samples_per_s']:.2f} samples/s")
         print(f"speed-up of ours (median over pairs): x{result['speedup_vs_trl_update']:.2f} vs TRL's update part, "
               f"x{result['speedup_vs_trl_step']:.2f} vs TRL's full step; x{result['speedup_vs_trl_update_cpu']:.2f} "
-              "in CPU seconds vs the update part")
+              "in CPU seconds vs the update part"
+              + (f"; one pass x{result['speedup_one_pass_vs_trl_update']:.2f} vs the update part"
+                 if ours_one else ""))
     else:
         print("reference, NOT measured side by side (docs/benchmarks.md, earlier reference figures): TRL 1.16 "
               "GRPOTrainer on this tiny model took 1.1-1.6 s a full step (batch 4, 4 generations, 16 new tokens, "

@@ -134,7 +134,8 @@ def build_optimizer(policy: Any, lr: float, betas: tuple[float, float] = (0.9, 0
         if low:
             warnings.warn(f"precision 'bf16': AdamW steps {len(low)} low-precision tensors in place; "
                           "updates below their resolution are lost", stacklevel=2)
-        return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay)
+        return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay,
+                                 fused=_fusable(params))
     if low and plan.name == "fp32":
         raise ValueError(f"precision 'fp32' but {len(low)} trainable tensors are {low[0].dtype}: "
                          "load the policy with precision='fp32'")
@@ -142,7 +143,17 @@ def build_optimizer(policy: Any, lr: float, betas: tuple[float, float] = (0.9, 0
         if len(low) != len(params):
             raise ValueError("trainable parameters mix fp32 and low-precision dtypes")
         return MasterWeightAdamW(params, lr=lr, betas=betas, weight_decay=weight_decay)
-    return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay)
+    return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay, fused=_fusable(params))
+
+
+def _fusable(params: list[torch.Tensor]) -> bool | None:
+    """torch's fused AdamW kernel (one pass over each tensor; on CPU a third of the for-loop's time on
+    the tiny model) where it exists: floating tensors on CPU or CUDA, all on one device type, none
+    sharded (FSDP's DTensors keep the default)."""
+    kinds = {p.device.type for p in params}
+    ok = (len(kinds) == 1 and kinds <= {"cpu", "cuda"} and all(p.is_floating_point() for p in params)
+          and not any(hasattr(p, "device_mesh") for p in params))
+    return True if ok else None
 
 
 # ---- memory estimate ------------------------------------------------------------------------------

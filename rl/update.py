@@ -24,6 +24,12 @@ def update(cfg: TrainConfig, policy: Any, ref: Any, opt: torch.optim.Optimizer, 
     """PPO steps over ``turns``: ``epochs`` shuffled passes, one optimiser step per mini-batch,
     each mini-batch in micro-batches with gradient accumulation.
 
+    Within a mini-batch the turns of one group at one step (a group's samples of one screen) go
+    into the same micro-batch, where they share their prompt's forward pass (see
+    ``TransformersPolicy.score_encoded``); the mini-batch's gradient does not depend on how it is
+    cut into micro-batches (except under ``group_token_mean``, whose micro-batches are left as
+    the shuffle made them).
+
     ``rng`` shuffles the turns (a seeded one makes the update reproducible); ``ref`` is the
     reference policy of the KL term (None: no KL term).
     """
@@ -46,6 +52,8 @@ def update(cfg: TrainConfig, policy: Any, ref: Any, opt: torch.optim.Optimizer, 
         rng.shuffle(order)
         for m in range(0, len(order), mini):
             part = order[m:m + mini]
+            if cfg.micro_batch_size < len(part) and cfg.loss_agg != "group_token_mean":
+                part = _cluster(part, turns)
             part_tokens = sum(len(turns[j].completion_ids) for j in part)
             opt.zero_grad(set_to_none=True)
             loss_sum = kl_old = 0.0
@@ -109,11 +117,14 @@ def rescore(policy: Any, turns: list[Any], micro_batch_size: int, *,
     ``tis_clip_frac`` / ``tis_weight_mean`` of the truncated importance weights."""
     from rl.losses import mismatch_kl, tis_weights
 
+    perm = list(range(len(turns)))
+    if micro_batch_size < len(turns):
+        perm = _cluster(perm, turns)
     rows: list[tuple[float, ...]] = []
     kl = clip = wmean = max_abs = 0.0
     tokens = 0
     for i in range(0, len(turns), micro_batch_size):
-        mb = turns[i:i + micro_batch_size]
+        mb = [turns[j] for j in perm[i:i + micro_batch_size]]
         sb = policy.score_batch([u.prompt for u in mb], [list(u.completion_ids) for u in mb], grad=False)
         lp = sb.logprobs.detach().float()
         for b in range(len(mb)):
@@ -129,10 +140,25 @@ def rescore(policy: Any, turns: list[Any], micro_batch_size: int, *,
             clip += st.tis_clip_frac * n
             wmean += st.tis_weight_mean * n
         tokens += n
+    back = [()] * len(turns)  # rows in the turns' order
+    for j, r in zip(perm, rows):
+        back[j] = r
+    rows = back
     stats = {"mismatch_kl": kl / max(tokens, 1), "mismatch_max_abs": max_abs}
     if tis_cap > 0:
         stats.update(tis_clip_frac=clip / max(tokens, 1), tis_weight_mean=wmean / max(tokens, 1))
     return rows, stats
+
+
+def _cluster(idx: list[int], turns: list[Any]) -> list[int]:
+    """``idx`` with the turns of one group at one step side by side, clusters in order of first appearance."""
+    def key(j: int) -> tuple[Any, Any]:
+        return getattr(turns[j], "group_id", j), getattr(turns[j], "step_index", 0)
+
+    first: dict[tuple[Any, Any], int] = {}
+    for pos, j in enumerate(idx):
+        first.setdefault(key(j), pos)
+    return sorted(idx, key=lambda j: first[key(j)])
 
 
 def _place(mask: torch.Tensor, rows: list[tuple[float, ...]], dtype: torch.dtype) -> torch.Tensor:

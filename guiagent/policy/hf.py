@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import contextlib
+import hashlib
 import os
 import warnings
 from dataclasses import dataclass
@@ -61,6 +62,8 @@ class Encoded:
     mm_token_type_ids: list[int]
     pixel_values: torch.Tensor | None
     image_grid_thw: torch.Tensor | None
+    #: a content digest of each image (what the vision-feature cache is keyed by)
+    image_keys: tuple[bytes, ...] = ()
 
 
 class ChatEncoder:
@@ -71,7 +74,7 @@ class ChatEncoder:
         self.tokenizer = tokenizer
         # Preprocessed images by their encoded bytes (LRU within a byte budget): a rollout's
         # screenshot is encoded for generation and again for the update, an SFT example every epoch.
-        self._image_cache: "OrderedDict[bytes, tuple[torch.Tensor, torch.Tensor]]" = OrderedDict()
+        self._image_cache: "OrderedDict[bytes, tuple[torch.Tensor, torch.Tensor, bytes]]" = OrderedDict()
         self._image_cache_bytes = image_cache_bytes
         self._image_cache_used = 0
         self._chat_cache: "OrderedDict[int, tuple[Chat, Encoded]]" = OrderedDict()
@@ -118,10 +121,12 @@ class ChatEncoder:
         if len(pieces) - 1 != len(images):
             raise ChatError(f"the chat template produced {len(pieces) - 1} image slots for {len(images)} images")
         pixel_values = grid = None
+        keys: tuple[bytes, ...] = ()
         if images:
             done = [self._preprocess(im) for im in images]
-            pixel_values = torch.cat([d[0] for d in done])
+            pixel_values = torch.cat([d[0] for d in done]) if len(done) > 1 else done[0][0]
             grid = torch.cat([d[1] for d in done])
+            keys = tuple(d[2] for d in done)
         ids: list[int] = []
         types: list[int] = []
         for i, piece in enumerate(pieces):
@@ -133,23 +138,26 @@ class ChatEncoder:
                 n = int(grid[i].prod()) // (self.merge ** 2)
                 ids += [self.image_token_id] * n
                 types += [1] * n
-        return Encoded(ids, types, pixel_values, grid)
+        return Encoded(ids, types, pixel_values, grid, keys)
 
 
-    def _preprocess(self, image: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """One image's patches and grid (Qwen-VL concatenates images' patches, so per-image is exact)."""
+    def _preprocess(self, image: Any) -> tuple[torch.Tensor, torch.Tensor, bytes]:
+        """One image's patches, grid and content digest (Qwen-VL concatenates images' patches, so
+        per-image is exact)."""
         key = bytes(image) if isinstance(image, (bytes, bytearray)) and self._image_cache_bytes else None
         if key is not None and key in self._image_cache:
             self._image_cache.move_to_end(key)
             return self._image_cache[key]
         out = self.image_processor(images=[to_pil(image)], return_tensors="pt")
-        hit = (out["pixel_values"], out["image_grid_thw"])
+        pv, grid = out["pixel_values"], out["image_grid_thw"]
+        digest = _digest(key) if key is not None else _patches_digest(pv, grid)
+        hit = (pv, grid, digest)
         if key is not None:
             size = hit[0].numel() * hit[0].element_size()
             self._image_cache[key] = hit
             self._image_cache_used += size
             while self._image_cache_used > self._image_cache_bytes and self._image_cache:
-                _, (pv, _) = self._image_cache.popitem(last=False)
+                _, (pv, _, _) = self._image_cache.popitem(last=False)
                 self._image_cache_used -= pv.numel() * pv.element_size()
         return hit
 
@@ -411,6 +419,16 @@ class TransformersPolicy:
         self.autocast_dtype: torch.dtype | None = None
         self.lora: LoraSettings | None = None
         self.gradient_checkpointing = False
+        #: rows with identical prompts share one prompt forward in scoring (see :meth:`score_encoded`)
+        self.share_prompts = True
+        #: byte budget of the vision-feature cache (see :meth:`_vision_inputs`); 0: no reuse
+        self.vision_cache_bytes = 256 << 20
+        self._vision_cache: OrderedDict[bytes, tuple[torch.Tensor, tuple[torch.Tensor, ...]]] = OrderedDict()
+        self._vision_cache_used = 0
+        self._vision_weights: tuple = ()
+        self._vision_output_type: Any = None
+        #: vision-tower runs and images served without one (cache hits and repeats within a call)
+        self.vision_stats = {"encoded": 0, "reused": 0}
 
     @contextlib.contextmanager
     def _compute(self, *, train: bool = False) -> Iterator[None]:
@@ -442,9 +460,10 @@ class TransformersPolicy:
 
     # ---- batching -------------------------------------------------------------------------------
 
-    def _collate(self, encs: Sequence[Encoded], completions: Sequence[Sequence[int]] | None = None
-                 ) -> dict[str, torch.Tensor]:
-        """Left-pad prompts to one length; right-pad completions (if any) after them."""
+    def _collate(self, encs: Sequence[Encoded], completions: Sequence[Sequence[int]] | None = None, *,
+                 pixels: bool = True) -> dict[str, torch.Tensor]:
+        """Left-pad prompts to one length; right-pad completions (if any) after them; the images'
+        patches and grids unless ``pixels`` is false."""
         plen = max(len(e.input_ids) for e in encs)
         clen = max((len(c) for c in completions), default=0) if completions is not None else 0
         b = len(encs)
@@ -461,7 +480,7 @@ class TransformersPolicy:
                 ids[i, plen:plen + len(c)] = torch.tensor(list(c), dtype=torch.long)
                 mask[i, plen:plen + len(c)] = 1
         batch = {"input_ids": ids, "attention_mask": mask, "mm_token_type_ids": types}
-        pv = [e.pixel_values for e in encs if e.pixel_values is not None]
+        pv = [e.pixel_values for e in encs if e.pixel_values is not None] if pixels else []
         if pv:
             batch["pixel_values"] = torch.cat(pv).to(_weight_dtype(self.model))
             batch["image_grid_thw"] = torch.cat([e.image_grid_thw for e in encs if e.image_grid_thw is not None])
@@ -477,11 +496,16 @@ class TransformersPolicy:
 
     def generate_encoded(self, encs: Sequence[Encoded], sampling: SamplingParams = SamplingParams()
                          ) -> list[Generation]:
-        """:meth:`generate` on encoded prompts (:meth:`ChatEncoder.encode_rendered`)."""
+        """:meth:`generate` on encoded prompts (:meth:`ChatEncoder.encode_rendered`).
+
+        Every image is encoded once (:meth:`_vision_inputs`); with :attr:`share_prompts` the text the
+        prompts begin with in common (the system prompt) is prefilled once and its KV cache copied
+        to every row (:meth:`_shared_prefix_cache`).
+        """
         from transformers import GenerationConfig
 
         row_seeds = sampling.for_rows(len(encs))
-        batch = self._collate(encs)
+        batch = self._collate(encs, pixels=False)
         greedy = sampling.temperature == 0
         # per-chat seeds: each row samples from its own generator (Gumbel-max over the warped
         # scores, picked by greedy search), so a reply does not depend on the rest of the batch
@@ -502,6 +526,10 @@ class TransformersPolicy:
         with rng, torch.inference_mode(), self._compute():
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
+            batch.update(self._vision_inputs(encs, grad=False))
+            prefix = self._common_prefix(encs)
+            if prefix:
+                batch = self._shared_prefix_cache(batch, prefix)
             out = self.model.generate(**batch, generation_config=gen_config, logits_processor=processors,
                                       tokenizer=self.tokenizer if sampling.stop else None)
         plen = batch["input_ids"].shape[1]
@@ -510,6 +538,48 @@ class TransformersPolicy:
         tok_lp = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1)
         return [self._finish(new[i].tolist(), tok_lp[i].tolist(), len(encs[i].input_ids), sampling)
                 for i in range(len(encs))]
+
+    #: a shared prefix shorter than this is prefilled with the rest (a separate forward costs more)
+    min_shared_prefix = 16
+
+    def _common_prefix(self, encs: Sequence[Encoded]) -> int:
+        """Tokens every prompt begins with, before any image and leaving each prompt one token of its
+        own (0 when sharing is off or does not pay)."""
+        if len(encs) < 2 or not self.share_prompts or self._distributed():
+            return 0
+        if not hasattr(self._core(), "rope_deltas"):
+            return 0
+        first = encs[0]
+        limit = min(len(e.input_ids) for e in encs) - 1
+        if 1 in first.mm_token_type_ids[:limit]:
+            limit = first.mm_token_type_ids.index(1)
+        n = 0
+        for column in zip(*(e.input_ids[:limit] for e in encs)):
+            if any(t != column[0] for t in column):
+                break
+            n += 1
+        return n if n >= self.min_shared_prefix else 0
+
+    def _shared_prefix_cache(self, batch: dict[str, Any], n: int) -> dict[str, Any]:
+        """``batch`` re-laid as [shared prefix][padding][rest of the prompt] a row, with the prefix's KV
+        cache (prefilled once, copied to every row) for ``generate`` to continue from. Positions are
+        counted over real tokens (generate's own rule for padded rows), so they are those of the
+        left-padded layout and the log-probs do not change."""
+        ids, mask, types = batch["input_ids"], batch["attention_mask"], batch["mm_token_type_ids"]
+        b, plen = ids.shape
+        out = {k: torch.zeros_like(batch[k]) for k in ("input_ids", "attention_mask", "mm_token_type_ids")}
+        out["input_ids"].fill_(self.pad_id)
+        for i, m in enumerate(mask.sum(1).tolist()):
+            for key, src in (("input_ids", ids), ("attention_mask", mask), ("mm_token_type_ids", types)):
+                out[key][i, :n] = src[i, plen - m:plen - m + n]
+                out[key][i, plen - (m - n):] = src[i, plen - m + n:]
+        pre = self.model(input_ids=out["input_ids"][:1, :n], attention_mask=out["attention_mask"][:1, :n],
+                         position_ids=torch.arange(n, device=self.device).view(1, 1, n).expand(3, 1, n),
+                         use_cache=True, logits_to_keep=1)
+        cache = pre.cache
+        cache.batch_repeat_interleave(b)
+        self._core().rope_deltas = None  # generate computes the positions of the new layout itself
+        return {**batch, **out, "cache": cache}
 
     def _finish(self, ids: list[int], lps: list[float], prompt_tokens: int, sampling: SamplingParams
                 ) -> Generation:
@@ -545,18 +615,161 @@ class TransformersPolicy:
             raise ValueError(f"{len(chats)} chats but {len(completions)} completions")
         if not chats:
             raise ValueError("score_batch needs at least one chat")
-        encs = [self.encoder.encode(c) for c in chats]
-        batch = self._collate(encs, completions)
+        return self.score_encoded([self.encoder.encode(c) for c in chats], completions, grad=grad)
+
+    def score_encoded(self, encs: Sequence[Encoded], completions: Sequence[Sequence[int]], *,
+                      grad: bool = True) -> ScoreBatch:
+        """:meth:`score_batch` on encoded prompts.
+
+        Rows with identical prompts (a GRPO group's samples of one screen) share one prompt
+        forward when :attr:`share_prompts` allows it: the distinct prompts run once (vision tower
+        included) with a KV cache, each row's completion runs on its prompt's cache rows. The
+        prompt's activations do not depend on what follows them (causal attention), so the
+        log-probs are those of one padded forward per row, and so are the gradients (a shared
+        prompt's gradient is the sum over its rows, as with duplicated rows).
+        """
+        if len(encs) != len(completions):
+            raise ValueError(f"{len(encs)} prompts but {len(completions)} completions")
         t = max(len(c) for c in completions)
         if t == 0:
-            z = torch.zeros((len(chats), 0), device=self.device)
+            z = torch.zeros((len(encs), 0), device=self.device)
             return ScoreBatch(z, z.bool())
+        owner = _prompt_owners(encs) if self._can_share_prompts() else None
+        if owner is not None and len(set(owner)) < len(encs):
+            return self._score_shared(encs, completions, owner, t, grad)
+        batch = self._collate(encs, completions, pixels=False)
         with torch.set_grad_enabled(grad), self._compute(train=grad):
+            batch.update(self._vision_inputs(encs, grad=grad))
             logits = self.model(**batch, logits_to_keep=t + 1, use_cache=False).logits[:, :t]
             target = batch["input_ids"][:, -t:]
-            lp = logits.float().log_softmax(-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+            lp = _token_logprobs(logits, target)
         mask = batch["attention_mask"][:, -t:].bool()
         return ScoreBatch(lp.masked_fill(~mask, 0.0), mask)
+
+    def _can_share_prompts(self) -> bool:
+        # A checkpointed model turns its KV cache off in train mode; DDP / FSDP expect one forward
+        # per backward. Both keep the one-pass path.
+        if not self.share_prompts or self.gradient_checkpointing or self._distributed():
+            return False
+        return hasattr(self._core(), "get_rope_index")
+
+    def _core(self) -> Any:
+        """The Qwen-VL model under the LM head (through a peft wrapper): it has ``get_rope_index``."""
+        model = self.model.get_base_model() if _is_peft(self.model) else self.model
+        return getattr(model, "model", model)
+
+    def _score_shared(self, encs: Sequence[Encoded], completions: Sequence[Sequence[int]], owner: list[int],
+                      t: int, grad: bool) -> ScoreBatch:
+        """:meth:`score_encoded` with one prompt forward per distinct prompt; ``owner[b]`` is the
+        first row whose prompt equals row ``b``'s."""
+        full = self._collate(encs, completions, pixels=False)
+        ids, mask = full["input_ids"], full["attention_mask"]
+        b, plen = ids.shape[0], ids.shape[1] - t
+        grids = [e.image_grid_thw for e in encs if e.image_grid_thw is not None]
+        if grids:  # the 3-D rope positions the one-pass forward computes for these rows
+            pos, _ = self._core().get_rope_index(ids, mm_token_type_ids=full["mm_token_type_ids"],
+                                                 image_grid_thw=torch.cat(grids).to(self.device),
+                                                 attention_mask=mask)
+        else:  # text only: the model's own default, positions counted from the first column
+            pos = torch.arange(plen + t, device=self.device).view(1, 1, -1).expand(3, b, -1)
+        rows = sorted(set(owner))
+        first = {r: k for k, r in enumerate(rows)}
+        sel = torch.tensor([first[o] for o in owner], device=self.device)
+        u = torch.tensor(rows, device=self.device)
+        prompt = {"input_ids": ids[u, :plen], "attention_mask": mask[u, :plen],
+                  "position_ids": pos[:, u, :plen]}
+        if grids:
+            prompt["mm_token_type_ids"] = full["mm_token_type_ids"][u, :plen]
+        with torch.set_grad_enabled(grad), self._compute(train=grad):
+            prompt.update(self._vision_inputs([encs[r] for r in rows], grad=grad))
+            out = self.model(**prompt, use_cache=True, logits_to_keep=1)
+            logits = out.logits[sel]  # [B, 1, V]: each row's first completion token
+            if t > 1:
+                cache = out.cache
+                cache.batch_select_indices(sel)
+                end = plen + t - 1
+                rest = self.model(input_ids=ids[:, plen:end], attention_mask=mask[:, :end],
+                                  position_ids=pos[:, :, plen:end], cache=cache, use_cache=True).logits
+                logits = torch.cat([logits, rest], dim=1)
+            lp = _token_logprobs(logits, ids[:, plen:])
+        cmask = mask[:, plen:].bool()
+        return ScoreBatch(lp.masked_fill(~cmask, 0.0), cmask)
+
+    # ---- vision features ---------------------------------------------------------------------------
+
+    def _vision_inputs(self, encs: Sequence[Encoded], *, grad: bool) -> dict[str, Any]:
+        """The image inputs of ``encs`` (in order) for a forward.
+
+        Where no gradient has to reach the vision tower (no grad, or a frozen tower as under LoRA)
+        its outputs are reused: each distinct image (by content digest) goes through the tower
+        once a call, and outputs are kept across calls (LRU within :attr:`vision_cache_bytes`) for
+        as long as the tower's weights are unchanged (their tensors, storage and in-place version
+        counters: an optimiser step or a ``load_state_dict`` invalidates the cache without being told). A
+        group's G samples of one screen, the re-scoring of a rollout's turns at the weights that
+        generated them and a LoRA update all reuse the generation's vision outputs. Otherwise the
+        patches go to the model as they are.
+        """
+        with_img = [e for e in encs if e.pixel_values is not None]
+        if not with_img:
+            return {}
+        grid = torch.cat([e.image_grid_thw for e in with_img]).to(self.device)  # type: ignore[misc]
+        visual = getattr(self._core(), "visual", None)
+        if (self.vision_cache_bytes <= 0 or visual is None or not hasattr(self._core(), "get_image_features")
+                or (grad and any(p.requires_grad for p in visual.parameters())) or self._distributed()):
+            pv = torch.cat([e.pixel_values for e in with_img])  # type: ignore[misc]
+            return {"pixel_values": pv.to(self.device, _weight_dtype(self.model)), "image_grid_thw": grid}
+        weights = (self.autocast_dtype, *((id(p), p.data_ptr(), p._version) for p in visual.parameters()))
+        if weights != self._vision_weights:
+            self._vision_cache.clear()
+            self._vision_cache_used = 0
+            self._vision_weights = weights
+        images = [im for e in with_img for im in _split_images(e)]  # (key, patches, grid) in order
+        here: dict[bytes, tuple[torch.Tensor, tuple[torch.Tensor, ...]]] = {}
+        todo: dict[bytes, tuple[torch.Tensor, torch.Tensor]] = {}
+        for key, pv, g in images:
+            if key in here or key in todo:
+                continue
+            hit = self._vision_cache.get(key)
+            if hit is not None:
+                self._vision_cache.move_to_end(key)
+                here[key] = hit
+            else:
+                todo[key] = (pv, g)
+        if todo:
+            # ordinary tensors even inside generation's inference mode: a later forward may need grad
+            with torch.inference_mode(False), torch.no_grad():
+                pv = torch.cat([v[0] for v in todo.values()]).to(self.device, _weight_dtype(self.model))
+                g = torch.cat([v[1] for v in todo.values()]).to(self.device)
+                out = self._core().get_image_features(pv, g, return_dict=True)
+            self._vision_output_type = type(out)
+            deep = getattr(out, "deepstack_features", None) or []
+            for i, key in enumerate(todo):
+                item = (out.pooler_output[i], tuple(layer[i] for layer in deep))
+                here[key] = item
+                self._remember_vision(key, item)
+        self.vision_stats["encoded"] += len(todo)
+        self.vision_stats["reused"] += len(images) - len(todo)
+        pooled = tuple(here[k][0] for k, _, _ in images)
+        deep_n = len(here[images[0][0]][1])
+        fields: dict[str, Any] = {"pooler_output": pooled}
+        if deep_n:
+            fields["deepstack_features"] = [tuple(here[k][1][j] for k, _, _ in images) for j in range(deep_n)]
+        # the model's own output type (set by the call that filled the cache)
+        return {"mm_encoder_outputs": {"image": self._vision_output_type(**fields)}, "image_grid_thw": grid}
+
+    def _remember_vision(self, key: bytes, item: tuple[torch.Tensor, tuple[torch.Tensor, ...]]) -> None:
+        size = sum(t.numel() * t.element_size() for t in (item[0], *item[1]))
+        if size > self.vision_cache_bytes:
+            return
+        self._vision_cache[key] = item
+        self._vision_cache_used += size
+        while self._vision_cache_used > self.vision_cache_bytes:
+            _, (a, b) = self._vision_cache.popitem(last=False)
+            self._vision_cache_used -= sum(t.numel() * t.element_size() for t in (a, *b))
+
+    def _distributed(self) -> bool:
+        return getattr(self, "ddp", None) is not None or (
+            torch.distributed.is_available() and torch.distributed.is_initialized())
 
     def score(self, chats: Sequence[Chat], completions: Sequence[Sequence[int]]) -> list[list[float]]:
         """Per-token log-probs of the given completion token ids (no grad)."""
@@ -653,6 +866,52 @@ def qwen2_5_vl_3b_config() -> Any:
                        "spatial_merge_size": 2, "spatial_patch_size": 14, "window_size": 112,
                        "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2,
                        "temporal_patch_size": 2})
+
+
+def _token_logprobs(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``log_softmax(logits)`` at ``target``: ``[B, T, V]``, ``[B, T]`` -> float ``[B, T]``."""
+    return logits.float().log_softmax(-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _patches_digest(pixel_values: torch.Tensor, grid: torch.Tensor) -> bytes:
+    """A digest of preprocessed patches (an image that came without its encoded bytes)."""
+    return _digest(grid.numpy().tobytes() + pixel_values.detach().cpu().contiguous().numpy().tobytes())
+
+
+def _split_images(e: Encoded) -> list[tuple[bytes, torch.Tensor, torch.Tensor]]:
+    """(digest, patches, grid) of each image of an encoded prompt."""
+    assert e.pixel_values is not None and e.image_grid_thw is not None
+    sizes = e.image_grid_thw.prod(-1).tolist()
+    parts = torch.split(e.pixel_values, sizes)
+    grids = [e.image_grid_thw[i:i + 1] for i in range(len(sizes))]
+    keys = e.image_keys if len(e.image_keys) == len(sizes) else tuple(
+        _patches_digest(pv, g) for pv, g in zip(parts, grids))
+    return list(zip(keys, parts, grids))
+
+
+def _prompt_owners(encs: Sequence[Encoded]) -> list[int]:
+    """For each prompt the index of the first equal one (same token ids and the same image patches)."""
+    seen: dict[tuple[int, ...], list[int]] = {}
+    owner: list[int] = []
+    for i, e in enumerate(encs):
+        same = seen.setdefault(tuple(e.input_ids), [])
+        j = next((j for j in same if _same_images(encs[j], e)), None)
+        if j is None:
+            same.append(i)
+        owner.append(i if j is None else j)
+    return owner
+
+
+def _same_images(a: Encoded, b: Encoded) -> bool:
+    pa, pb = a.pixel_values, b.pixel_values
+    if pa is None or pb is None or pa is pb:
+        return pa is pb
+    return (pa.shape == pb.shape and torch.equal(a.image_grid_thw, b.image_grid_thw)  # type: ignore[arg-type]
+            and torch.equal(pa, pb))
 
 
 def _weight_dtype(model: Any) -> torch.dtype:

@@ -187,6 +187,112 @@ def test_score_batch_is_differentiable_and_masked(policy):
     assert max_diff(policy.score(cs, comps)[1], sb.to_lists()[1]) < 1e-6
 
 
+def _scores_and_grads(p, cs, comps, share):
+    p.share_prompts = share
+    p.model.zero_grad(set_to_none=True)
+    sb = p.score_batch(cs, comps, grad=True)
+    (sb.logprobs * torch.linspace(0.5, 1.5, sb.logprobs.shape[1])).sum().backward()
+    grads = {n: t.grad.clone() for n, t in p.model.named_parameters() if t.grad is not None}
+    p.model.zero_grad(set_to_none=True)
+    p.share_prompts = True
+    return sb, grads
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_rows_with_one_prompt_share_its_forward_with_the_same_logprobs_and_gradients(policy, model_dir, lora,
+                                                                                     monkeypatch):
+    """A group's samples of one screen: the prompt runs once; log-probs and gradients equal one
+    padded forward per row (same chat object, an equal copy, a text-only row, uneven completions)."""
+    p = _lora_policy(model_dir) if lora else policy
+    a, b, text = chats()
+    cs = [a, b, a, [dict(m) for m in b], text, text]
+    comps = [[100, 101, 102], [110, 111, 112, 113, 114], [120], [130, 131], [140, 141, 142, 143], [150, 151]]
+    calls = []
+    real = type(p)._score_shared
+    monkeypatch.setattr(type(p), "_score_shared", lambda *x, **k: calls.append(1) or real(*x, **k))
+    one, g_one = _scores_and_grads(p, cs, comps, share=False)
+    assert not calls
+    shared, g_shared = _scores_and_grads(p, cs, comps, share=True)
+    assert calls  # the shared path ran
+    assert torch.equal(one.mask, shared.mask)
+    torch.testing.assert_close(shared.logprobs, one.logprobs, atol=1e-5, rtol=0)
+    assert set(g_one) == set(g_shared) and g_one
+    for n in g_one:
+        torch.testing.assert_close(g_shared[n], g_one[n], atol=1e-5, rtol=1e-4)
+
+
+def test_vision_outputs_are_reused_while_the_tower_is_unchanged(model_dir):
+    """One screen sampled 4 times goes through the vision tower once; re-scoring at the same weights
+    reuses it (same log-probs as generation); a step on the tower's weights invalidates the cache."""
+    p = load_transformers(str(model_dir), device="cpu")
+    screen = png(112, 112, 5)
+    cs = [[message("user", bytes(bytearray(screen)), "Goal: open the settings.")] for _ in range(4)]
+    cs.append([message("user", png(112, 112, 6), "Goal: open the settings.")])
+    gens = p.generate(cs, SamplingParams(max_new_tokens=5, temperature=1.0, seed=3))
+    assert p.vision_stats == {"encoded": 2, "reused": 3}
+    comps = [g.token_ids for g in gens]
+    for g, s in zip(gens, p.score(cs, comps)):
+        assert max_diff(g.logprobs, s) < 1e-5
+    assert p.vision_stats["encoded"] == 2  # re-scoring ran no vision tower
+    sb = p.score_batch(cs, comps, grad=True)  # a trainable tower is run with grad, not reused
+    (sb.logprobs * sb.mask).sum().backward()
+    visual = p._core().visual
+    assert p.vision_stats["encoded"] == 2 and all(t.grad is not None for t in visual.parameters())
+    with torch.no_grad():
+        for t in visual.parameters():
+            t.add_(0.01 * t.grad.sign())  # an optimiser step on the vision tower
+    p.model.zero_grad(set_to_none=True)
+    after = p.score(cs, comps)
+    assert p.vision_stats["encoded"] == 4  # the cache was dropped with the old weights
+    p.vision_cache_bytes = 0  # the plain path agrees
+    for a, b in zip(after, p.score(cs, comps)):
+        assert max_diff(a, b) < 1e-5
+    assert max_diff(after[0], list(gens[0].logprobs)) > 1e-4  # and the step did change the model
+
+
+def test_vision_cache_stays_in_its_budget_and_a_frozen_tower_is_reused_with_grad(model_dir):
+    p = _lora_policy(model_dir)  # LoRA: the vision tower is frozen, so the update may reuse its outputs
+    cs = [[message("user", png(112, 112, 10 + i), "Goal: go.")] for i in range(3)]
+    comps = [[100, 101, 102], [110, 111], [120, 121, 122, 123]]
+    p.score(cs, comps)
+    used = p._vision_cache_used
+    assert p.vision_stats["encoded"] == 3 and used > 0
+    grads = []
+    for budget in (1 << 30, 0):
+        p.vision_cache_bytes = budget
+        sb = p.score_batch(cs, comps, grad=True)
+        (sb.logprobs * sb.mask).sum().backward()
+        grads.append({n: t.grad.clone() for n, t in p.model.named_parameters() if t.grad is not None})
+        p.model.zero_grad(set_to_none=True)
+    assert p.vision_stats["encoded"] == 3  # the update with grad reused all three
+    for n in grads[0]:
+        torch.testing.assert_close(grads[0][n], grads[1][n], atol=1e-6, rtol=1e-4)
+    p.vision_cache_bytes = used // 2  # room for one screen: the oldest go
+    p._vision_cache.clear()
+    p._vision_cache_used = 0
+    p.score(cs, comps)
+    assert len(p._vision_cache) == 1 and p._vision_cache_used <= used // 2
+
+
+@pytest.mark.parametrize("seeds", [False, True])
+def test_a_shared_system_prompt_is_prefilled_once_and_generation_does_not_change(policy, seeds):
+    system = {"role": "system", "content": "You operate a phone for the user. " * 6}
+    cs = [[system, message("user", png(112, 112, 1), "Goal: open the settings.")],
+          [system, message("user", png(84, 140, 2), "Goal: send a message to Ann, then go back home.")],
+          [system, message("user", "Goal: no image at all, just text.")]]
+    assert policy._common_prefix([policy.encoder.encode(c) for c in cs]) >= policy.min_shared_prefix
+    sp = SamplingParams(max_new_tokens=8, temperature=1.0, seed=5, seeds=(1, 2, 3) if seeds else None)
+    runs = []
+    for share in (False, True):
+        policy.share_prompts = share
+        runs.append(policy.generate(cs, sp))
+    policy.share_prompts = True
+    for a, b in zip(*runs):
+        assert a.token_ids == b.token_ids and max_diff(a.logprobs, b.logprobs) < 1e-5
+    for g, s in zip(runs[1], policy.score(cs, [g.token_ids for g in runs[1]])):
+        assert max_diff(g.logprobs, s) < TOL
+
+
 def test_weight_update_bumps_version_and_save_reloads(policy, tmp_path):
     c = chats()[:1]
     [g] = policy.generate(c, SamplingParams(max_new_tokens=6, temperature=0))
