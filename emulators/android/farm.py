@@ -33,7 +33,8 @@ import yaml
 __all__ = ["FarmSpec", "EmulatorEndpoint", "EndpointStatus", "FarmError", "render_compose", "endpoints_for",
            "write_endpoints", "load_endpoints", "find_compose", "check_engine", "up", "down", "status",
            "probe", "connect_adb", "connect_device", "EndpointLease", "lease_endpoint", "lease_from", "try_lease",
-           "local_endpoints", "default_lock_dir", "mark_unhealthy", "unhealthy_marker", "restart_hook"]
+           "local_endpoints", "default_lock_dir", "mark_unhealthy", "unhealthy_marker", "clean_marker",
+           "mark_clean", "lease_holder", "restart_hook"]
 
 #: ports inside every emulator container (docker/emulator/entrypoint.sh forwards them)
 CONSOLE_PORT, ADB_PORT, GRPC_PORT = 5554, 5555, 8554
@@ -45,34 +46,63 @@ class FarmError(RuntimeError):
 
 @dataclass(frozen=True)
 class FarmSpec:
-    """What to run: ``emulators`` copies of ``image`` with ports from the two bases."""
+    """What to run: ``emulators + spares`` copies of ``image`` with ports from the two bases."""
 
     emulators: int = 1
+    """emulators for rollout slots (one per slot, never shared)"""
+    spares: int = 0
+    """extra emulators kept free and warm (probed, and restored to the snapshot after a slot used them):
+    a slot whose emulator fails takes one while the healer restarts the failed one (ClawGUI-style rotation)"""
     image: str = "guiagent/android-emulator:latest"
+    """emulator image (build it from docker/emulator, see docs/android.md)"""
     project: str = "guiagent-farm"
+    """docker compose project name (containers are labelled with it)"""
     bind: str = "127.0.0.1"
+    """host interface the emulator ports are published on (0.0.0.0 to serve other hosts)"""
     host: str = "127.0.0.1"
+    """address other machines use to reach this farm; written into endpoints.json"""
     console_base_port: int = 5554
+    """emulator i gets console base+2i and adb base+2i+1 (5554 makes the host's adb list emulator-5554...)"""
     grpc_base_port: int = 8554
+    """emulator i gets its gRPC EmulatorController on base+i"""
     memory_gb: float = 6.0
+    """memory limit per emulator container"""
     cpus: float = 4.0
+    """CPU limit per emulator container"""
     kvm_device: str = "/dev/kvm"
+    """the host's KVM device, passed into every container"""
     snapshot: str = "guiagent_ready"
-    environment: Mapping[str, str] = field(default_factory=dict)
+    """emulator snapshot the containers boot from and spares are restored to ("": never restore)"""
+    environment: dict[str, str] = field(default_factory=dict)
+    """extra environment variables of every emulator container"""
 
     def __post_init__(self) -> None:
         if self.emulators < 1:
             raise ValueError(f"emulators must be >= 1, got {self.emulators}")
+        if self.spares < 0:
+            raise ValueError(f"spares must be >= 0, got {self.spares}")
         if self.console_base_port % 2:
             raise ValueError(f"console_base_port must be even (emulator console/adb pairs), "
                              f"got {self.console_base_port}")
-        console = set(range(self.console_base_port, self.console_base_port + 2 * self.emulators))
-        grpc = set(range(self.grpc_base_port, self.grpc_base_port + self.emulators))
-        if max(console | grpc) > 65535 or min(console | grpc) < 1024:
-            raise ValueError("ports fall outside 1024..65535; lower the base ports or the emulator count")
-        if console & grpc:
-            raise ValueError(f"console/adb ports {min(console)}-{max(console)} overlap gRPC ports "
-                             f"{min(grpc)}-{max(grpc)}; move --grpc-base-port")
+        n = self.total
+        console = (self.console_base_port, self.console_base_port + 2 * n - 1)
+        grpc = (self.grpc_base_port, self.grpc_base_port + n - 1)
+        for name, (lo, hi) in (("console_base_port", console), ("grpc_base_port", grpc)):
+            if lo < 1024 or hi > 65535:
+                raise ValueError(f"{name}: ports {lo}-{hi} of {n} emulator(s) fall outside 1024..65535; "
+                                 "move it or start fewer emulators")
+        if console[0] <= grpc[1] and grpc[0] <= console[1]:
+            raise ValueError(f"grpc_base_port: gRPC ports {grpc[0]}-{grpc[1]} overlap the console/adb ports "
+                             f"{console[0]}-{console[1]}; move it")
+        if not self.memory_gb > 0:
+            raise ValueError(f"memory_gb must be positive, got {self.memory_gb}")
+        if not self.cpus > 0:
+            raise ValueError(f"cpus must be positive, got {self.cpus}")
+
+    @property
+    def total(self) -> int:
+        """Containers the farm runs: the slots' emulators and the spares."""
+        return self.emulators + self.spares
 
     def ports(self, i: int) -> tuple[int, int, int]:
         """``(console, adb, grpc)`` host ports of emulator ``i``."""
@@ -116,7 +146,7 @@ class EmulatorEndpoint:
 
 
 def endpoints_for(spec: FarmSpec) -> list[EmulatorEndpoint]:
-    return [EmulatorEndpoint(i, f"emulator-{i}", spec.host, *spec.ports(i)) for i in range(spec.emulators)]
+    return [EmulatorEndpoint(i, f"emulator-{i}", spec.host, *spec.ports(i)) for i in range(spec.total)]
 
 
 def render_compose(spec: FarmSpec) -> str:
@@ -154,7 +184,8 @@ def render_compose(spec: FarmSpec) -> str:
             },
         }
     doc = {"name": spec.project, "services": services}
-    header = (f"# guiagent emulator farm: {spec.emulators} emulator(s) of {spec.image}\n"
+    spares = f" ({spec.emulators} for slots + {spec.spares} spare)" if spec.spares else ""
+    header = (f"# guiagent emulator farm: {spec.total} emulator(s){spares} of {spec.image}\n"
               f"# rendered by `guiagent farm up`; endpoints advertised as {spec.host}\n")
     return header + yaml.safe_dump(doc, sort_keys=False, width=120)
 
@@ -162,7 +193,8 @@ def render_compose(spec: FarmSpec) -> str:
 def write_endpoints(spec: FarmSpec, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"project": spec.project, "host": spec.host, "image": spec.image,
+    data = {"project": spec.project, "host": spec.host, "image": spec.image, "snapshot": spec.snapshot,
+            "slots": spec.emulators, "spares": spec.spares,
             "emulators": [e.to_dict() for e in endpoints_for(spec)]}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
@@ -305,7 +337,7 @@ def up(spec: FarmSpec, state_dir: str | Path, *, timeout_s: float = 900, docker_
     state.mkdir(parents=True, exist_ok=True)
     compose_file = state / "compose.yaml"
     compose_file.write_text(render_compose(spec))
-    log(f"farm: starting {spec.emulators} emulator(s) of {spec.image} (project {spec.project})")
+    log(f"farm: starting {spec.total} emulator(s) of {spec.image} (project {spec.project})")
     r = _compose(["up", "-d", "--remove-orphans"], compose_file, spec.project, docker_host, timeout=timeout_s)
     if r.returncode != 0:
         raise FarmError(f"docker compose up failed: {' '.join(r.stderr.split())[-400:]}")
@@ -331,6 +363,8 @@ def up(spec: FarmSpec, state_dir: str | Path, *, timeout_s: float = 900, docker_
                             "(is /dev/kvm available to Docker? see `docker compose logs`)")
         time.sleep(poll_s)
     write_endpoints(spec, state / "endpoints.json")
+    for ep in endpoints:  # freshly booted from the snapshot: every emulator is a warm spare until leased
+        mark_clean(state / "leases", ep)
     return endpoints
 
 
@@ -393,6 +427,7 @@ class EndpointLease:
         if self._fd >= 0:
             import fcntl
 
+            os.ftruncate(self._fd, 0)  # no holder named: `farm status` reads the file without locking it
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = -1
@@ -416,8 +451,35 @@ def mark_unhealthy(lock_dir: str | Path, endpoint: EmulatorEndpoint, why: str) -
     path.write_text(" ".join(why.split())[:300] + "\n")
 
 
-def try_lease(endpoint: EmulatorEndpoint, lock_dir: str | Path) -> EndpointLease | None:
-    """The lease of ``endpoint`` when nobody holds it, else ``None`` (never waits)."""
+def clean_marker(lock_dir: str | Path, endpoint: EmulatorEndpoint) -> Path:
+    return Path(lock_dir) / f"{endpoint.name}.clean"
+
+
+def mark_clean(lock_dir: str | Path, endpoint: EmulatorEndpoint) -> None:
+    """Leave ``<name>.clean``: the emulator is as its snapshot left it (booted, restored or healed since
+    its last lease); leases take such warm spares first, and a lease for use removes the mark."""
+    path = clean_marker(lock_dir, endpoint)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+
+
+def lease_holder(lock_dir: str | Path, endpoint: EmulatorEndpoint) -> int | None:
+    """The process id holding ``endpoint``'s lease, read without taking the lock (``None``: free)."""
+    import psutil
+
+    try:
+        text = (Path(lock_dir) / f"{endpoint.name}.lock").read_text().strip()
+    except OSError:
+        return None
+    pid = int(text) if text.isdigit() else None
+    return pid if pid is not None and psutil.pid_exists(pid) else None  # a killed holder's lock is gone
+
+
+def try_lease(endpoint: EmulatorEndpoint, lock_dir: str | Path, *, use: bool = True) -> EndpointLease | None:
+    """The lease of ``endpoint`` when nobody holds it, else ``None`` (never waits).
+
+    ``use``: the holder will run episodes on it, so it is no longer clean (the healer, which only
+    probes and restores, leases with ``use=False``)."""
     import fcntl
 
     lock_dir = Path(lock_dir)
@@ -431,6 +493,8 @@ def try_lease(endpoint: EmulatorEndpoint, lock_dir: str | Path) -> EndpointLease
         return None
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
+    if use:
+        clean_marker(lock_dir, endpoint).unlink(missing_ok=True)
     return EndpointLease(endpoint, fd, path)
 
 
@@ -438,13 +502,14 @@ def lease_from(endpoints: Sequence[EmulatorEndpoint], lock_dir: str | Path, *,
                probe: Callable[[EmulatorEndpoint], str | None] | None = None, what: str = "the list") -> EndpointLease:
     """Claim the first free, healthy emulator of ``endpoints``; locks live in ``lock_dir``.
 
-    Emulators marked unhealthy are skipped. With ``probe`` (``None`` when the device answers,
-    else why not, e.g. :func:`emulators.android.health.grpc_probe`) a candidate is checked after it
-    is claimed; one that fails is marked unhealthy, released and the next one tried. Raises
-    :class:`FarmError` (one line) when none is left.
+    Warm spares (marked clean: untouched since their snapshot) are tried first, so a slot whose
+    emulator failed moves to one of them. Emulators marked unhealthy are skipped. With ``probe``
+    (``None`` when the device answers, else why not, e.g. :func:`emulators.android.health.grpc_probe`)
+    a candidate is checked after it is claimed; one that fails is marked unhealthy, released and the
+    next one tried. Raises :class:`FarmError` (one line) when none is left.
     """
     taken = unhealthy = 0
-    for ep in endpoints:
+    for ep in sorted(endpoints, key=lambda e: not clean_marker(lock_dir, e).exists()):  # stable: clean first
         if unhealthy_marker(lock_dir, ep).exists():
             unhealthy += 1
             continue
