@@ -157,20 +157,22 @@ def _status(cfg: FarmConfig, spec: FarmSpec, state: Path, path: Path) -> int:
     rows = farm.status(endpoints, compose_file=None if cfg.endpoints else state / "compose.yaml",
                        project=spec.project, docker_host=cfg.docker_host)
     leases = path.parent / "leases"
+    local = leases.is_dir()  # leases and the healer live on the farm host: a copied endpoints file has neither
     out = []
     for r in rows:
         holder = farm.lease_holder(leases, r.endpoint)
-        lease = ("unhealthy" if farm.unhealthy_marker(leases, r.endpoint).exists() else
+        lease = ("" if not local else "unhealthy" if farm.unhealthy_marker(leases, r.endpoint).exists() else
                  f"leased by pid {holder}" if holder is not None else
                  "free, clean" if farm.clean_marker(leases, r.endpoint).exists() else "free")
         print(f"{r.endpoint.name}: {r.state}/{r.health}  adb {r.endpoint.adb_serial} "
               f"{'open' if r.adb_open else 'closed'}  grpc {r.endpoint.grpc_address} "
-              f"{'open' if r.grpc_open else 'closed'}  {lease}")
-        out.append({**r.to_dict(), "lease": lease})
+              f"{'open' if r.grpc_open else 'closed'}" + (f"  {lease}" if lease else ""))
+        out.append({**r.to_dict(), "lease": lease or None})
     n_ready = sum(r.ready for r in rows)
     healer = healer_pid(path.parent)
-    print(f"farm status: {n_ready}/{len(rows)} emulators reachable; healer "
-          + (f"running (pid {healer})" if healer else "not running (`guiagent farm heal &`)"))
+    state = (f"; healer running (pid {healer})" if healer else
+             "; healer not running (`guiagent farm heal &`)" if local else "")
+    print(f"farm status: {n_ready}/{len(rows)} emulators reachable{state}")
     if cfg.json:
         emit_json({"project": spec.project, "ready": n_ready, "healer_pid": healer, "emulators": out})
     return 0 if n_ready == len(rows) else 1
