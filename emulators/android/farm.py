@@ -9,10 +9,16 @@ One farm = one Docker Compose project on one KVM host. Emulator ``i`` publishes
 * the gRPC ``EmulatorController`` on ``grpc_base + i``.
 
 ``up`` writes ``compose.yaml`` and ``endpoints.json`` under the state directory, starts the
-project and waits for every emulator's health check (``sys.boot_completed``). Actors on other
-machines read ``endpoints.json`` (or get it copied) and connect to ``host:port`` — nothing
-assumes the farm is local. ``status`` works from the endpoints file alone (TCP probes) when no
-Docker engine is reachable from where it runs.
+project (``docker compose up -d``: Compose creates what the file describes) and waits for every
+emulator's health check (``sys.boot_completed``). Actors on other machines read ``endpoints.json``
+(or get it copied) and connect to ``host:port`` — nothing assumes the farm is local. ``status``
+works from the endpoints file alone (TCP probes) when no Docker engine is reachable from where it
+runs.
+
+Everything else the farm asks of the engine (is it there, each container's state and health, a
+restart, a replacement) goes through the Docker SDK for Python (:class:`DockerFarmEngine`, the
+engine's HTTP API), which finds containers by the labels ``compose.yaml`` gives them
+(``guiagent.farm``, ``guiagent.emulator.index``): no command output is parsed.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-__all__ = ["FarmSpec", "EmulatorEndpoint", "EndpointStatus", "FarmError", "render_compose", "endpoints_for",
+__all__ = ["FarmSpec", "EmulatorEndpoint", "EndpointStatus", "FarmError", "DockerFarmEngine", "render_compose",
+           "endpoints_for",
            "write_endpoints", "load_endpoints", "find_compose", "check_engine", "up", "down", "status",
            "probe", "connect_adb", "connect_device", "EndpointLease", "lease_endpoint", "lease_from", "try_lease",
            "local_endpoints", "default_lock_dir", "mark_unhealthy", "unhealthy_marker", "clean_marker",
@@ -242,36 +249,107 @@ def _env(docker_host: str | None) -> dict[str, str]:
     return env
 
 
+class DockerFarmEngine:
+    """A farm's containers through the Docker SDK: their state and health, a restart, a replacement."""
+
+    def __init__(self, project: str, docker_host: str | None = None, *, timeout_s: float = 60.0):
+        try:
+            import docker
+        except ImportError:
+            raise FarmError("the farm drives Docker through the Docker SDK: pip install 'guiagent[farm]' "
+                            "(or pip install docker)") from None
+        self.project = project
+        try:
+            self.client = (docker.DockerClient(base_url=docker_host, version="auto", timeout=int(timeout_s))
+                           if docker_host else docker.from_env(version="auto", timeout=int(timeout_s)))
+        except docker.errors.DockerException as e:
+            where = docker_host or os.environ.get("DOCKER_HOST") or "the local socket"
+            raise FarmError(f"no Docker engine reachable at {where} ({' '.join(str(e).split())[:200]}); "
+                            "start dockerd on a KVM host, or pass --docker-host ssh://user@farm-host") from None
+        self._errors = docker.errors
+
+    def containers(self) -> dict[int, Any]:
+        """The farm's containers by emulator index."""
+        try:
+            found = self.client.containers.list(all=True, filters={"label": [f"guiagent.farm={self.project}"]})
+        except self._errors.DockerException as e:
+            raise FarmError(f"listing the containers of farm {self.project}: {e}") from None
+        return {int(c.labels["guiagent.emulator.index"]): c for c in found
+                if str(c.labels.get("guiagent.emulator.index", "")).isdigit()}
+
+    def container(self, endpoint: EmulatorEndpoint) -> Any:
+        c = self.containers().get(endpoint.index)
+        if c is None:
+            raise FarmError(f"no container of farm {self.project} runs {endpoint.name} "
+                            "(was it started with `guiagent farm up`?)")
+        return c
+
+    @staticmethod
+    def state(container: Any) -> tuple[str, str]:
+        """``(state, health)`` of a container: ``running``/``exited``/..., ``healthy``/``starting``/..."""
+        st = container.attrs.get("State") or {}
+        return str(st.get("Status") or "unknown"), str((st.get("Health") or {}).get("Status") or "unknown")
+
+    def restart(self, endpoint: EmulatorEndpoint) -> None:
+        try:
+            self.container(endpoint).restart(timeout=10)
+        except self._errors.APIError as e:
+            raise FarmError(f"restarting {endpoint.name}: {e.explanation or e}") from None
+
+    def replace(self, endpoint: EmulatorEndpoint) -> str:
+        """Remove the container and create it again from its own image, config and host config; the new id."""
+        old = self.container(endpoint)
+        attrs = old.attrs
+        cfg, host_cfg = attrs.get("Config") or {}, attrs.get("HostConfig") or {}
+        name = (attrs.get("Name") or old.name).lstrip("/")
+        try:
+            old.remove(force=True)
+            created = self.client.api.create_container(
+                image=cfg.get("Image"), name=name, labels=cfg.get("Labels") or {}, environment=cfg.get("Env"),
+                healthcheck=cfg.get("Healthcheck"), host_config=host_cfg,
+                ports=list(cfg.get("ExposedPorts") or {}) or None)
+            self.client.api.start(created["Id"])
+        except self._errors.APIError as e:
+            raise FarmError(f"replacing {endpoint.name}: {e.explanation or e}") from None
+        return created["Id"]
+
+    def wait_healthy(self, endpoints: Sequence[EmulatorEndpoint], *, timeout_s: float, poll_s: float = 5.0,
+                     progress: Callable[[int, int], None] | None = None) -> None:
+        """Until every endpoint's container reports ``healthy``; :class:`FarmError` when one exited or
+        time ran out (naming them). ``progress(healthy, total)`` after each look."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            containers = self.containers()
+            states = {ep.name: self.state(containers[ep.index]) if ep.index in containers else ("missing", "")
+                      for ep in endpoints}
+            dead = sorted(n for n, (st, _) in states.items() if st in ("exited", "dead"))
+            if dead:
+                raise FarmError(f"emulator container(s) exited: {', '.join(dead)} "
+                                f"(docker compose -p {self.project} logs {dead[0]})")
+            ready = sorted(n for n, (_, health) in states.items() if health == "healthy")
+            if progress is not None:
+                progress(len(ready), len(endpoints))
+            if len(ready) == len(endpoints):
+                return
+            if time.monotonic() > deadline:
+                waiting = sorted(set(states) - set(ready))
+                raise FarmError(f"emulators not healthy after {timeout_s:.0f} s: {', '.join(waiting)} "
+                                "(is /dev/kvm available to Docker? see `docker compose logs`)")
+            time.sleep(poll_s)
+
+    def close(self) -> None:
+        self.client.close()
+
+
 def check_engine(docker_host: str | None = None) -> None:
     """Raise :class:`FarmError` (one line) unless a Docker engine answers."""
-    if shutil.which("docker") is None:
-        raise FarmError("no docker CLI here; the farm needs Docker Engine with KVM (see docs/android.md)")
-    r = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True,
-                       text=True,
-                       env=_env(docker_host), timeout=30)
-    if r.returncode != 0 or not r.stdout.strip():
-        why = " ".join((r.stderr or r.stdout).split())[:200]
-        where = docker_host or os.environ.get("DOCKER_HOST") or "the local socket"
-        raise FarmError(f"no Docker engine reachable at {where} ({why}); start dockerd on a KVM host, or "
-                        "pass --docker-host ssh://user@farm-host")
+    DockerFarmEngine("", docker_host).close()
 
 
 def _compose(cmd: Sequence[str], compose_file: Path, project: str, docker_host: str | None,
              timeout: float = 600) -> subprocess.CompletedProcess:
     argv = [*find_compose(), "-f", str(compose_file), "-p", project, *cmd]
     return subprocess.run(argv, capture_output=True, text=True, env=_env(docker_host), timeout=timeout)
-
-
-def _ps(compose_file: Path, project: str, docker_host: str | None) -> list[dict[str, Any]]:
-    r = _compose(["ps", "--all", "--format", "json"], compose_file, project, docker_host, timeout=60)
-    if r.returncode != 0:
-        raise FarmError(f"docker compose ps failed: {' '.join(r.stderr.split())[:300]}")
-    text = r.stdout.strip()
-    if not text:
-        return []
-    if text.startswith("["):  # older compose prints one array, newer one object per line
-        return json.loads(text)
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 @dataclass(frozen=True)
@@ -304,19 +382,23 @@ def probe(host: str, port: int, timeout_s: float = 1.0) -> bool:
 
 def status(endpoints: Sequence[EmulatorEndpoint], *, compose_file: Path | None = None,
            project: str | None = None, docker_host: str | None = None) -> list[EndpointStatus]:
-    """Each endpoint's ports (TCP probes) and, when an engine and compose file are at hand, its container."""
-    containers: dict[str, dict[str, Any]] = {}
+    """Each endpoint's ports (TCP probes) and, for a farm started here (its ``compose_file`` exists)
+    whose engine answers, its container's state and health."""
+    containers: dict[int, Any] | None = None
     if compose_file is not None and project and compose_file.is_file():
         try:
-            check_engine(docker_host)
-            containers = {c.get("Service", ""): c for c in _ps(compose_file, project, docker_host)}
+            engine = DockerFarmEngine(project, docker_host)
+            try:
+                containers = engine.containers()
+            finally:
+                engine.close()
         except FarmError:
-            containers = {}
+            containers = None
     out = []
     for ep in endpoints:
-        c = containers.get(ep.name)
-        state = (c.get("State") or "unknown") if c else ("missing" if containers else "unknown")
-        health = (c.get("Health") or "unknown") if c else "unknown"
+        c = (containers or {}).get(ep.index)
+        state, health = DockerFarmEngine.state(c) if c is not None else (
+            "missing" if containers else "unknown", "unknown")
         out.append(EndpointStatus(ep, state, health, probe(ep.host, ep.adb_port),
                                   probe(ep.host, ep.grpc_port)))
     return out
@@ -332,36 +414,21 @@ def up(spec: FarmSpec, state_dir: str | Path, *, timeout_s: float = 900, docker_
 
     Raises :class:`FarmError` (no engine, compose failed, timeout with the unhealthy names).
     """
-    check_engine(docker_host)
-    state = Path(state_dir)
-    state.mkdir(parents=True, exist_ok=True)
-    compose_file = state / "compose.yaml"
-    compose_file.write_text(render_compose(spec))
-    log(f"farm: starting {spec.total} emulator(s) of {spec.image} (project {spec.project})")
-    r = _compose(["up", "-d", "--remove-orphans"], compose_file, spec.project, docker_host, timeout=timeout_s)
-    if r.returncode != 0:
-        raise FarmError(f"docker compose up failed: {' '.join(r.stderr.split())[-400:]}")
-    endpoints = endpoints_for(spec)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        rows = {c.get("Service"): c for c in _ps(compose_file, spec.project, docker_host)}
-        health = {ep.name: (rows.get(ep.name) or {}).get("Health") or "starting" for ep in endpoints}
-        ready = sorted(n for n, h in health.items() if h == "healthy")
-        dead = sorted(n for n, c in rows.items() if c.get("State") in ("exited", "dead"))
-        if dead:
-            raise FarmError(f"emulator container(s) exited: {', '.join(dead)} "
-                            f"(docker compose -p {spec.project} logs {dead[0]})")
-        if progress is not None:
-            progress(len(ready), len(endpoints))
-        else:
-            log(f"farm: {len(ready)}/{len(endpoints)} emulators booted")
-        if len(ready) == len(endpoints):
-            break
-        if time.monotonic() > deadline:
-            waiting = sorted(set(health) - set(ready))
-            raise FarmError(f"emulators not healthy after {timeout_s:.0f} s: {', '.join(waiting)} "
-                            "(is /dev/kvm available to Docker? see `docker compose logs`)")
-        time.sleep(poll_s)
+    engine = DockerFarmEngine(spec.project, docker_host)  # no engine: one line, before anything is written
+    try:
+        state = Path(state_dir)
+        state.mkdir(parents=True, exist_ok=True)
+        compose_file = state / "compose.yaml"
+        compose_file.write_text(render_compose(spec))
+        log(f"farm: starting {spec.total} emulator(s) of {spec.image} (project {spec.project})")
+        r = _compose(["up", "-d", "--remove-orphans"], compose_file, spec.project, docker_host, timeout=timeout_s)
+        if r.returncode != 0:
+            raise FarmError(f"docker compose up failed: {' '.join(r.stderr.split())[-400:]}")
+        endpoints = endpoints_for(spec)
+        engine.wait_healthy(endpoints, timeout_s=timeout_s, poll_s=poll_s, progress=progress or (
+            lambda n, total: log(f"farm: {n}/{total} emulators booted")))
+    finally:
+        engine.close()
     write_endpoints(spec, state / "endpoints.json")
     for ep in endpoints:  # freshly booted from the snapshot: every emulator is a warm spare until leased
         mark_clean(state / "leases", ep)
@@ -565,21 +632,17 @@ def default_lock_dir() -> Path:
     return Path(os.environ.get("GUIAGENT_LEASE_DIR") or Path(tempfile.gettempdir()) / f"guiagent-leases-{os.getuid()}")
 
 
-def restart_hook(endpoint: EmulatorEndpoint, state_dir: str | Path, project: str, *,
-                 docker_host: str | None = None, timeout_s: float = 300) -> Callable[[], None]:
+def restart_hook(endpoint: EmulatorEndpoint, project: str, *, docker_host: str | None = None,
+                 timeout_s: float = 300, poll_s: float = 3.0) -> Callable[[], None]:
     """A callable that restarts one farm emulator's container and waits until it is healthy again."""
-    compose_file = Path(state_dir) / "compose.yaml"
 
     def restart() -> None:
-        r = _compose(["restart", endpoint.name], compose_file, project, docker_host, timeout=timeout_s)
-        if r.returncode != 0:
-            raise FarmError(f"restarting {endpoint.name} failed: {' '.join(r.stderr.split())[-300:]}")
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            rows = {c.get("Service"): c for c in _ps(compose_file, project, docker_host)}
-            if (rows.get(endpoint.name) or {}).get("Health") == "healthy":
-                return
-            time.sleep(3)
-        raise FarmError(f"{endpoint.name} not healthy {timeout_s:.0f} s after a restart")
+        engine = DockerFarmEngine(project, docker_host)
+        try:
+            engine.restart(endpoint)
+            time.sleep(min(poll_s, 1.0))  # the engine reports the old health for a moment
+            engine.wait_healthy([endpoint], timeout_s=timeout_s, poll_s=poll_s)
+        finally:
+            engine.close()
 
     return restart

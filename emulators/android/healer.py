@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from emulators.android.farm import (
+    DockerFarmEngine,
     EmulatorEndpoint,
     FarmError,
     clean_marker,
@@ -51,59 +52,6 @@ from emulators.android.farm import (
 from emulators.android.health import Probe, grpc_restore, probe_with_deadline
 
 __all__ = ["DockerFarmEngine", "FarmHealer", "HealReport", "healer_pid", "start_healer", "stop_healer"]
-
-
-class DockerFarmEngine:
-    """The farm's containers through the Docker SDK: find one by emulator index, restart or replace it."""
-
-    def __init__(self, project: str, docker_host: str | None = None, *, timeout_s: float = 60.0):
-        try:
-            import docker
-        except ImportError:
-            raise FarmError("the farm's healer needs the Docker SDK: pip install docker") from None
-        self.project = project
-        try:
-            self.client = (docker.DockerClient(base_url=docker_host, version="auto", timeout=int(timeout_s))
-                           if docker_host else docker.from_env(timeout=int(timeout_s)))
-        except docker.errors.DockerException as e:
-            where = docker_host or "the local socket"
-            raise FarmError(f"no Docker engine reachable at {where} ({' '.join(str(e).split())[:200]}); "
-                            "start dockerd on the farm host, or pass --docker-host") from None
-        self._errors = docker.errors
-
-    def container(self, endpoint: EmulatorEndpoint) -> Any:
-        found = self.client.containers.list(all=True, filters={"label": [
-            f"guiagent.farm={self.project}", f"guiagent.emulator.index={endpoint.index}"]})
-        if not found:
-            raise FarmError(f"no container of farm {self.project} runs {endpoint.name} "
-                            "(was it started with `guiagent farm up`?)")
-        return found[0]
-
-    def restart(self, endpoint: EmulatorEndpoint) -> None:
-        try:
-            self.container(endpoint).restart(timeout=10)
-        except self._errors.APIError as e:
-            raise FarmError(f"restarting {endpoint.name}: {e.explanation or e}") from None
-
-    def replace(self, endpoint: EmulatorEndpoint) -> str:
-        """Remove the container and create it again from its own image, config and host config; the new id."""
-        old = self.container(endpoint)
-        attrs = old.attrs
-        cfg, host_cfg = attrs.get("Config") or {}, attrs.get("HostConfig") or {}
-        name = (attrs.get("Name") or old.name).lstrip("/")
-        try:
-            old.remove(force=True)
-            created = self.client.api.create_container(
-                image=cfg.get("Image"), name=name, labels=cfg.get("Labels") or {}, environment=cfg.get("Env"),
-                healthcheck=cfg.get("Healthcheck"), host_config=host_cfg,
-                ports=list(cfg.get("ExposedPorts") or {}) or None)
-            self.client.api.start(created["Id"])
-        except self._errors.APIError as e:
-            raise FarmError(f"replacing {endpoint.name}: {e.explanation or e}") from None
-        return created["Id"]
-
-    def close(self) -> None:
-        self.client.close()
 
 
 @dataclass

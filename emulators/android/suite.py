@@ -358,7 +358,7 @@ class AndroidWorldSuite(Suite):
                 import json
                 from pathlib import Path
                 project = json.loads(Path(farm).read_text()).get("project", "guiagent-farm")
-                restart = farm_lib.restart_hook(endpoint, Path(farm).parent, project)
+                restart = farm_lib.restart_hook(endpoint, project)
         elif console_ports is not None or serials is not None:
             endpoints = farm_lib.local_endpoints(parse_console_ports(console_ports, serials))
             lease = farm_lib.lease_from(endpoints, lease_dir or farm_lib.default_lock_dir(), probe=probe,

@@ -271,3 +271,38 @@ def test_the_farms_background_healer_heals_and_stops(emulators, engine, tmp_path
     text = log.read_text()
     assert "emulator-2 unhealthy (grpc: getScreenshot" in text
     assert "farm heal: 2 healthy; 0 leased; restarted emulator-2" in text
+
+
+def test_farm_state_restarts_and_boot_waits_go_through_the_sdk(emulators, engine, tmp_path):
+    """What `farm up` waits for, what `farm status` shows and the restart a failed tear-down asks for:
+    container state and health read through the Docker SDK (the fake engine's JSON), not CLI output."""
+    servicers, endpoints = emulators
+    compose = tmp_path / "compose.yaml"
+    compose.write_text("# a farm started here\n")
+    engine.by_name("aw-farm-emulator-1-1")["State"]["Health"]["Status"] = "unhealthy"
+    rows = farm.status(endpoints, compose_file=compose, project="aw-farm", docker_host=engine.url)
+    assert [(r.state, r.health) for r in rows] == [("running", "healthy"), ("running", "unhealthy"),
+                                                   ("running", "healthy")]
+    assert [r.ready for r in rows] == [False, False, False]  # no adb port behind the fakes
+
+    sdk = DockerFarmEngine("aw-farm", engine.url)
+    booting = engine.by_name("aw-farm-emulator-1-1")
+    booting["State"]["Health"]["Status"] = "starting"
+    seen = []
+
+    def progress(n, total):
+        seen.append(n)
+        booting["State"]["Health"]["Status"] = "healthy"  # booted by the next look
+
+    sdk.wait_healthy(endpoints, timeout_s=10, poll_s=0.01, progress=progress)
+    assert seen == [2, 3]
+    engine.by_name("aw-farm-emulator-2-1")["State"] = {"Status": "exited", "Running": False}
+    with pytest.raises(FarmError, match=r"emulator container\(s\) exited: emulator-2 \(docker compose -p aw-farm"):
+        sdk.wait_healthy(endpoints, timeout_s=10, poll_s=0.01)
+    sdk.close()
+
+    restart = farm.restart_hook(endpoints[0], "aw-farm", docker_host=engine.url, timeout_s=5, poll_s=0.01)
+    restart()
+    assert engine.by_name("aw-farm-emulator-0-1")["RestartCount"] == 1
+    with pytest.raises(FarmError, match="no container of farm other runs emulator-0"):
+        farm.restart_hook(endpoints[0], "other", docker_host=engine.url)()
