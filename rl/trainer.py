@@ -71,6 +71,7 @@ class TrainResult:
     suite_success_before: dict[str, float] = field(default_factory=dict)
     """a mixed --env: held-out success per suite before training (empty on a resumed run)"""
     suite_success_after: dict[str, float] = field(default_factory=dict)
+    """a mixed --env: held-out success per suite of the final model"""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
