@@ -22,7 +22,7 @@ from typing import Any, Iterator, Literal
 from guiagent.config import to_mapping
 
 __all__ = ["EVAL_SEED_BASE", "EvalConfig", "EvalResult", "pick_tasks", "make_policy", "episode_plan",
-           "run_eval", "warm_start"]
+           "run_eval", "suite_of", "success_by_suite", "warm_start"]
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,9 @@ class EvalResult:
     mode: str = "online"
     progress: float | None = None
     """--mode semi-online: mean share of recorded steps matched before the first mismatch (SOP)"""
+    per_suite: dict[str, float] = field(default_factory=dict)
+    """a mixed --env (webapps,miniwob): success per suite, aborted episodes counted as failures as in
+    success_rate; empty for one suite"""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -153,6 +156,24 @@ def episode_plan(ids: list[str], episodes: int, seed: int, max_steps: int | None
     return [EpisodeRequest(ids[i % n], seed + i // n, "", max_steps) for i in range(episodes)]
 
 
+def suite_of(traj: Any) -> str:
+    """The suite a trajectory's task belongs to. A completed episode of a mixed run carries its own
+    suite; one aborted at its reset carries the run's (``webapps,miniwob``) and a qualified task id."""
+    suite = traj.task.suite
+    return traj.task.task_id.partition(".")[0] if "," in suite else suite
+
+
+def success_by_suite(trajectories: Any, suites: list[str]) -> dict[str, float]:
+    """Success per suite of ``suites`` (each suite's share of successful episodes, aborted ones
+    counted as failures); ``{}`` for fewer than two suites or a suite without episodes."""
+    if len(suites) < 2:
+        return {}
+    by: dict[str, list[float]] = {s: [] for s in suites}
+    for t in trajectories:
+        by.setdefault(suite_of(t), []).append(float(t.success))
+    return {s: sum(v) / len(v) for s, v in by.items() if v}
+
+
 def resolve_env(cfg: EvalConfig) -> tuple[str, tuple[str, ...]]:
     """(suite name, task selection): an env id ``guiagent/<suite>.<task>`` selects one task."""
     from emulators.suites import parse_env_id
@@ -168,6 +189,7 @@ def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalRe
     ``pool`` an env pool to run on (left open) instead of a fresh in-process one."""
     from emulators.pool_mixed import open_pool
     from emulators.suites import get_suite
+    from emulators.suites.mixed import split_env
     from guiagent.config import check_model_path, validate_out_dir
     from guiagent.store import Store
     from rl.rollout import run_rollout
@@ -186,7 +208,7 @@ def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalRe
     run_id = store.create_run(cfg.name or f"{cfg.agent}-{env_name}", env=env_name, algo="eval",
                               model=cfg.model or cfg.agent, config=to_mapping(cfg))
     per_task: dict[str, list[float]] = defaultdict(list)
-    progress = _Progress(cfg.episodes, per_task)
+    progress = _Progress(cfg.episodes, per_task, qualify="," in env_name)
     own_pool = pool is None
     if own_pool:
         pool = open_pool(env_name, slots=cfg.slots, device_options=cfg.device)
@@ -207,6 +229,7 @@ def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalRe
         per_task={k: sum(v) / len(v) for k, v in sorted(per_task.items())},
         time_share={k: round(v / max(res.wall_seconds, 1e-9), 3) for k, v in
                     (("env", res.env_seconds), ("policy", res.policy_seconds), ("store", res.store_seconds))},
+        per_suite=success_by_suite(res.trajectories, split_env(env_name)),
     )
 
 
@@ -256,14 +279,17 @@ class _Progress:
     stdout is never touched, so ``--json`` output stays one clean line.
     """
 
-    def __init__(self, episodes: int, per_task: dict[str, list[float]]):
+    def __init__(self, episodes: int, per_task: dict[str, list[float]], *, qualify: bool = False):
         from guiagent.progress import progress_bar
 
-        self.episodes, self.per_task, self.done = episodes, per_task, 0
+        self.episodes, self.per_task, self.done, self.qualify = episodes, per_task, 0, qualify
         self.bar = progress_bar(episodes, "eval", "episode")
 
     def __call__(self, traj: Any) -> None:
-        self.per_task[traj.task.task_id].append(traj.success)
+        task = traj.task.task_id
+        if self.qualify and "," not in traj.task.suite:  # a mixed run names its tasks <suite>.<task>
+            task = f"{traj.task.suite}.{task}"
+        self.per_task[task].append(traj.success)
         self.done += 1
         rate = sum(map(sum, self.per_task.values())) / self.done
         if not self.bar.disable:

@@ -68,6 +68,10 @@ class TrainResult:
     """the stability guard that ended the run early, if one did"""
     eval_curve: dict[str, float] = field(default_factory=dict)
     last: dict[str, float] = field(default_factory=dict)
+    suite_success_before: dict[str, float] = field(default_factory=dict)
+    """a mixed --env: held-out success per suite before training (empty on a resumed run)"""
+    suite_success_after: dict[str, float] = field(default_factory=dict)
+    """a mixed --env: held-out success per suite of the final model"""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -265,14 +269,20 @@ class Trainer:
                                   temperature=cfg.temperature, top_p=cfg.top_p, min_p=cfg.min_p,
                                   max_new_tokens=cfg.max_new_tokens, keep_chats=True, frame=self.policy,
                                   lock=self.lock)
+        self.suite_eval: dict[str, float] = {}  # a mixed run: per suite, of the latest held-out evaluation
+        self.suite_before: dict[str, float] = {}
         if self.state.eval_before is None:
             self.state.eval_before = self.evaluate("before")
+            self.suite_before = dict(self.suite_eval)
             if cfg.eval_every:  # the starting model is the first candidate: a run never hands back a worse one
                 self._keep_best(self.state.eval_before, 0)
         self.judge = make_judge(cfg.judge, out)
         from guiagent.config import to_mapping as _mapping
         self.loggers = make_loggers(("store", *cfg.log_to), out, state_name(cfg, self.state), _mapping(cfg),
                                     store=self.store, run_id=self.state.run_id)
+        if self.suite_before:  # a point at the start of each suite's held-out curve
+            self.loggers.log(self.state.iteration, {f"suite/{k}/eval_success_before": v
+                                                    for k, v in self.suite_before.items()})
         if cfg.rollout == "async":
             from rl.rollout import AsyncRollout
 
@@ -442,6 +452,7 @@ class Trainer:
         due = (cfg.eval_every and (it + 1) % cfg.eval_every == 0) or stage_end
         if due and it + 1 < cfg.iterations and self.stopped_by is None:
             metrics["eval_success"] = self.evaluate("after-semi-online" if stage_end else f"iter-{it + 1}")
+            metrics.update({f"suite/{k}/eval_success": v for k, v in self.suite_eval.items()})
             self._keep_best(metrics["eval_success"], it + 1)
         # Metrics before the checkpoint: a kill in between repeats the iteration, whose metrics
         # then replace these; the other order would lose them.
@@ -561,7 +572,10 @@ class Trainer:
         # async: the rollout thread shares the pool, so it waits between two rollouts
         with self.async_rollout.paused() if self.async_rollout is not None else contextlib.nullcontext():
             r = run_eval(ecfg, policy=greedy, pool=self.env_pool())
-        log.info("held-out success %s: %.1f%% over %d episodes", tag, 100 * r.success_rate, r.episodes)
+        self.suite_eval = dict(r.per_suite)
+        by_suite = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r.per_suite.items())
+        log.info("held-out success %s: %.1f%% over %d episodes%s", tag, 100 * r.success_rate, r.episodes,
+                 f" ({by_suite})" if by_suite else "")
         return float(r.success_rate)
 
     # ---- cleanup --------------------------------------------------------------------------------
@@ -574,6 +588,9 @@ class Trainer:
         self.policy.save(final)
         self.settings.save(str(final))
         self.after = self.evaluate("after")
+        if self.suite_eval and self.state.iteration > 0:  # the end of each suite's held-out curve
+            self.loggers.log(self.state.iteration - 1,
+                             {f"suite/{k}/eval_success": v for k, v in self.suite_eval.items()})
         if self.cfg.eval_every or self.state.best_success is not None:
             self._keep_best(self.after, self.state.iteration)
             save_checkpoint(self.out, self.policy, self.opt, self.state, extra=self.credit.save)  # best_* for a resume
@@ -587,7 +604,8 @@ class Trainer:
             best_iteration=s.best_iteration, stopped_by=self.stopped_by,
             eval_curve={str(i + 1): h["eval_success"] for i, h in enumerate(self.history, start=self.first_iteration)
                         if "eval_success" in h},
-            last=self.history[-1] if self.history else {})
+            last=self.history[-1] if self.history else {},
+            suite_success_before=self.suite_before, suite_success_after=dict(self.suite_eval))
 
     def cleanup(self) -> None:
         if self.async_rollout is not None:

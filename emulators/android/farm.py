@@ -9,10 +9,16 @@ One farm = one Docker Compose project on one KVM host. Emulator ``i`` publishes
 * the gRPC ``EmulatorController`` on ``grpc_base + i``.
 
 ``up`` writes ``compose.yaml`` and ``endpoints.json`` under the state directory, starts the
-project and waits for every emulator's health check (``sys.boot_completed``). Actors on other
-machines read ``endpoints.json`` (or get it copied) and connect to ``host:port`` — nothing
-assumes the farm is local. ``status`` works from the endpoints file alone (TCP probes) when no
-Docker engine is reachable from where it runs.
+project (``docker compose up -d``: Compose creates what the file describes) and waits for every
+emulator's health check (``sys.boot_completed``). Actors on other machines read ``endpoints.json``
+(or get it copied) and connect to ``host:port`` — nothing assumes the farm is local. ``status``
+works from the endpoints file alone (TCP probes) when no Docker engine is reachable from where it
+runs.
+
+Everything else the farm asks of the engine (is it there, each container's state and health, a
+restart, a replacement) goes through the Docker SDK for Python (:class:`DockerFarmEngine`, the
+engine's HTTP API), which finds containers by the labels ``compose.yaml`` gives them
+(``guiagent.farm``, ``guiagent.emulator.index``): no command output is parsed.
 """
 
 from __future__ import annotations
@@ -30,10 +36,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-__all__ = ["FarmSpec", "EmulatorEndpoint", "EndpointStatus", "FarmError", "render_compose", "endpoints_for",
+__all__ = ["FarmSpec", "EmulatorEndpoint", "EndpointStatus", "FarmError", "DockerFarmEngine", "render_compose",
+           "endpoints_for",
            "write_endpoints", "load_endpoints", "find_compose", "check_engine", "up", "down", "status",
            "probe", "connect_adb", "connect_device", "EndpointLease", "lease_endpoint", "lease_from", "try_lease",
-           "local_endpoints", "default_lock_dir", "mark_unhealthy", "unhealthy_marker", "restart_hook"]
+           "local_endpoints", "default_lock_dir", "mark_unhealthy", "unhealthy_marker", "clean_marker",
+           "mark_clean", "lease_holder", "restart_hook"]
 
 #: ports inside every emulator container (docker/emulator/entrypoint.sh forwards them)
 CONSOLE_PORT, ADB_PORT, GRPC_PORT = 5554, 5555, 8554
@@ -45,34 +53,63 @@ class FarmError(RuntimeError):
 
 @dataclass(frozen=True)
 class FarmSpec:
-    """What to run: ``emulators`` copies of ``image`` with ports from the two bases."""
+    """What to run: ``emulators + spares`` copies of ``image`` with ports from the two bases."""
 
     emulators: int = 1
+    """emulators for rollout slots (one per slot, never shared)"""
+    spares: int = 0
+    """extra emulators kept free and warm (probed, and restored to the snapshot after a slot used them):
+    a slot whose emulator fails takes one while the healer restarts the failed one (ClawGUI-style rotation)"""
     image: str = "guiagent/android-emulator:latest"
+    """emulator image (build it from docker/emulator, see docs/android.md)"""
     project: str = "guiagent-farm"
+    """docker compose project name (containers are labelled with it)"""
     bind: str = "127.0.0.1"
+    """host interface the emulator ports are published on (0.0.0.0 to serve other hosts)"""
     host: str = "127.0.0.1"
+    """address other machines use to reach this farm; written into endpoints.json"""
     console_base_port: int = 5554
+    """emulator i gets console base+2i and adb base+2i+1 (5554 makes the host's adb list emulator-5554...)"""
     grpc_base_port: int = 8554
+    """emulator i gets its gRPC EmulatorController on base+i"""
     memory_gb: float = 6.0
+    """memory limit per emulator container"""
     cpus: float = 4.0
+    """CPU limit per emulator container"""
     kvm_device: str = "/dev/kvm"
+    """the host's KVM device, passed into every container"""
     snapshot: str = "guiagent_ready"
-    environment: Mapping[str, str] = field(default_factory=dict)
+    """emulator snapshot the containers boot from and spares are restored to ("": never restore)"""
+    environment: dict[str, str] = field(default_factory=dict)
+    """extra environment variables of every emulator container"""
 
     def __post_init__(self) -> None:
         if self.emulators < 1:
             raise ValueError(f"emulators must be >= 1, got {self.emulators}")
+        if self.spares < 0:
+            raise ValueError(f"spares must be >= 0, got {self.spares}")
         if self.console_base_port % 2:
             raise ValueError(f"console_base_port must be even (emulator console/adb pairs), "
                              f"got {self.console_base_port}")
-        console = set(range(self.console_base_port, self.console_base_port + 2 * self.emulators))
-        grpc = set(range(self.grpc_base_port, self.grpc_base_port + self.emulators))
-        if max(console | grpc) > 65535 or min(console | grpc) < 1024:
-            raise ValueError("ports fall outside 1024..65535; lower the base ports or the emulator count")
-        if console & grpc:
-            raise ValueError(f"console/adb ports {min(console)}-{max(console)} overlap gRPC ports "
-                             f"{min(grpc)}-{max(grpc)}; move --grpc-base-port")
+        n = self.total
+        console = (self.console_base_port, self.console_base_port + 2 * n - 1)
+        grpc = (self.grpc_base_port, self.grpc_base_port + n - 1)
+        for name, (lo, hi) in (("console_base_port", console), ("grpc_base_port", grpc)):
+            if lo < 1024 or hi > 65535:
+                raise ValueError(f"{name}: ports {lo}-{hi} of {n} emulator(s) fall outside 1024..65535; "
+                                 "move it or start fewer emulators")
+        if console[0] <= grpc[1] and grpc[0] <= console[1]:
+            raise ValueError(f"grpc_base_port: gRPC ports {grpc[0]}-{grpc[1]} overlap the console/adb ports "
+                             f"{console[0]}-{console[1]}; move it")
+        if not self.memory_gb > 0:
+            raise ValueError(f"memory_gb must be positive, got {self.memory_gb}")
+        if not self.cpus > 0:
+            raise ValueError(f"cpus must be positive, got {self.cpus}")
+
+    @property
+    def total(self) -> int:
+        """Containers the farm runs: the slots' emulators and the spares."""
+        return self.emulators + self.spares
 
     def ports(self, i: int) -> tuple[int, int, int]:
         """``(console, adb, grpc)`` host ports of emulator ``i``."""
@@ -116,7 +153,7 @@ class EmulatorEndpoint:
 
 
 def endpoints_for(spec: FarmSpec) -> list[EmulatorEndpoint]:
-    return [EmulatorEndpoint(i, f"emulator-{i}", spec.host, *spec.ports(i)) for i in range(spec.emulators)]
+    return [EmulatorEndpoint(i, f"emulator-{i}", spec.host, *spec.ports(i)) for i in range(spec.total)]
 
 
 def render_compose(spec: FarmSpec) -> str:
@@ -154,7 +191,8 @@ def render_compose(spec: FarmSpec) -> str:
             },
         }
     doc = {"name": spec.project, "services": services}
-    header = (f"# guiagent emulator farm: {spec.emulators} emulator(s) of {spec.image}\n"
+    spares = f" ({spec.emulators} for slots + {spec.spares} spare)" if spec.spares else ""
+    header = (f"# guiagent emulator farm: {spec.total} emulator(s){spares} of {spec.image}\n"
               f"# rendered by `guiagent farm up`; endpoints advertised as {spec.host}\n")
     return header + yaml.safe_dump(doc, sort_keys=False, width=120)
 
@@ -162,7 +200,8 @@ def render_compose(spec: FarmSpec) -> str:
 def write_endpoints(spec: FarmSpec, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"project": spec.project, "host": spec.host, "image": spec.image,
+    data = {"project": spec.project, "host": spec.host, "image": spec.image, "snapshot": spec.snapshot,
+            "slots": spec.emulators, "spares": spec.spares,
             "emulators": [e.to_dict() for e in endpoints_for(spec)]}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
@@ -210,36 +249,107 @@ def _env(docker_host: str | None) -> dict[str, str]:
     return env
 
 
+class DockerFarmEngine:
+    """A farm's containers through the Docker SDK: their state and health, a restart, a replacement."""
+
+    def __init__(self, project: str, docker_host: str | None = None, *, timeout_s: float = 60.0):
+        try:
+            import docker
+        except ImportError:
+            raise FarmError("the farm drives Docker through the Docker SDK: pip install 'guiagent[farm]' "
+                            "(or pip install docker)") from None
+        self.project = project
+        try:
+            self.client = (docker.DockerClient(base_url=docker_host, version="auto", timeout=int(timeout_s))
+                           if docker_host else docker.from_env(version="auto", timeout=int(timeout_s)))
+        except docker.errors.DockerException as e:
+            where = docker_host or os.environ.get("DOCKER_HOST") or "the local socket"
+            raise FarmError(f"no Docker engine reachable at {where} ({' '.join(str(e).split())[:200]}); "
+                            "start dockerd on a KVM host, or pass --docker-host ssh://user@farm-host") from None
+        self._errors = docker.errors
+
+    def containers(self) -> dict[int, Any]:
+        """The farm's containers by emulator index."""
+        try:
+            found = self.client.containers.list(all=True, filters={"label": [f"guiagent.farm={self.project}"]})
+        except self._errors.DockerException as e:
+            raise FarmError(f"listing the containers of farm {self.project}: {e}") from None
+        return {int(c.labels["guiagent.emulator.index"]): c for c in found
+                if str(c.labels.get("guiagent.emulator.index", "")).isdigit()}
+
+    def container(self, endpoint: EmulatorEndpoint) -> Any:
+        c = self.containers().get(endpoint.index)
+        if c is None:
+            raise FarmError(f"no container of farm {self.project} runs {endpoint.name} "
+                            "(was it started with `guiagent farm up`?)")
+        return c
+
+    @staticmethod
+    def state(container: Any) -> tuple[str, str]:
+        """``(state, health)`` of a container: ``running``/``exited``/..., ``healthy``/``starting``/..."""
+        st = container.attrs.get("State") or {}
+        return str(st.get("Status") or "unknown"), str((st.get("Health") or {}).get("Status") or "unknown")
+
+    def restart(self, endpoint: EmulatorEndpoint) -> None:
+        try:
+            self.container(endpoint).restart(timeout=10)
+        except self._errors.APIError as e:
+            raise FarmError(f"restarting {endpoint.name}: {e.explanation or e}") from None
+
+    def replace(self, endpoint: EmulatorEndpoint) -> str:
+        """Remove the container and create it again from its own image, config and host config; the new id."""
+        old = self.container(endpoint)
+        attrs = old.attrs
+        cfg, host_cfg = attrs.get("Config") or {}, attrs.get("HostConfig") or {}
+        name = (attrs.get("Name") or old.name).lstrip("/")
+        try:
+            old.remove(force=True)
+            created = self.client.api.create_container(
+                image=cfg.get("Image"), name=name, labels=cfg.get("Labels") or {}, environment=cfg.get("Env"),
+                healthcheck=cfg.get("Healthcheck"), host_config=host_cfg,
+                ports=list(cfg.get("ExposedPorts") or {}) or None)
+            self.client.api.start(created["Id"])
+        except self._errors.APIError as e:
+            raise FarmError(f"replacing {endpoint.name}: {e.explanation or e}") from None
+        return created["Id"]
+
+    def wait_healthy(self, endpoints: Sequence[EmulatorEndpoint], *, timeout_s: float, poll_s: float = 5.0,
+                     progress: Callable[[int, int], None] | None = None) -> None:
+        """Until every endpoint's container reports ``healthy``; :class:`FarmError` when one exited or
+        time ran out (naming them). ``progress(healthy, total)`` after each look."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            containers = self.containers()
+            states = {ep.name: self.state(containers[ep.index]) if ep.index in containers else ("missing", "")
+                      for ep in endpoints}
+            dead = sorted(n for n, (st, _) in states.items() if st in ("exited", "dead"))
+            if dead:
+                raise FarmError(f"emulator container(s) exited: {', '.join(dead)} "
+                                f"(docker compose -p {self.project} logs {dead[0]})")
+            ready = sorted(n for n, (_, health) in states.items() if health == "healthy")
+            if progress is not None:
+                progress(len(ready), len(endpoints))
+            if len(ready) == len(endpoints):
+                return
+            if time.monotonic() > deadline:
+                waiting = sorted(set(states) - set(ready))
+                raise FarmError(f"emulators not healthy after {timeout_s:.0f} s: {', '.join(waiting)} "
+                                "(is /dev/kvm available to Docker? see `docker compose logs`)")
+            time.sleep(poll_s)
+
+    def close(self) -> None:
+        self.client.close()
+
+
 def check_engine(docker_host: str | None = None) -> None:
     """Raise :class:`FarmError` (one line) unless a Docker engine answers."""
-    if shutil.which("docker") is None:
-        raise FarmError("no docker CLI here; the farm needs Docker Engine with KVM (see docs/android.md)")
-    r = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True,
-                       text=True,
-                       env=_env(docker_host), timeout=30)
-    if r.returncode != 0 or not r.stdout.strip():
-        why = " ".join((r.stderr or r.stdout).split())[:200]
-        where = docker_host or os.environ.get("DOCKER_HOST") or "the local socket"
-        raise FarmError(f"no Docker engine reachable at {where} ({why}); start dockerd on a KVM host, or "
-                        "pass --docker-host ssh://user@farm-host")
+    DockerFarmEngine("", docker_host).close()
 
 
 def _compose(cmd: Sequence[str], compose_file: Path, project: str, docker_host: str | None,
              timeout: float = 600) -> subprocess.CompletedProcess:
     argv = [*find_compose(), "-f", str(compose_file), "-p", project, *cmd]
     return subprocess.run(argv, capture_output=True, text=True, env=_env(docker_host), timeout=timeout)
-
-
-def _ps(compose_file: Path, project: str, docker_host: str | None) -> list[dict[str, Any]]:
-    r = _compose(["ps", "--all", "--format", "json"], compose_file, project, docker_host, timeout=60)
-    if r.returncode != 0:
-        raise FarmError(f"docker compose ps failed: {' '.join(r.stderr.split())[:300]}")
-    text = r.stdout.strip()
-    if not text:
-        return []
-    if text.startswith("["):  # older compose prints one array, newer one object per line
-        return json.loads(text)
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 @dataclass(frozen=True)
@@ -272,19 +382,23 @@ def probe(host: str, port: int, timeout_s: float = 1.0) -> bool:
 
 def status(endpoints: Sequence[EmulatorEndpoint], *, compose_file: Path | None = None,
            project: str | None = None, docker_host: str | None = None) -> list[EndpointStatus]:
-    """Each endpoint's ports (TCP probes) and, when an engine and compose file are at hand, its container."""
-    containers: dict[str, dict[str, Any]] = {}
+    """Each endpoint's ports (TCP probes) and, for a farm started here (its ``compose_file`` exists)
+    whose engine answers, its container's state and health."""
+    containers: dict[int, Any] | None = None
     if compose_file is not None and project and compose_file.is_file():
         try:
-            check_engine(docker_host)
-            containers = {c.get("Service", ""): c for c in _ps(compose_file, project, docker_host)}
+            engine = DockerFarmEngine(project, docker_host)
+            try:
+                containers = engine.containers()
+            finally:
+                engine.close()
         except FarmError:
-            containers = {}
+            containers = None
     out = []
     for ep in endpoints:
-        c = containers.get(ep.name)
-        state = (c.get("State") or "unknown") if c else ("missing" if containers else "unknown")
-        health = (c.get("Health") or "unknown") if c else "unknown"
+        c = (containers or {}).get(ep.index)
+        state, health = DockerFarmEngine.state(c) if c is not None else (
+            "missing" if containers else "unknown", "unknown")
         out.append(EndpointStatus(ep, state, health, probe(ep.host, ep.adb_port),
                                   probe(ep.host, ep.grpc_port)))
     return out
@@ -300,37 +414,24 @@ def up(spec: FarmSpec, state_dir: str | Path, *, timeout_s: float = 900, docker_
 
     Raises :class:`FarmError` (no engine, compose failed, timeout with the unhealthy names).
     """
-    check_engine(docker_host)
-    state = Path(state_dir)
-    state.mkdir(parents=True, exist_ok=True)
-    compose_file = state / "compose.yaml"
-    compose_file.write_text(render_compose(spec))
-    log(f"farm: starting {spec.emulators} emulator(s) of {spec.image} (project {spec.project})")
-    r = _compose(["up", "-d", "--remove-orphans"], compose_file, spec.project, docker_host, timeout=timeout_s)
-    if r.returncode != 0:
-        raise FarmError(f"docker compose up failed: {' '.join(r.stderr.split())[-400:]}")
-    endpoints = endpoints_for(spec)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        rows = {c.get("Service"): c for c in _ps(compose_file, spec.project, docker_host)}
-        health = {ep.name: (rows.get(ep.name) or {}).get("Health") or "starting" for ep in endpoints}
-        ready = sorted(n for n, h in health.items() if h == "healthy")
-        dead = sorted(n for n, c in rows.items() if c.get("State") in ("exited", "dead"))
-        if dead:
-            raise FarmError(f"emulator container(s) exited: {', '.join(dead)} "
-                            f"(docker compose -p {spec.project} logs {dead[0]})")
-        if progress is not None:
-            progress(len(ready), len(endpoints))
-        else:
-            log(f"farm: {len(ready)}/{len(endpoints)} emulators booted")
-        if len(ready) == len(endpoints):
-            break
-        if time.monotonic() > deadline:
-            waiting = sorted(set(health) - set(ready))
-            raise FarmError(f"emulators not healthy after {timeout_s:.0f} s: {', '.join(waiting)} "
-                            "(is /dev/kvm available to Docker? see `docker compose logs`)")
-        time.sleep(poll_s)
+    engine = DockerFarmEngine(spec.project, docker_host)  # no engine: one line, before anything is written
+    try:
+        state = Path(state_dir)
+        state.mkdir(parents=True, exist_ok=True)
+        compose_file = state / "compose.yaml"
+        compose_file.write_text(render_compose(spec))
+        log(f"farm: starting {spec.total} emulator(s) of {spec.image} (project {spec.project})")
+        r = _compose(["up", "-d", "--remove-orphans"], compose_file, spec.project, docker_host, timeout=timeout_s)
+        if r.returncode != 0:
+            raise FarmError(f"docker compose up failed: {' '.join(r.stderr.split())[-400:]}")
+        endpoints = endpoints_for(spec)
+        engine.wait_healthy(endpoints, timeout_s=timeout_s, poll_s=poll_s, progress=progress or (
+            lambda n, total: log(f"farm: {n}/{total} emulators booted")))
+    finally:
+        engine.close()
     write_endpoints(spec, state / "endpoints.json")
+    for ep in endpoints:  # freshly booted from the snapshot: every emulator is a warm spare until leased
+        mark_clean(state / "leases", ep)
     return endpoints
 
 
@@ -393,6 +494,7 @@ class EndpointLease:
         if self._fd >= 0:
             import fcntl
 
+            os.ftruncate(self._fd, 0)  # no holder named: `farm status` reads the file without locking it
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = -1
@@ -416,8 +518,35 @@ def mark_unhealthy(lock_dir: str | Path, endpoint: EmulatorEndpoint, why: str) -
     path.write_text(" ".join(why.split())[:300] + "\n")
 
 
-def try_lease(endpoint: EmulatorEndpoint, lock_dir: str | Path) -> EndpointLease | None:
-    """The lease of ``endpoint`` when nobody holds it, else ``None`` (never waits)."""
+def clean_marker(lock_dir: str | Path, endpoint: EmulatorEndpoint) -> Path:
+    return Path(lock_dir) / f"{endpoint.name}.clean"
+
+
+def mark_clean(lock_dir: str | Path, endpoint: EmulatorEndpoint) -> None:
+    """Leave ``<name>.clean``: the emulator is as its snapshot left it (booted, restored or healed since
+    its last lease); leases take such warm spares first, and a lease for use removes the mark."""
+    path = clean_marker(lock_dir, endpoint)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+
+
+def lease_holder(lock_dir: str | Path, endpoint: EmulatorEndpoint) -> int | None:
+    """The process id holding ``endpoint``'s lease, read without taking the lock (``None``: free)."""
+    import psutil
+
+    try:
+        text = (Path(lock_dir) / f"{endpoint.name}.lock").read_text().strip()
+    except OSError:
+        return None
+    pid = int(text) if text.isdigit() else None
+    return pid if pid is not None and psutil.pid_exists(pid) else None  # a killed holder's lock is gone
+
+
+def try_lease(endpoint: EmulatorEndpoint, lock_dir: str | Path, *, use: bool = True) -> EndpointLease | None:
+    """The lease of ``endpoint`` when nobody holds it, else ``None`` (never waits).
+
+    ``use``: the holder will run episodes on it, so it is no longer clean (the healer, which only
+    probes and restores, leases with ``use=False``)."""
     import fcntl
 
     lock_dir = Path(lock_dir)
@@ -431,6 +560,8 @@ def try_lease(endpoint: EmulatorEndpoint, lock_dir: str | Path) -> EndpointLease
         return None
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
+    if use:
+        clean_marker(lock_dir, endpoint).unlink(missing_ok=True)
     return EndpointLease(endpoint, fd, path)
 
 
@@ -438,13 +569,14 @@ def lease_from(endpoints: Sequence[EmulatorEndpoint], lock_dir: str | Path, *,
                probe: Callable[[EmulatorEndpoint], str | None] | None = None, what: str = "the list") -> EndpointLease:
     """Claim the first free, healthy emulator of ``endpoints``; locks live in ``lock_dir``.
 
-    Emulators marked unhealthy are skipped. With ``probe`` (``None`` when the device answers,
-    else why not, e.g. :func:`emulators.android.health.grpc_probe`) a candidate is checked after it
-    is claimed; one that fails is marked unhealthy, released and the next one tried. Raises
-    :class:`FarmError` (one line) when none is left.
+    Warm spares (marked clean: untouched since their snapshot) are tried first, so a slot whose
+    emulator failed moves to one of them. Emulators marked unhealthy are skipped. With ``probe``
+    (``None`` when the device answers, else why not, e.g. :func:`emulators.android.health.grpc_probe`)
+    a candidate is checked after it is claimed; one that fails is marked unhealthy, released and the
+    next one tried. Raises :class:`FarmError` (one line) when none is left.
     """
     taken = unhealthy = 0
-    for ep in endpoints:
+    for ep in sorted(endpoints, key=lambda e: not clean_marker(lock_dir, e).exists()):  # stable: clean first
         if unhealthy_marker(lock_dir, ep).exists():
             unhealthy += 1
             continue
@@ -500,21 +632,17 @@ def default_lock_dir() -> Path:
     return Path(os.environ.get("GUIAGENT_LEASE_DIR") or Path(tempfile.gettempdir()) / f"guiagent-leases-{os.getuid()}")
 
 
-def restart_hook(endpoint: EmulatorEndpoint, state_dir: str | Path, project: str, *,
-                 docker_host: str | None = None, timeout_s: float = 300) -> Callable[[], None]:
+def restart_hook(endpoint: EmulatorEndpoint, project: str, *, docker_host: str | None = None,
+                 timeout_s: float = 300, poll_s: float = 3.0) -> Callable[[], None]:
     """A callable that restarts one farm emulator's container and waits until it is healthy again."""
-    compose_file = Path(state_dir) / "compose.yaml"
 
     def restart() -> None:
-        r = _compose(["restart", endpoint.name], compose_file, project, docker_host, timeout=timeout_s)
-        if r.returncode != 0:
-            raise FarmError(f"restarting {endpoint.name} failed: {' '.join(r.stderr.split())[-300:]}")
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            rows = {c.get("Service"): c for c in _ps(compose_file, project, docker_host)}
-            if (rows.get(endpoint.name) or {}).get("Health") == "healthy":
-                return
-            time.sleep(3)
-        raise FarmError(f"{endpoint.name} not healthy {timeout_s:.0f} s after a restart")
+        engine = DockerFarmEngine(project, docker_host)
+        try:
+            engine.restart(endpoint)
+            time.sleep(min(poll_s, 1.0))  # the engine reports the old health for a moment
+            engine.wait_healthy([endpoint], timeout_s=timeout_s, poll_s=poll_s)
+        finally:
+            engine.close()
 
     return restart

@@ -176,6 +176,21 @@ class EmulatorGrpcTransport(Transport):
     def current_activity(self) -> str | None:
         return self.adb.current_activity() if self.adb is not None else None
 
+    def load_snapshot(self, snapshot_id: str) -> None:
+        """Put the emulator back into its saved snapshot ``snapshot_id`` (the emulator's own gRPC
+        ``SnapshotService.LoadSnapshot``); :class:`DeviceError` when it does not load."""
+        from android_env.proto import snapshot_service_pb2 as spb
+        from android_env.proto import snapshot_service_pb2_grpc as spb_grpc
+
+        stub = spb_grpc.SnapshotServiceStub(self._channel)
+        try:
+            reply = self._call("LoadSnapshot", stub.LoadSnapshot, spb.SnapshotPackage(snapshot_id=snapshot_id))
+        except ActionError as e:  # the service refused the call: the emulator cannot be put back
+            raise DeviceError(str(e)) from None
+        if not reply.success:
+            why = bytes(reply.err).decode(errors="replace").strip() or "no reason given"
+            raise DeviceError(f"grpc: snapshot {snapshot_id!r} did not load at {self.address}: {why}")
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from emulators.android.farm import EmulatorEndpoint
 from emulators.base import ActionError, DeviceError
 
-__all__ = ["Probe", "grpc_probe", "probe_with_deadline"]
+__all__ = ["Probe", "grpc_probe", "grpc_restore", "probe_with_deadline"]
 
 Probe = Callable[[EmulatorEndpoint], "str | None"]
 
@@ -51,3 +51,24 @@ def probe_with_deadline(deadline_s: float = 10.0, token: str | None = None) -> P
         return grpc_probe(endpoint, deadline_s=deadline_s, token=token)
 
     return probe
+
+
+def grpc_restore(endpoint: EmulatorEndpoint, snapshot: str, *, deadline_s: float = 60.0,
+                 token: str | None = None) -> str | None:
+    """``None`` when ``endpoint`` loaded its snapshot ``snapshot`` over gRPC within ``deadline_s``, else why not.
+
+    What keeps a spare warm between two leases: whatever the last episode left on it is gone."""
+    from emulators.android.grpc import EmulatorGrpcTransport
+
+    try:
+        t = EmulatorGrpcTransport(endpoint.grpc_address, token=token, timeout_s=deadline_s,
+                                  connect_timeout_s=min(deadline_s, 5.0))
+    except DeviceError as e:
+        return str(e)
+    try:
+        t.load_snapshot(snapshot)
+    except DeviceError as e:
+        return str(e)
+    finally:
+        t.close()
+    return None

@@ -10,7 +10,9 @@ In the order a new user meets them on a bare host:
    by ``adb devices`` as a ``device`` and answer on its gRPC port, and there must be one per slot;
 4. the ``android_world`` package, in its own environment.
 
-:func:`check_androidworld` raises :class:`AndroidSetupError` (a ``ValueError``) with that line.
+:func:`check_androidworld` (``guiagent train``) raises :class:`AndroidSetupError` (a ``ValueError``)
+with that line; :func:`check_androidworld_eval` (``guiagent eval``) does the same for an evaluation,
+whose agent may need no model (``--agent random``) but never is the scripted oracle.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from pathlib import Path
 from emulators.android import farm as farm_lib
 from emulators.android.farm import EmulatorEndpoint, FarmError
 
-__all__ = ["AndroidSetupError", "adb_states", "check_androidworld", "needs_model_message"]
+__all__ = ["AndroidSetupError", "adb_states", "check_androidworld", "check_androidworld_eval", "check_devices",
+           "needs_model_message"]
 
 START_HINT = ("start emulators with `guiagent farm up --emulators N` (docs/android.md) and pass "
               "--device farm runs/farm/endpoints.json")
@@ -88,6 +91,25 @@ def check_androidworld(*, env: str, model: str, data: Sequence[str], resume: str
     ``slots``: emulators the run drives at once (one per slot, never shared)."""
     if not model and not data and not resume:
         raise AndroidSetupError(needs_model_message(env))
+    check_devices(device=device, slots=slots)
+
+
+def check_androidworld_eval(*, env: str, agent: str, device: Mapping[str, str], slots: int) -> None:
+    """:func:`check_androidworld` for ``guiagent eval``: an agent that can act on AndroidWorld (its
+    tasks have no scripted solvers), then adb, the emulators and android_world. ``env`` of several
+    suites (``androidworld,webapps``) with the oracle runs only the others' tasks: nothing to check."""
+    from emulators.suites.mixed import split_env
+
+    if agent == "oracle":
+        if len(split_env(env)) > 1:
+            return
+        raise AndroidSetupError(f"--env {env} has no scripted solvers (android_world ships none), so --agent oracle "
+                                "has nothing to run: use --agent model --model DIR|HUB_ID|URL, or --agent random")
+    check_devices(device=device, slots=slots)
+
+
+def check_devices(*, device: Mapping[str, str], slots: int) -> None:
+    """adb, ``slots`` ready emulators among those ``device`` names, and the android_world package."""
     adb = device.get("adb_path") or "adb"
     adb_exe = shutil.which(adb)
     if adb_exe is None:

@@ -17,6 +17,21 @@ Each registered ``TaskEval`` class becomes a :class:`~emulators.base.Task`:
 * ``teardown``: ``tear_down(env)``; if that fails, the device reloads its emulator
   snapshot (``adb emu avd snapshot load``) or restarts its container.
 
+Whether an episode starts by reloading the emulator's snapshot is decided per task, from what the
+task declares (:func:`snapshot_need`), when the device's ``snapshot_reset`` is ``auto`` (the default
+on a farm, whose image has the snapshot):
+
+* a task that names the apps it uses (``app_names``) gets them restored by android_world itself
+  (``initialize_task`` and ``tear_down`` load each app's data snapshot), so the emulator snapshot is
+  not reloaded: a few seconds saved per episode;
+* a task that names no app (``app_names = ()``: the clipboard, information-retrieval and contact
+  tasks set up their own data on whatever the device holds) starts from the reloaded snapshot, the
+  only state nothing else puts back;
+* a task class may decide for itself with a boolean ``snapshot_reset`` attribute.
+
+``always`` reloads before every episode, ``never`` (the default off a farm: an emulator started by
+hand may have no such snapshot) never does.
+
 AndroidWorld ships no scripted solvers, so ``oracle`` returns ``None``.
 """
 
@@ -33,7 +48,7 @@ from emulators.suites import Suite
 from guiagent.types import Action
 
 __all__ = ["AndroidWorldMissing", "AndroidWorldSuite", "AndroidWorldDevice", "wrap_task", "step_budget",
-           "parse_console_ports", "SUITE", "MISSING_MESSAGE"]
+           "snapshot_need", "parse_snapshot_reset", "parse_console_ports", "SUITE", "MISSING_MESSAGE"]
 
 MISSING_MESSAGE = ("androidworld suite needs the android_world package (not on PyPI; it pins its own numpy "
                    "and protobuf, so give it its own environment): python3.11 -m venv .venv-aw && "
@@ -65,6 +80,38 @@ def step_budget(complexity: float) -> int:
     return max(1, int(10 * float(complexity)))
 
 
+def snapshot_need(aw_cls: type) -> tuple[bool, str]:
+    """Whether an episode of ``aw_cls`` should start from the reloaded emulator snapshot, and why
+    (see the module doc): a boolean ``snapshot_reset`` the class declares, else only when it names
+    no app for android_world to restore."""
+    declared = getattr(aw_cls, "snapshot_reset", None)
+    if isinstance(declared, bool):
+        return declared, "the task declares it"
+    apps = getattr(aw_cls, "app_names", None)
+    if not isinstance(apps, (tuple, list)):  # not declared on the class (an abstract property)
+        return True, "the task declares no apps"
+    apps = [a for a in apps if a]
+    if not apps:
+        return True, "the task declares no apps, so android_world restores nothing before it"
+    return False, f"android_world restores its apps ({', '.join(apps)}) itself"
+
+
+SNAPSHOT_RESET_MODES = ("auto", "always", "never")
+
+
+def parse_snapshot_reset(value: Any, *, farm: bool) -> str:
+    """``auto``, ``always`` or ``never`` from a device option (``true``/``false`` read as always/never);
+    unset: ``auto`` on a farm (its image has the snapshot), ``never`` elsewhere."""
+    if value is None or value == "":
+        return "auto" if farm else "never"
+    text = str(value).strip().lower()
+    text = {"true": "always", "1": "always", "yes": "always", "false": "never", "0": "never", "no": "never"}.get(
+        text, text)
+    if text not in SNAPSHOT_RESET_MODES:
+        raise ValueError(f"snapshot_reset: {value!r} is not one of auto, always, never")
+    return text
+
+
 class AndroidWorldDevice(AndroidDevice):
     """An :class:`AndroidDevice` that also holds android_world's ``AsyncEnv`` (tasks evaluate through it).
 
@@ -86,10 +133,17 @@ class AndroidWorldDevice(AndroidDevice):
         self.restart = restart
 
     def reset(self) -> None:
+        self.reset_for(needs_snapshot=False)
+
+    def reset_for(self, *, needs_snapshot: bool) -> None:
+        """A fresh episode; the snapshot is reloaded first when ``snapshot_reset`` is ``always``, or
+        ``auto`` and the episode's task ``needs_snapshot`` (:func:`snapshot_need`)."""
         self._size = None
+        load = self.snapshot_reset == "always" or (self.snapshot_reset == "auto" and needs_snapshot)
         try:
-            if self.snapshot_reset:  # where tasks allow it: every episode from the same saved state
+            if load:
                 self.load_snapshot()
+                self.snapshot_loads += 1
             self.aw_env.reset(go_home=self.home_on_reset)
         except Exception as e:  # noqa: BLE001 - android_world raises many kinds; the device is unusable
             self.failure = f"androidworld: reset failed: {type(e).__name__}: {e}"
@@ -134,7 +188,8 @@ class AndroidWorldDevice(AndroidDevice):
 
     lease: Any = None  # the EndpointLease this device holds, released on close
     failure: str | None = None  # the device error that broke it: its emulator is marked unhealthy on close
-    snapshot_reset: bool = False  # load the snapshot before every episode (tasks that start from it)
+    snapshot_reset: str = "never"  # auto (per task), always or never: see the module doc
+    snapshot_loads: int = 0  # snapshots loaded before episodes so far
 
     def close(self) -> None:
         if not self._closed:
@@ -162,6 +217,7 @@ def wrap_task(name: str, aw_cls: type) -> type[Task]:
         max_steps = step_budget(complexity)
         eval_class = aw_cls
         has_oracle = False
+        needs_snapshot, snapshot_reason = snapshot_need(aw_cls)
 
         def __init__(self, params):
             super().__init__(params)
@@ -188,6 +244,13 @@ def wrap_task(name: str, aw_cls: type) -> type[Task]:
                 random.setstate(state)
             params["seed"] = seed
             return params
+
+        def reset_device(self, device: Device) -> None:
+            reset_for = getattr(device, "reset_for", None)
+            if reset_for is None:
+                device.reset()
+            else:  # the snapshot reloaded or not, as this task declares (snapshot_need)
+                reset_for(needs_snapshot=self.needs_snapshot)
 
         def setup(self, device: Device) -> str:
             env = _aw_env(device)
@@ -256,7 +319,7 @@ class AndroidWorldSuite(Suite):
                     snapshot: str | None = "guiagent_ready", restart: Callable[[], None] | None = None,
                     endpoint: Any = None, farm: str | None = None, console_ports: Any = None,
                     serials: Any = None, lease_dir: str | None = None, health_deadline_s: Any = None,
-                    snapshot_reset: Any = False, **device_options: Any) -> Device:
+                    snapshot_reset: Any = None, **device_options: Any) -> Device:
         """Attach to a running emulator: one emulator per device, never shared.
 
         * ``farm``: a local farm's ``endpoints.json``; the first free, healthy emulator is leased
@@ -270,7 +333,9 @@ class AndroidWorldSuite(Suite):
         within that many seconds (:mod:`emulators.android.health`), else it is marked unhealthy
         and the next one is tried. A device that fails with a device error marks its emulator
         unhealthy when it is closed, so the slot's next device leases another one (a spare) while
-        ``guiagent farm heal`` restarts it. ``snapshot_reset``: load the snapshot before each episode.
+        ``guiagent farm heal`` restarts it. ``snapshot_reset``: ``auto`` (reload the snapshot before
+        the episodes of tasks that need it, :func:`snapshot_need`; the default with ``farm``),
+        ``always`` or ``never`` (the default otherwise).
 
         android_world reaches the emulator as ``emulator-<console_port>`` through the local adb
         server and its gRPC on ``localhost``, so the process must run on the farm host (with Ray:
@@ -280,6 +345,7 @@ class AndroidWorldSuite(Suite):
         """
         from emulators.android import farm as farm_lib
 
+        reset_mode = parse_snapshot_reset(snapshot_reset, farm=farm is not None)  # before any lease
         probe = None
         if health_deadline_s not in (None, "", 0, "0"):
             from emulators.android.health import probe_with_deadline
@@ -292,7 +358,7 @@ class AndroidWorldSuite(Suite):
                 import json
                 from pathlib import Path
                 project = json.loads(Path(farm).read_text()).get("project", "guiagent-farm")
-                restart = farm_lib.restart_hook(endpoint, Path(farm).parent, project)
+                restart = farm_lib.restart_hook(endpoint, project)
         elif console_ports is not None or serials is not None:
             endpoints = farm_lib.local_endpoints(parse_console_ports(console_ports, serials))
             lease = farm_lib.lease_from(endpoints, lease_dir or farm_lib.default_lock_dir(), probe=probe,
@@ -305,7 +371,7 @@ class AndroidWorldSuite(Suite):
             if lease is not None:
                 lease.release()
             raise
-        device.snapshot_reset = str(snapshot_reset).lower() in ("1", "true", "yes")
+        device.snapshot_reset = reset_mode
         return device
 
     def _attach(self, console_port, grpc_port, adb_path, emulator_setup, freeze_datetime, serial, snapshot,

@@ -26,6 +26,8 @@ __all__ = ["EvalConfig", "main"]
 
 def main(argv: list[str]) -> int:
     cfg = parse_config(EvalConfig, argv, prog="guiagent eval")
+    if cfg.mode == "online" and "androidworld" in _suite_names(cfg.env):
+        _check_android(cfg)  # the agent, adb, the emulators, android_world: one line each, nothing written
     check_suite_tasks(cfg.env, cfg.tasks)  # the suite, its package and the tasks, before anything is created
     show_progress()
     try:
@@ -47,3 +49,19 @@ def main(argv: list[str]) -> int:
     if cfg.json:
         emit_json(r.to_dict())
     return 0
+
+
+def _suite_names(env: str) -> list[str]:
+    """The suites ``--env`` names: ``androidworld``, ``guiagent/androidworld.X`` or ``androidworld,webapps``."""
+    return [e.strip().removeprefix("guiagent/").partition(".")[0] for e in env.split(",") if e.strip()]
+
+
+def _check_android(cfg: EvalConfig) -> None:
+    from emulators.android.preflight import AndroidSetupError, check_androidworld_eval
+    from emulators.pool_mixed import suite_options
+
+    try:
+        check_androidworld_eval(env=cfg.env, agent=cfg.agent, slots=cfg.slots,
+                                device=suite_options("androidworld", _suite_names(cfg.env), cfg.device))
+    except AndroidSetupError as e:
+        raise ConfigError(str(e)) from None

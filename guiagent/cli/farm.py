@@ -2,58 +2,47 @@
 
 Examples::
 
-    guiagent farm up --emulators 4                       # start, wait for boot, write endpoints.json
+    guiagent farm up --emulators 4                       # start, wait for boot, write endpoints.json, start the healer
+    guiagent farm up --emulators 8 --spares 2            # 10 emulators: 8 for slots, 2 kept free and warm
     guiagent farm up --emulators 4 --dry-run             # print the compose file only
     guiagent farm up --emulators 8 --bind 0.0.0.0 --host farm1.lan   # serve other hosts
     guiagent farm status --json                          # containers + port probes
     guiagent farm status --endpoints runs/farm/endpoints.json        # a farm elsewhere, by address
     guiagent farm heal                                   # every 30 s: restart or replace hung emulators
     guiagent farm heal --once --json                     # one pass
-    guiagent farm down
+    guiagent farm down                                   # stops the healer, then the containers
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from emulators.android.farm import FarmSpec
 from guiagent.cli._common import emit_json, log, validate_out_dir
-from guiagent.config import ConfigError, parse_config
+from guiagent.config import Flat, parse_config
 
 ACTIONS = ("up", "down", "status", "heal")
 
 
 @dataclass
 class FarmConfig:
-    """Start, stop or inspect an Android emulator farm (one docker compose project per host)."""
+    """Start, stop, inspect or heal an Android emulator farm (one docker compose project per host)."""
 
-    emulators: int = 1
-    """number of emulators (each: console+adb ports from --console-base-port, gRPC from --grpc-base-port)"""
-    host: str = "127.0.0.1"
-    """address other machines use to reach this farm; written into endpoints.json"""
-    bind: str = "127.0.0.1"
-    """host interface the emulator ports are published on (0.0.0.0 to serve other hosts)"""
-    image: str = "guiagent/android-emulator:latest"
-    """emulator image (build it from docker/emulator, see docs/android.md)"""
-    project: str = "guiagent-farm"
-    """docker compose project name"""
-    console_base_port: int = 5554
-    """emulator i gets console base+2i and adb base+2i+1 (5554 makes the host's adb list emulator-5554...)"""
-    grpc_base_port: int = 8554
-    """emulator i gets its gRPC EmulatorController on base+i"""
-    memory_gb: float = 6.0
-    """memory limit per emulator container"""
-    cpus: float = 4.0
-    """CPU limit per emulator container"""
+    spec: Flat[FarmSpec] = field(default_factory=FarmSpec)
+    """the farm (its fields are this command's --emulators, --spares, --image, --project, --host, --bind,
+    --console-base-port, --grpc-base-port, --memory-gb, --cpus, --kvm-device, --snapshot, --environment)"""
     state_dir: str = "runs/farm"
-    """where compose.yaml and endpoints.json are written"""
+    """where compose.yaml, endpoints.json, the leases and the healer's pid and log are written"""
     endpoints: str | None = None
-    """status: read this endpoints.json instead of <state-dir>/endpoints.json (a farm on another host)"""
+    """status, heal: read this endpoints.json instead of <state-dir>/endpoints.json (a farm on another host)"""
     docker_host: str | None = None
     """Docker engine to use (DOCKER_HOST form, e.g. ssh://user@farm1); default: the local one"""
     timeout_s: float = 900.0
     """up: how long to wait for every emulator to boot"""
+    heal: bool = True
+    """up: start `guiagent farm heal` in the background (pid and log in --state-dir; `farm down` stops it)"""
     interval_s: float = 30.0
     """heal: seconds between two passes of the healing loop"""
     once: bool = False
@@ -68,27 +57,13 @@ class FarmConfig:
     """print one JSON object as the last stdout line"""
 
     def __post_init__(self) -> None:
-        if self.emulators < 1:
-            raise ValueError(f"--emulators must be >= 1, got {self.emulators}")
-        if min(self.timeout_s, self.interval_s, self.deadline_s, self.restart_wait_s) <= 0:
-            raise ValueError("--timeout-s, --interval-s, --deadline-s and --restart-wait-s must be positive")
-        if not (self.memory_gb > 0 and self.cpus > 0):
-            raise ValueError(f"--memory-gb and --cpus must be positive, got {self.memory_gb} and {self.cpus}")
-
-
-    def spec(self):
-        from emulators.android.farm import FarmSpec
-
-        try:
-            return FarmSpec(emulators=self.emulators, image=self.image, project=self.project, bind=self.bind,
-                            host=self.host, console_base_port=self.console_base_port,
-                            grpc_base_port=self.grpc_base_port, memory_gb=self.memory_gb, cpus=self.cpus)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+        for name in ("timeout_s", "interval_s", "deadline_s", "restart_wait_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
 
 
 def usage() -> str:
-    return (__doc__ or "").strip() + "\n\nusage: guiagent farm {up,down,status} [options]  " \
+    return (__doc__ or "").strip() + "\n\nusage: guiagent farm {up,down,status,heal} [options]  " \
         "(guiagent farm up --help for the options)"
 
 
@@ -103,57 +78,104 @@ def main(argv: list[str]) -> int:
     cfg = parse_config(FarmConfig, rest, prog=f"guiagent farm {action}")
     from emulators.android import farm
 
-    spec = cfg.spec()
+    spec = cfg.spec
     state = Path(cfg.state_dir)
     if action == "up" and not cfg.dry_run:
         validate_out_dir(state, flag="--state-dir")  # before any container starts
     try:
         if action == "up":
-            if cfg.dry_run:
-                sys.stdout.write(farm.render_compose(spec))
-                return 0
-            from guiagent.progress import is_terminal, progress_bar
-            # on a terminal a bar (booted emulators, rate, time left) replaces the per-poll lines
-            with progress_bar(spec.emulators, "farm up", "emulator") as bar:
-                def booted(n: int, total: int) -> None:
-                    bar.update(n - bar.n)
-                endpoints = farm.up(spec, state, timeout_s=cfg.timeout_s, docker_host=cfg.docker_host,
-                                    log=bar.write if is_terminal() else log,
-                                    progress=booted if is_terminal() else None)
-            for ep in endpoints:
-                print(f"{ep.name}: adb {ep.adb_serial} (on the farm host: {ep.local_serial})  "
-                      f"grpc {ep.grpc_address}")
-            print(f"farm up: {len(endpoints)} emulator(s) ready; endpoints in {state / 'endpoints.json'}")
-            if cfg.json:
-                emit_json({"project": spec.project, "endpoints_file": str(state / "endpoints.json"),
-                           "emulators": [e.to_dict() for e in endpoints]})
-            return 0
+            return _up(cfg, spec, state)
         if action == "down":
+            from emulators.android.healer import stop_healer
+
+            pid = stop_healer(state)  # first: it must not restart containers that are going away
+            if pid is not None:
+                print(f"farm down: healer (pid {pid}) stopped")
             farm.down(spec.project, state, docker_host=cfg.docker_host)
             print(f"farm down: project {spec.project} stopped")
             if cfg.json:
-                emit_json({"project": spec.project, "stopped": True})
+                emit_json({"project": spec.project, "stopped": True, "healer_stopped": pid})
             return 0
         path = Path(cfg.endpoints) if cfg.endpoints else state / "endpoints.json"
         if action == "heal":
             return _heal(cfg, path)
-        # status
-        from_file = bool(cfg.endpoints) or path.is_file()
-        endpoints = farm.load_endpoints(path) if from_file else farm.endpoints_for(spec)
-        rows = farm.status(endpoints, compose_file=None if cfg.endpoints else state / "compose.yaml",
-                           project=spec.project, docker_host=cfg.docker_host)
-        for r in rows:
-            print(f"{r.endpoint.name}: {r.state}/{r.health}  adb {r.endpoint.adb_serial} "
-                  f"{'open' if r.adb_open else 'closed'}  grpc {r.endpoint.grpc_address} "
-                  f"{'open' if r.grpc_open else 'closed'}")
-        n_ready = sum(r.ready for r in rows)
-        print(f"farm status: {n_ready}/{len(rows)} emulators reachable")
-        if cfg.json:
-            emit_json({"project": spec.project, "ready": n_ready, "emulators": [r.to_dict() for r in rows]})
-        return 0 if n_ready == len(rows) else 1
+        return _status(cfg, spec, state, path)
     except farm.FarmError as e:
         print(f"guiagent farm {action}: {e}", file=sys.stderr)
         return 1
+
+
+def _up(cfg: FarmConfig, spec: FarmSpec, state: Path) -> int:
+    from emulators.android import farm
+
+    if cfg.dry_run:
+        sys.stdout.write(farm.render_compose(spec))
+        return 0
+    from guiagent.progress import is_terminal, progress_bar
+    # on a terminal a bar (booted emulators, rate, time left) replaces the per-poll lines
+    with progress_bar(spec.total, "farm up", "emulator") as bar:
+        def booted(n: int, total: int) -> None:
+            bar.update(n - bar.n)
+        endpoints = farm.up(spec, state, timeout_s=cfg.timeout_s, docker_host=cfg.docker_host,
+                            log=bar.write if is_terminal() else log,
+                            progress=booted if is_terminal() else None)
+    for ep in endpoints:
+        print(f"{ep.name}: adb {ep.adb_serial} (on the farm host: {ep.local_serial})  "
+              f"grpc {ep.grpc_address}")
+    spares = f" ({spec.emulators} for slots + {spec.spares} spare)" if spec.spares else ""
+    print(f"farm up: {len(endpoints)} emulator(s) ready{spares}; endpoints in {state / 'endpoints.json'}")
+    healer = _start_healer(cfg, state) if cfg.heal else None
+    if cfg.json:
+        emit_json({"project": spec.project, "endpoints_file": str(state / "endpoints.json"), "spares": spec.spares,
+                   "healer_pid": healer, "emulators": [e.to_dict() for e in endpoints]})
+    return 0
+
+
+def _start_healer(cfg: FarmConfig, state: Path) -> int | None:
+    """The healing loop in the background; ``None`` (and a line saying why) when it cannot run here."""
+    import importlib.util
+
+    from emulators.android.healer import start_healer
+
+    if importlib.util.find_spec("docker") is None:
+        print("farm up: no healer started: it needs the Docker SDK (pip install 'guiagent[farm]'), then "
+              "`guiagent farm heal &`")
+        return None
+    pid = start_healer(state, docker_host=cfg.docker_host, interval_s=cfg.interval_s, deadline_s=cfg.deadline_s,
+                       restart_wait_s=cfg.restart_wait_s)
+    print(f"farm up: healer running (pid {pid}, a pass every {cfg.interval_s:.0f} s; log in "
+          f"{state / 'healer.log'})")
+    return pid
+
+
+def _status(cfg: FarmConfig, spec: FarmSpec, state: Path, path: Path) -> int:
+    from emulators.android import farm
+    from emulators.android.healer import healer_pid
+
+    from_file = bool(cfg.endpoints) or path.is_file()
+    endpoints = farm.load_endpoints(path) if from_file else farm.endpoints_for(spec)
+    rows = farm.status(endpoints, compose_file=None if cfg.endpoints else state / "compose.yaml",
+                       project=spec.project, docker_host=cfg.docker_host)
+    leases = path.parent / "leases"
+    local = leases.is_dir()  # leases and the healer live on the farm host: a copied endpoints file has neither
+    out = []
+    for r in rows:
+        holder = farm.lease_holder(leases, r.endpoint)
+        lease = ("" if not local else "unhealthy" if farm.unhealthy_marker(leases, r.endpoint).exists() else
+                 f"leased by pid {holder}" if holder is not None else
+                 "free, clean" if farm.clean_marker(leases, r.endpoint).exists() else "free")
+        print(f"{r.endpoint.name}: {r.state}/{r.health}  adb {r.endpoint.adb_serial} "
+              f"{'open' if r.adb_open else 'closed'}  grpc {r.endpoint.grpc_address} "
+              f"{'open' if r.grpc_open else 'closed'}" + (f"  {lease}" if lease else ""))
+        out.append({**r.to_dict(), "lease": lease or None})
+    n_ready = sum(r.ready for r in rows)
+    healer = healer_pid(path.parent)
+    state = (f"; healer running (pid {healer})" if healer else
+             "; healer not running (`guiagent farm heal &`)" if local else "")
+    print(f"farm status: {n_ready}/{len(rows)} emulators reachable{state}")
+    if cfg.json:
+        emit_json({"project": spec.project, "ready": n_ready, "healer_pid": healer, "emulators": out})
+    return 0 if n_ready == len(rows) else 1
 
 
 def _heal(cfg: FarmConfig, path: Path) -> int:

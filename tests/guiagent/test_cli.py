@@ -254,7 +254,11 @@ if os.geteuid() != 0:  # root may write anywhere
 try:
     import android_world  # noqa: F401
 except ImportError:  # the usual case: the package is not installed
-    CASES.append((["eval", "--env", "androidworld", "--out", "{t}/e"], "needs the android_world package", 2))
+    CASES.append((["eval", "--env", "androidworld", "--agent", "random", "--device", "adb_path", "{t}/noadb",
+                   "--out", "{t}/e"], "no adb client", 2))
+    # the default agent is the oracle, and AndroidWorld has no scripted solvers
+    CASES.append((["eval", "--env", "androidworld", "--out", "{t}/e"], "has no scripted solvers", 2))
+    CASES.append((["eval", "--env", "androidworld,webapps", "--out", "{t}/e"], "needs the android_world package", 2))
     # train checks its starting model first (AndroidWorld has no oracles for a warm start)
     CASES.append((["train", "--env", "androidworld", "--out", "{t}/tr"], "needs a starting model", 2))
 

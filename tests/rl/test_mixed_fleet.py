@@ -80,6 +80,24 @@ def test_per_suite_metrics_and_charts():
     assert charts["Success rate"] == ["success_rate"]
 
 
+def test_held_out_success_per_suite():
+    """Each suite's share of successful episodes; an episode aborted at its reset (it carries the run's
+    env and a qualified task id) counts as a failure of its suite, as in the overall success rate."""
+    from guiagent.types import TaskSpec, Trajectory
+    from rl.evaluate import success_by_suite, suite_of
+
+    def traj(suite, task, success, status="completed"):
+        return Trajectory(f"{suite}{task}{success}{status}", TaskSpec(suite, task, 0, "g"), (), success=success,
+                          status=status)
+
+    trajs = [traj("webapps", "open_app", 1.0), traj("webapps", "go_home", 0.0), traj("miniwob", "click-tab", 1.0),
+             traj("webapps,miniwob", "miniwob.click-tab", 0.0, "aborted")]
+    assert [suite_of(t) for t in trajs] == ["webapps", "webapps", "miniwob", "miniwob"]
+    assert success_by_suite(trajs, ["webapps", "miniwob"]) == {"webapps": 0.5, "miniwob": 0.5}
+    assert success_by_suite(trajs[:2], ["webapps", "miniwob"]) == {"webapps": 0.5}  # no episode: no figure
+    assert success_by_suite(trajs, ["webapps"]) == {}  # one suite: the overall figure says it all
+
+
 @pytest.mark.slow
 def test_mixed_pool_routes_slots_to_their_suites_pools():
     """Real Chromium: a slot runs a webapps task, then a miniwob one, beside another slot."""
@@ -111,8 +129,8 @@ def test_a_mixed_run_trains_and_shows_per_suite_curves(tiny_model_dir, tmp_path)
     result = train(TrainConfig(env="webapps,miniwob", model=tiny_model_dir, tasks=("webapps.go_home",
                                                                                      "miniwob.click-button"),
                                env_weights={"webapps": 1.0, "miniwob": 1.0}, groups_per_iteration=2, group_size=2,
-                               slots=2, pool="inprocess", iterations=2, eval_episodes=0, max_new_tokens=4,
-                               out=str(out), seed=1))
+                               slots=2, pool="inprocess", iterations=2, eval_episodes=2, eval_every=1,
+                               max_new_tokens=4, out=str(out), seed=1))
     assert result.iterations == 2
     reader = StoreReader(out)
     names = set(reader.metric_names(result.run_id))
@@ -120,11 +138,19 @@ def test_a_mixed_run_trains_and_shows_per_suite_curves(tiny_model_dir, tmp_path)
         assert it_metric in names
     points = reader.metrics(result.run_id, ["suite/webapps/episodes", "suite/miniwob/episodes"])
     assert sum(p.value for pts in points.values() for p in pts) == 2 * 2 * 2  # every episode counted once
+    # held-out success per suite: before (iteration 0), after iteration 1 (--eval-every 1) and after the run
+    assert set(result.suite_success_before) == set(result.suite_success_after) == {"webapps", "miniwob"}
+    held = reader.metrics(result.run_id, ["suite/webapps/eval_success", "suite/miniwob/eval_success",
+                                          "suite/webapps/eval_success_before"])
+    assert [p.iteration for p in held["suite/webapps/eval_success"]] == [0, 1]
+    assert [p.iteration for p in held["suite/webapps/eval_success_before"]] == [0]
+    assert held["suite/miniwob/eval_success"][-1].value == result.suite_success_after["miniwob"]
     client = create_app(AppConfig(runs=str(tmp_path / "runs"), refresh_s=0.5)).test_client()
     key = next(r["key"] for r in client.get("/api/runs").get_json()["runs"] if r["run_id"] == result.run_id)
     charts = {c["title"]: c["series"] for c in client.get(f"/api/runs/{key}/metrics").get_json()["charts"]}
     assert charts["Episodes by suite"] == ["suite/miniwob/aborted", "suite/miniwob/episodes",
                                            "suite/webapps/aborted", "suite/webapps/episodes"]
+    assert {"suite/webapps/eval_success", "suite/miniwob/eval_success_before"} <= set(charts["Success rate by suite"])
 
 
 @pytest.mark.slow

@@ -52,14 +52,67 @@ def test_ports_pair_console_and_adb_and_count_grpc():
 
 
 @pytest.mark.parametrize("kwargs, needle", [
-    ({"emulators": 0}, "emulators must be"),
-    ({"console_base_port": 5555}, "must be even"),
-    ({"emulators": 10, "console_base_port": 8540}, "overlap"),
-    ({"grpc_base_port": 65535, "emulators": 2}, "outside"),
+    ({"emulators": 0}, "emulators must be >= 1, got 0"),
+    ({"spares": -1}, "spares must be >= 0, got -1"),
+    ({"console_base_port": 5555}, "console_base_port must be even"),
+    ({"emulators": 10, "console_base_port": 8540}, "grpc_base_port: gRPC ports 8554-8563 overlap the console/adb"),
+    ({"grpc_base_port": 65535, "emulators": 2}, "grpc_base_port: ports 65535-65536 of 2 emulator(s) fall outside"),
+    ({"console_base_port": 65530, "emulators": 2, "spares": 2}, "console_base_port: ports 65530-65537 of 4"),
+    ({"memory_gb": 0}, "memory_gb must be positive, got 0"),
+    ({"cpus": -1.0}, "cpus must be positive, got -1.0"),
 ])
-def test_spec_rejects_bad_values(kwargs, needle):
-    with pytest.raises(ValueError, match=needle):
+def test_spec_rejects_bad_values_naming_the_one_field(kwargs, needle):
+    with pytest.raises(ValueError) as e:
         FarmSpec(**kwargs)
+    assert str(e.value).startswith(needle)
+
+
+def test_spares_are_emulators_beyond_the_slots(tmp_path):
+    spec = FarmSpec(emulators=2, spares=1)
+    assert spec.total == 3 and [e.name for e in farm.endpoints_for(spec)] == ["emulator-0", "emulator-1", "emulator-2"]
+    assert farm.render_compose(spec).startswith("# guiagent emulator farm: 3 emulator(s) (2 for slots + 1 spare)")
+    data = json.loads(farm.write_endpoints(spec, tmp_path / "endpoints.json").read_text())
+    assert (data["slots"], data["spares"], data["snapshot"], len(data["emulators"])) == (2, 1, "guiagent_ready", 3)
+
+
+def test_one_schema_the_farm_command_nests_farm_spec(tmp_path, capsys):
+    """`farm` nests FarmSpec: its fields are the command's flags and YAML keys, with their help text;
+    each bad value is one line naming its field."""
+    from guiagent.cli.farm import FarmConfig
+    from guiagent.cli.main import main as cli_main
+    from guiagent.config import ConfigError, from_mapping, parse_config
+
+    cfg = parse_config(FarmConfig, ["--emulators", "3", "--spares", "1", "--grpc-base-port", "9000",
+                                    "--environment", "A", "1", "--state-dir", str(tmp_path)])
+    assert cfg.spec == FarmSpec(emulators=3, spares=1, grpc_base_port=9000, environment={"A": "1"})
+    y = tmp_path / "farm.yaml"
+    y.write_text("emulators: 2\nspares: 2\nproject: aw\ninterval_s: 5\n")
+    cfg = parse_config(FarmConfig, ["--config", str(y)])
+    assert cfg.spec == FarmSpec(emulators=2, spares=2, project="aw") and cfg.interval_s == 5
+    y.write_text("emulator: 2\n")
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['emulator'\].*'emulators'.*'spares'"):
+        parse_config(FarmConfig, ["--config", str(y)])
+    with pytest.raises(SystemExit):
+        parse_config(FarmConfig, ["--help"])
+    out = capsys.readouterr().out
+    for flag in ("--emulators", "--spares", "--snapshot", "--kvm-device", "--heal", "--state-dir"):
+        assert flag in out
+    assert "extra emulators kept free and warm" in out and "--spec" not in out
+    for argv, line in ((["--spares", "-2"], "spares must be >= 0, got -2"),
+                       (["--memory-gb", "0"], "memory_gb must be positive, got 0.0")):
+        assert cli_main(["farm", "up", "--dry-run", *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"guiagent farm: {line}"]
+    with pytest.raises(ConfigError, match=r"^FarmConfig: --deadline-s must be positive, got 0.0$"):
+        from_mapping(FarmConfig, {"deadline_s": 0})
+
+
+def test_cli_dry_run_counts_the_spares(capsys):
+    from guiagent.cli.main import main as cli_main
+
+    assert cli_main(["farm", "up", "--emulators", "2", "--spares", "1", "--dry-run"]) == 0
+    doc = yaml.safe_load(capsys.readouterr().out)
+    assert sorted(doc["services"]) == ["emulator-0", "emulator-1", "emulator-2"]
 
 
 def test_rendered_compose_is_valid_for_real_compose(tmp_path):

@@ -16,6 +16,7 @@ import pytest
 from emulators.android import farm
 from emulators.android.farm import FarmError
 from emulators.android.suite import AndroidWorldDevice, AndroidWorldSuite, parse_console_ports, wrap_task
+from emulators.base import GuiEnv
 from emulators.pool import InProcessPool, ResetRequest
 
 from .conftest import ROOT
@@ -105,10 +106,53 @@ def test_a_killed_worker_returns_its_lease(tmp_path):
     assert farm.lease_from(farm.local_endpoints([5554, 5556]), tmp_path).endpoint.name == "emulator-5554"
 
 
+class ClipboardTask(ContactsAddContact):
+    """Shaped like android_world's SystemCopyToClipboard: it names no app for android_world to restore."""
+
+    app_names = ()
+
+
+class ContactsTask(ContactsAddContact):
+    app_names = ("contacts",)
+
+
+def test_snapshot_need_comes_from_what_the_task_declares():
+    from emulators.android.suite import parse_snapshot_reset, snapshot_need
+
+    assert snapshot_need(ContactsTask) == (False, "android_world restores its apps (contacts) itself")
+    assert snapshot_need(ClipboardTask)[0] is True
+    assert snapshot_need(ContactsAddContact) == (True, "the task declares no apps")  # not declared at all
+
+    class Declared(ContactsTask):
+        snapshot_reset = True
+
+    assert snapshot_need(Declared) == (True, "the task declares it")
+    assert wrap_task("C", ContactsTask).needs_snapshot is False and wrap_task("X", ClipboardTask).needs_snapshot
+    assert [parse_snapshot_reset(v, farm=f) for v, f in ((None, True), (None, False), ("true", False),
+                                                         ("no", True), ("AUTO", False))] == [
+        "auto", "never", "always", "never", "auto"]
+    with pytest.raises(ValueError, match="snapshot_reset: 'sometimes' is not one of auto, always, never"):
+        parse_snapshot_reset("sometimes", farm=True)
+
+
+def test_snapshot_reset_defaults_to_auto_on_a_farm(tmp_path):
+    path = farm.write_endpoints(farm.FarmSpec(emulators=1), tmp_path / "farm" / "endpoints.json")
+    device = SUITE.make_device(farm=str(path))
+    assert device.snapshot_reset == "auto"
+    device.close()
+    device = SUITE.make_device(console_ports="5554", lease_dir=str(tmp_path))
+    assert device.snapshot_reset == "never"
+    device.close()
+    with pytest.raises(ValueError, match="snapshot_reset"):  # refused before any emulator is leased
+        SUITE.make_device(farm=str(path), snapshot_reset="sometimes")
+    farm.lease_endpoint(path).release()
+
+
 def test_snapshot_reset_through_the_real_adb_client(tmp_path, monkeypatch):
     """Between episodes the device reloads its snapshot with ``adb emu avd snapshot load`` (the real
-    client, a private adb server, a fake emulator's adbd and console); a snapshot that does not load
-    is a device error that marks the emulator unhealthy when the slot lets it go."""
+    client, a private adb server, a fake emulator's adbd and console): always, or (auto) only before
+    a task that needs it; a snapshot that does not load is a device error that marks the emulator
+    unhealthy when the slot lets it go."""
     import shutil
 
     from emulators.base import DeviceError
@@ -130,9 +174,17 @@ def test_snapshot_reset_through_the_real_adb_client(tmp_path, monkeypatch):
         endpoints = farm.local_endpoints([port - 1])
         device = AndroidWorldDevice(HangableEnv(port - 1), serial=adbd.serial, snapshot="guiagent_ready",
                                     with_tree=False, settle_s=0)
-        device.lease, device.snapshot_reset = farm.lease_from(endpoints, tmp_path), True
+        device.lease, device.snapshot_reset = farm.lease_from(endpoints, tmp_path), "always"
         device.reset()
         assert console.commands[-1] == "avd snapshot load guiagent_ready" and device.aw_env.resets == 1
+        # auto: decided per task, from what the task declares
+        device.snapshot_reset = "auto"
+        loads = device.snapshot_loads
+        GuiEnv(device, wrap_task("ContactsAddContact", ContactsTask)).reset(seed=1)
+        assert device.snapshot_loads == loads and device.aw_env.resets == 2  # android_world restores contacts
+        GuiEnv(device, wrap_task("SystemCopyToClipboard", ClipboardTask)).reset(seed=1)
+        assert device.snapshot_loads == loads + 1 and console.commands[-1] == "avd snapshot load guiagent_ready"
+        device.snapshot_reset = "always"
         device.snapshot = "gone"
         with pytest.raises(DeviceError, match=f"snapshot 'gone' did not load on {adbd.serial}: KO: snapshot gone"):
             device.reset()
