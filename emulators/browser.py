@@ -79,7 +79,9 @@ class BrowserConfig:
     ``tree='aria'`` adds ``locator('body').aria_snapshot()`` text to each observation
     (~8 ms, taken while the screenshot is captured). ``reuse_context`` keeps one browser
     context across ``reset`` calls (faster: cookies are cleared, but local storage and the
-    cache are not), otherwise each ``reset`` opens a new context (~150 ms).
+    cache are not), otherwise each ``reset`` opens a new context (~150 ms). ``in_page_reset``
+    lets a suite start an episode in the open document through the page's own hook instead
+    of a page load (:meth:`BrowserDevice.reset_in_page`); ``False`` always loads the page.
     """
 
     viewport: tuple[int, int] = (1280, 720)
@@ -95,6 +97,7 @@ class BrowserConfig:
     home_url: str | None = None
     block_file_urls: bool = True
     reuse_context: bool = False
+    in_page_reset: bool = True
     user_agent: str | None = None
     locale: str = "en-US"
     timezone_id: str = "UTC"
@@ -143,6 +146,18 @@ _CONTEXTMENU_JS = """([x, y]) => {
     const el = document.elementFromPoint(x, y);
     if (el) el.dispatchEvent(new MouseEvent('contextmenu', {bubbles: true, cancelable: true,
         composed: true, clientX: x, clientY: y, button: 2, buttons: 0}));
+}"""
+
+
+#: :meth:`BrowserDevice.reset_in_page`'s script around the page's hook (``%s``)
+_IN_PAGE_RESET_JS = """async (url) => {
+    const g = window.__ga;
+    if (!g || g.navigating || g.fetches > 0 || document.readyState !== 'complete') return false;
+    if (!(await (%s)(url))) return false;
+    for (const id of Array.from(g.timers.keys())) clearTimeout(id);
+    getSelection().removeAllRanges();
+    if (document.activeElement && document.activeElement !== document.body) document.activeElement.blur();
+    return true;
 }"""
 
 
@@ -282,6 +297,38 @@ class BrowserDevice(Device):
             self._cdp.send("Page.resetNavigationHistory")
         except PlaywrightError as e:
             raise DeviceError(f"could not open a fresh page: {e}") from e
+
+    def reset_in_page(self, url: str, hook: str) -> bool:
+        """Start over at ``url`` without a page load, where the open page can do it itself: ``hook`` is
+        the source of a JavaScript function of the url, the page's own (an app that renders another of
+        its pages in the open document), resolving to true once the document shows ``url`` as a fresh
+        load would.
+
+        Attempted only when nothing can carry over: ``in_page_reset`` and ``reuse_context`` on, a live
+        page of ``url``'s origin with the settle script in it, quiet (no request in flight, no
+        navigation started, document complete). As :meth:`reset` does, it clears cookies and leaves
+        this page alone in the history; besides, the old document's pending timers are cancelled and
+        its selection and focus dropped. Returns False when it was not done (the caller then calls
+        :meth:`reset`, which loads the page whatever the hook changed); what the hook did outside the
+        page by then (a request it made) is the caller's to undo.
+        """
+        c = self.config
+        if (not c.in_page_reset or not c.reuse_context or self._closed or self._dead or self._page is None
+                or origin_of(url) != origin_of(self._page.url)):
+            return False
+        from playwright.sync_api import Error as PlaywrightError
+        try:
+            self._context.clear_cookies()
+            self._blocked.clear()
+            self._popup_url = None
+            self._quiet_mutations = None
+            if not self.page.evaluate(_IN_PAGE_RESET_JS % hook, url):
+                return False
+            self._cdp.send("Page.resetNavigationHistory")
+            self._settle()
+        except PlaywrightError:  # a hook that threw, or a page that died: the caller loads the page
+            return False
+        return not self._dead and self.page.url == url
 
     def close(self) -> None:
         if self._closed:

@@ -2,6 +2,8 @@
 // window.__pending counts POSTs in flight so scripted solvers can wait for them.
 (function () {
   window.__pending = 0;
+  // where this page was opened from (a new episode's first page has none): Back-like redirects use it
+  let referrer = document.referrer;
 
   // POST, then apply the answer. A one-shot timer is held until the answer is applied, so an
   // observer that waits for pending timers and navigations (the browser device's settling) does
@@ -20,7 +22,7 @@
   }
 
   function go(res) {
-    if (res.pop && document.referrer && new URL(document.referrer).pathname === new URL(res.redirect, location.href).pathname) {
+    if (res.pop && referrer && new URL(referrer).pathname === new URL(res.redirect, location.href).pathname) {
       history.back();  // back to the list we came from, like a phone app closing its screen
     } else if (res.replace) {
       location.replace(res.redirect);
@@ -90,5 +92,34 @@
     await submit(form.action, new FormData(form), form);
   });
 
-  if (document.querySelector(".snackbar")) document.body.classList.add("has-snack");
+  function init() {
+    if (document.querySelector(".snackbar")) document.body.classList.add("has-snack");
+  }
+  init();
+
+  // A new episode in this document, without a page load (the browser device's in-page reset):
+  // fetch the episode's first page and put its <html> attributes, title and <body> in place of
+  // this page's, as a fresh load would show them; dialogs, focus, selection and scroll go with
+  // the old body. Resolves to false, having changed nothing on screen, when the answer is not
+  // an app page built on the same stylesheet and script (the device then loads it for real).
+  async function visit(url) {
+    const resp = await fetch(url, { cache: "no-store", credentials: "same-origin", referrerPolicy: "no-referrer" });
+    if (!resp.ok || !(resp.headers.get("content-type") || "").startsWith("text/html")) return false;
+    const doc = new DOMParser().parseFromString(await resp.text(), "text/html");
+    const assets = (d) => Array.from(d.head.querySelectorAll("link[href], script[src], style"),
+                                     (e) => e.getAttribute("href") || e.getAttribute("src") || e.textContent).join("\n");
+    if (!doc.body || assets(doc) !== assets(document)) return false;
+    const html = document.documentElement;
+    for (const a of Array.from(html.attributes)) html.removeAttribute(a.name);
+    for (const a of Array.from(doc.documentElement.attributes)) html.setAttribute(a.name, a.value);
+    document.title = doc.title;
+    document.body.replaceWith(document.adoptNode(doc.body));
+    history.replaceState(null, "", resp.url);
+    window.scrollTo(0, 0);
+    window.__pending = 0;
+    referrer = "";
+    init();
+    return true;
+  }
+  window.webapps = { visit: visit };
 })();
