@@ -89,11 +89,27 @@ def test_missing_chromium_is_one_clear_error(monkeypatch, shared_browser):
     # nothing configured, no system Chromium: Playwright's own bundle is the last resort
     monkeypatch.delenv("GUIAGENT_CHROMIUM")
     monkeypatch.setattr(browser_support, "_SYSTEM_CHROMIUMS", ())
+    monkeypatch.setattr(browser_support, "_HEADLESS_SHELLS", ())
     monkeypatch.setenv("PATH", "/nonexistent")
     try:
         launch_browser().close()  # a machine where `playwright install chromium` was run
     except ChromiumNotFound as e:
         assert "apt-get install chromium" in str(e) and "GUIAGENT_CHROMIUM" in str(e)
+
+
+def test_headless_prefers_a_headless_shell(monkeypatch, tmp_path):
+    full, shell = tmp_path / "chromium", tmp_path / "chromium-headless-shell"
+    for exe in (full, shell):
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
+    monkeypatch.delenv("GUIAGENT_CHROMIUM", raising=False)
+    monkeypatch.setattr(browser_support, "_SYSTEM_CHROMIUMS", (str(full),))
+    monkeypatch.setattr(browser_support, "_HEADLESS_SHELLS", (str(tmp_path / "missing"), str(shell)))
+    assert find_chromium(headless=True) == str(shell)
+    assert find_chromium() == str(full)  # a headed browser needs the full one
+    assert find_chromium(str(full), headless=True) == str(full)  # a configured one wins
+    monkeypatch.setenv("GUIAGENT_CHROMIUM", str(full))
+    assert find_chromium(headless=True) == str(full)
 
 
 # --- observation ------------------------------------------------------------------------------
