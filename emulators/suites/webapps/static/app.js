@@ -95,7 +95,9 @@
   function init() {
     if (document.querySelector(".snackbar")) document.body.classList.add("has-snack");
   }
-  init();
+  // inlined in <head>: the body comes after
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init, { once: true });
+  else init();
 
   // A new episode in this document, without a page load (the browser device's in-page reset):
   // fetch the episode's first page and put its <html> attributes, title and <body> in place of
@@ -106,7 +108,7 @@
     const resp = await fetch(url, { cache: "no-store", credentials: "same-origin", referrerPolicy: "no-referrer" });
     if (!resp.ok || !(resp.headers.get("content-type") || "").startsWith("text/html")) return false;
     const doc = new DOMParser().parseFromString(await resp.text(), "text/html");
-    const assets = (d) => Array.from(d.head.querySelectorAll("link[href], script[src], style"),
+    const assets = (d) => Array.from(d.head.querySelectorAll("link, script, style"),
                                      (e) => e.getAttribute("href") || e.getAttribute("src") || e.textContent).join("\n");
     if (!doc.body || assets(doc) !== assets(document)) return false;
     const html = document.documentElement;
