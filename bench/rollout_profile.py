@@ -20,7 +20,7 @@ store timer). Each phase shows its calls, milliseconds per call and its sum over
 a share of wall time: with slots side by side the shares add up to more than 100%
 (they overlap). Each run also reports the CPU milliseconds an env step, summed over
 every process of the rollout (this one, the Playwright driver, Chromium's browser,
-renderer, GPU and utility processes: ``bench/env_cpu.py``'s ``cpu_by_process``). ``--cprofile N`` prints the N functions with most cumulative time of
+renderer, GPU and utility processes: ``bench/cpu.py``). ``--cprofile N`` prints the N functions with most cumulative time of
 the last side-by-side run. The last stdout line is one JSON object.
 """
 
@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from bench.env_cpu import cpu_by_process  # noqa: E402
+from bench.cpu import cpu_by_process  # noqa: E402
 from emulators.browser import BrowserDevice  # noqa: E402
 from emulators.pool import InProcessPool  # noqa: E402
 from emulators.suites.webapps.server import LocalClient  # noqa: E402
