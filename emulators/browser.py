@@ -67,6 +67,9 @@ MOBILE_USER_AGENT = ("Mozilla/5.0 (Linux; Android 14; Pixel 7) AppleWebKit/537.3
                      "(KHTML, like Gecko) Chrome/126.0.0.0 Mobile Safari/537.36")
 
 
+_BOOL_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
 @dataclass(frozen=True)
 class BrowserConfig:
     """How the browser device looks and behaves.
@@ -105,6 +108,12 @@ class BrowserConfig:
     navigation_timeout_ms: int = 15000
 
     def __post_init__(self) -> None:
+        for name in ("mobile", "headless", "block_file_urls", "reuse_context", "in_page_reset"):
+            value = getattr(self, name)
+            if isinstance(value, str):  # from the command line (--device in_page_reset false)
+                if value.lower() not in _BOOL_WORDS:
+                    raise ValueError(f"{name} must be true or false, got {value!r}")
+                object.__setattr__(self, name, _BOOL_WORDS[value.lower()])
         w, h = self.viewport
         if w <= 0 or h <= 0:
             raise ValueError(f"viewport must be positive, got {self.viewport}")

@@ -78,6 +78,11 @@ def test_config_validation_and_presets():
         BrowserConfig(image_format="gif")  # type: ignore[arg-type]
     assert BrowserConfig.phone().viewport == (360, 640) and BrowserConfig.phone().mobile
     assert BrowserConfig(viewport=(160, 210), device_scale_factor=2).screen_size == (320, 420)
+    # switches given as words on the command line (--device in_page_reset false)
+    assert BrowserConfig(in_page_reset="false").in_page_reset is False  # type: ignore[arg-type]
+    assert BrowserConfig(reuse_context="Yes").reuse_context is True  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="in_page_reset must be true or false"):
+        BrowserConfig(in_page_reset="maybe")  # type: ignore[arg-type]
 
 
 def test_missing_chromium_is_one_clear_error(monkeypatch, shared_browser):
