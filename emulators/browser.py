@@ -101,6 +101,8 @@ class BrowserConfig:
     block_file_urls: bool = True
     reuse_context: bool = False
     in_page_reset: bool = True
+    #: JavaScript run in every document before the page's own (after the settle script)
+    init_script: str = ""
     user_agent: str | None = None
     locale: str = "en-US"
     timezone_id: str = "UTC"
@@ -271,6 +273,8 @@ class BrowserDevice(Device):
         self._context = handle.browser.new_context(**options)
         self._context.set_default_timeout(c.navigation_timeout_ms)
         self._context.add_init_script(SETTLE_INIT_SCRIPT)
+        if c.init_script:
+            self._context.add_init_script(c.init_script)
         self._context.route(self._route_pattern(), self._route)
         self._context.on("page", self._on_popup)
         self._page = self._context.new_page()
@@ -692,7 +696,16 @@ class BrowserDevice(Device):
             idx = hist["currentIndex"]
             if idx <= 0:
                 raise ActionError("there is no earlier page to go back to")
-            self._cdp.send("Page.navigateToHistoryEntry", {"entryId": hist["entries"][idx - 1]["id"]})
+            entry = hist["entries"][idx - 1]
+            self._cdp.send("Page.navigateToHistoryEntry", {"entryId": entry["id"]})
+            # the command returns once the traversal started: wait for it to reach the page (a page
+            # that renders its entries itself shows the url at once, then settles on its request)
+            from playwright.sync_api import Error as PlaywrightError
+            try:
+                page.wait_for_function("(url) => location.href === url", arg=entry["url"], polling=10,
+                                       timeout=self.config.settle_timeout_ms or 1)
+            except PlaywrightError:
+                pass
         elif isinstance(action, NavigateHome):
             if not self.home_url:
                 raise ActionError("this device has no home page")

@@ -373,6 +373,8 @@ SETTLE_INIT_SCRIPT = r"""
       if (!e.destination.sameDocument && !e.downloadRequest) g.navigating = true;
     });
     navigation.addEventListener('navigateerror', () => { g.navigating = false; });
+    // a navigation the page intercepted (an app rendering its next page itself) ended here
+    navigation.addEventListener('navigatesuccess', () => { g.navigating = false; });
   }
 })();
 """

@@ -44,6 +44,7 @@ from typing import Any, Iterator
 import httpx
 from flask import Flask, jsonify, request
 from markupsafe import Markup
+from werkzeug.exceptions import HTTPException
 from werkzeug.serving import WSGIRequestHandler, make_server
 
 from .world import empty_world
@@ -184,6 +185,17 @@ def create_app(store: SessionStore) -> Flask:
         return jsonify(ok=True, sessions=len(store))
 
     app.register_blueprint(bp)
+
+    @app.errorhandler(HTTPException)
+    def phone_error_page(e: HTTPException):
+        # The apps' error pages (an item that is gone, an unknown page) fit the phone's width like
+        # its other pages: werkzeug's page with a viewport. The apps render pages, error pages
+        # included, in the open document, where a page without one would keep the last width.
+        if not request.path.startswith("/s/"):
+            return e
+        body = e.get_body().replace("<html lang=en>", '<html lang=en>\n<meta name="viewport" '
+                                    'content="width=device-width, initial-scale=1">', 1)
+        return body, e.code, {"Content-Type": "text/html; charset=utf-8"}
 
     @app.after_request
     def no_store(resp):
