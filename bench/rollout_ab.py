@@ -3,6 +3,7 @@
     git archive main | tar -x -C /tmp/guiagent-before
     python bench/rollout_ab.py --before /tmp/guiagent-before            # this checkout is "after"
     python bench/rollout_ab.py --before /tmp/a --after /tmp/b --slots 8 --episodes-per-slot 8 --repeats 3
+    python bench/rollout_ab.py --before /tmp/a --also mid=/tmp/m          # a third tree between them
 
 Each run is a fresh process that imports the code of one tree (its own Chromium, app
 server and driver) and runs :func:`rl.rollout.run_rollout` with
@@ -73,6 +74,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", required=True, help="the code tree to compare against (e.g. an export of main)")
     ap.add_argument("--after", default=str(HERE.parent), help="default: this checkout")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=DIR",
+                    help="more code trees, run between before and after in each round (repeatable)")
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--episodes-per-slot", type=int, default=8)
     ap.add_argument("--tasks", nargs="+", default=["open_app", "settings_turn_on"])
@@ -83,7 +86,14 @@ def main() -> None:
     if args.child:
         child(args.child, args.slots, args.episodes_per_slot, args.tasks, args.seed)
         return
-    trees = {"before": Path(args.before).resolve(), "after": Path(args.after).resolve()}
+    trees = {"before": Path(args.before).resolve()}
+    for spec in args.also:
+        name, sep, tree = spec.partition("=")
+        if not sep or not name or name in ("before", "after"):
+            print(f"--also {spec!r}: give NAME=DIR with a name other than before/after", file=sys.stderr)
+            sys.exit(2)
+        trees[name] = Path(tree).resolve()
+    trees["after"] = Path(args.after).resolve()
     for name, tree in trees.items():
         if not (tree / "emulators" / "pool.py").is_file():
             print(f"--{name} {tree}: not a guiagent code tree (no emulators/pool.py)", file=sys.stderr)
@@ -107,16 +117,17 @@ def main() -> None:
             r = json.loads(lines[-1])
             runs[name].append(r)
             parts = ", ".join(f"{k} {v:.0f}" for k, v in r["cpu_by_process"].items())
-            print(f"{name:<6} run {rep + 1}: {r['steps_per_s']:6.2f} steps/s ({r['env_steps']} steps, "
+            print(f"{name:<8} run {rep + 1}: {r['steps_per_s']:6.2f} steps/s ({r['env_steps']} steps, "
                   f"{r['wall_s']:.1f} s), {r['cpu_ms_per_step']:5.0f} ms CPU a step ({parts})  "
                   f"load {r['load_avg']}", flush=True)
     med = {name: {"steps_per_s": statistics.median(r["steps_per_s"] for r in rs),
                   "cpu_ms_per_step": statistics.median(r["cpu_ms_per_step"] for r in rs)} for name, rs in runs.items()}
     speedup = med["after"]["steps_per_s"] / max(med["before"]["steps_per_s"], 1e-9)
     cpu_ratio = med["before"]["cpu_ms_per_step"] / max(med["after"]["cpu_ms_per_step"], 1e-9)
-    print(f"median: before {med['before']['steps_per_s']:.2f} steps/s, {med['before']['cpu_ms_per_step']:.0f} ms CPU "
-          f"a step; after {med['after']['steps_per_s']:.2f} steps/s, {med['after']['cpu_ms_per_step']:.0f} ms; "
-          f"x{speedup:.2f} steps/s, x{cpu_ratio:.2f} less CPU a step; {time.perf_counter() - t0:.0f} s")
+    for name, m in med.items():
+        print(f"median {name:<8} {m['steps_per_s']:6.2f} steps/s, {m['cpu_ms_per_step']:5.0f} ms CPU a step")
+    print(f"after vs before: x{speedup:.2f} steps/s, x{cpu_ratio:.2f} less CPU a step; "
+          f"{time.perf_counter() - t0:.0f} s in all")
     print(json.dumps({"bench": "rollout_ab", "slots": args.slots, "episodes_per_slot": args.episodes_per_slot,
                       "tasks": args.tasks, "trees": {k: str(v) for k, v in trees.items()}, "runs": runs,
                       "median": med, "speedup_steps_per_s": round(speedup, 2),
