@@ -9,17 +9,22 @@
   // POST, then apply the answer. A one-shot timer is held until the answer is applied, so an
   // observer that waits for pending timers and navigations (the browser device's settling) does
   // not look at the page between the response and the navigation it causes.
-  let hold;
+  // An answer that comes after the page changed is dropped, as a page load would drop it.
+  let hold, page = 0;
   async function submit(url, body, el) {
+    const mine = page;
     window.__pending++;
     hold = setTimeout(() => {}, 1000);
     let navigating = false;
     try {
       const resp = await fetch(url, { method: "POST", body: body });
-      navigating = apply(await resp.json(), el);
+      const res = await resp.json();
+      if (mine === page) navigating = apply(res, el);
     } finally {
-      window.__pending--;
-      if (!navigating) clearTimeout(hold);
+      if (mine === page) {
+        window.__pending--;
+        if (!navigating) clearTimeout(hold);
+      }
     }
   }
 
@@ -120,6 +125,7 @@
     if (sameHead) document.title = doc.title;  // the stylesheet stays: no need to parse it again
     else document.head.replaceWith(document.adoptNode(doc.head));
     document.body.replaceWith(document.adoptNode(doc.body));
+    page++;
     clearTimeout(hold);
     window.__pending = 0;
     init();
