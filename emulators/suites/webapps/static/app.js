@@ -144,6 +144,7 @@
     history.replaceState(null, "", url);
     window.scrollTo(0, 0);
     referrer = "";
+    referrers.clear();  // the device leaves this entry alone in the history
     if (window.navigation) referrers.set(navigation.currentEntry.key, referrer);
     return true;
   }
