@@ -160,11 +160,11 @@ _CONTEXTMENU_JS = """([x, y]) => {
 }"""
 
 
-#: :meth:`BrowserDevice.reset_in_page`'s script around the page's hook (``%s``)
+#: :meth:`BrowserDevice.reset_in_page`'s script around the page's hook (``HOOK``)
 _IN_PAGE_RESET_JS = """async (url) => {
     const g = window.__ga;
     if (!g || g.navigating || g.fetches > 0 || document.readyState !== 'complete') return false;
-    if (!(await (%s)(url))) return false;
+    if (!(await (HOOK)(url))) return false;
     for (const id of Array.from(g.timers.keys())) clearTimeout(id);
     getSelection().removeAllRanges();
     if (document.activeElement && document.activeElement !== document.body) document.activeElement.blur();
@@ -335,7 +335,7 @@ class BrowserDevice(Device):
             self._blocked.clear()
             self._popup_url = None
             self._quiet_mutations = None
-            if not self.page.evaluate(_IN_PAGE_RESET_JS % hook, url):
+            if not self.page.evaluate(_IN_PAGE_RESET_JS.replace("HOOK", hook, 1), url):
                 return False
             self._cdp.send("Page.resetNavigationHistory")
             self._settle()
