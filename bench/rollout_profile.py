@@ -10,14 +10,17 @@ one after another (``concurrent=False``) and once side by side (the default), al
 :class:`guiagent.store.Store` in a temp folder.
 
 The timers wrap the device and task methods for the run (nothing in the library is
-changed): ``reset`` (the whole slot reset: session state, page load, first observation),
-``page load`` (navigations inside it), ``act`` (the action's input events), ``settle``
+changed): ``reset`` (the whole slot reset: session state, start page, first observation),
+``in-page reset`` (the start page rendered in the open document), ``page load``
+(navigations: resets that load the page, taps on links), ``act`` (the action's input events), ``settle``
 (waiting for the page to be quiet), ``observe`` (screenshot + ARIA tree), ``state check``
 (the task reading the app's server-side state for milestones and success), ``session
 reset`` (the task writing the episode's start state) and ``store`` (the rollout's own
 store timer). Each phase shows its calls, milliseconds per call and its sum over slots as
 a share of wall time: with slots side by side the shares add up to more than 100%
-(they overlap). ``--cprofile N`` prints the N functions with most cumulative time of
+(they overlap). Each run also reports the CPU milliseconds an env step, summed over
+every process of the rollout (this one, the Playwright driver, Chromium's browser,
+renderer, GPU and utility processes: ``bench/cpu.py``). ``--cprofile N`` prints the N functions with most cumulative time of
 the last side-by-side run. The last stdout line is one JSON object.
 """
 
@@ -37,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from bench.cpu import cpu_by_process  # noqa: E402
 from emulators.browser import BrowserDevice  # noqa: E402
 from emulators.pool import InProcessPool  # noqa: E402
 from emulators.suites.webapps.server import LocalClient  # noqa: E402
@@ -48,6 +52,7 @@ from rl.rollout import make_groups, run_rollout  # noqa: E402
 #: phase -> (class, method) it times
 PHASES = {
     "reset": (WebTask, "reset_device"),
+    "in-page reset": (BrowserDevice, "reset_in_page"),
     "page load": (BrowserDevice, "_goto"),
     "session reset": (LocalClient, "reset"),
     "act": (BrowserDevice, "_perform"),
@@ -97,19 +102,24 @@ def requests(tasks: list[str], episodes: int, group_size: int, seed0: int):
 def one_run(pool, store: Store, run_id: str, args, seed0: int, profile: cProfile.Profile | None) -> dict:
     timers = Timers()
     reqs = requests(args.tasks, args.episodes_per_slot * pool.num_slots, 2, seed0)
+    cpu0 = cpu_by_process(os.getpid())
     with timers.installed():
         if profile is not None:
             profile.enable()
         res = run_rollout(pool, RandomPolicy(seed=seed0), reqs, store=store, run_id=run_id, suite="webapps")
         if profile is not None:
             profile.disable()
+    cpu1 = cpu_by_process(os.getpid())
+    steps = max(res.env_steps, 1)
+    cpu = {k: round(1e3 * (cpu1.get(k, 0) - cpu0.get(k, 0)) / steps, 1) for k in sorted(set(cpu0) | set(cpu1))}
     wall = res.wall_seconds
     phases = {p: {"calls": timers.calls[p], "ms_per_call": round(1e3 * timers.seconds[p] / max(timers.calls[p], 1), 1),
                   "share": round(timers.seconds[p] / wall, 3)} for p in PHASES}
     phases["store"] = {"calls": None, "ms_per_call": None, "share": round(res.store_seconds / wall, 3)}
     return {"steps_per_s": round(res.steps_per_second, 2), "env_steps": res.env_steps,
             "episodes": len(res.trajectories), "resets": timers.calls["reset"], "wall_s": round(wall, 2),
-            "env_share": round(res.env_seconds / wall, 3), "phases": phases, "load_avg": load_avg()}
+            "env_share": round(res.env_seconds / wall, 3), "phases": phases,
+            "cpu_ms_per_step": {k: v for k, v in cpu.items() if v}, "load_avg": load_avg()}
 
 
 def show(label: str, r: dict) -> None:
@@ -120,6 +130,8 @@ def show(label: str, r: dict) -> None:
         calls = "" if v["calls"] is None else v["calls"]
         ms = "" if v["ms_per_call"] is None else f"{v['ms_per_call']:.1f}"
         print(f"  {p:<14} {calls:>6} {ms:>8} {v['share']:>9.1%}")
+    cpu = r["cpu_ms_per_step"]
+    print(f"  CPU a step: {sum(cpu.values()):.0f} ms (" + ", ".join(f"{k} {v:.0f}" for k, v in cpu.items()) + ")")
 
 
 def main() -> None:

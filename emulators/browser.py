@@ -67,6 +67,9 @@ MOBILE_USER_AGENT = ("Mozilla/5.0 (Linux; Android 14; Pixel 7) AppleWebKit/537.3
                      "(KHTML, like Gecko) Chrome/126.0.0.0 Mobile Safari/537.36")
 
 
+_BOOL_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
 @dataclass(frozen=True)
 class BrowserConfig:
     """How the browser device looks and behaves.
@@ -84,6 +87,8 @@ class BrowserConfig:
     navigation's request and response for the context's life (in this process and in its
     driver, up to 10,000 of each), about two per episode, so one context kept for a worker's
     whole life would grow both by megabytes an hour.
+    ``in_page_reset`` lets a suite start an episode in the open document through the page's own
+    hook instead of a page load (:meth:`BrowserDevice.reset_in_page`); ``False`` always loads the page.
     """
 
     viewport: tuple[int, int] = (1280, 720)
@@ -100,6 +105,9 @@ class BrowserConfig:
     block_file_urls: bool = True
     reuse_context: bool = False
     context_max_resets: int = 100
+    in_page_reset: bool = True
+    #: JavaScript run in every document before the page's own (after the settle script)
+    init_script: str = ""
     user_agent: str | None = None
     locale: str = "en-US"
     timezone_id: str = "UTC"
@@ -107,6 +115,12 @@ class BrowserConfig:
     navigation_timeout_ms: int = 15000
 
     def __post_init__(self) -> None:
+        for name in ("mobile", "headless", "block_file_urls", "reuse_context", "in_page_reset"):
+            value = getattr(self, name)
+            if isinstance(value, str):  # from the command line (--device in_page_reset false)
+                if value.lower() not in _BOOL_WORDS:
+                    raise ValueError(f"{name} must be true or false, got {value!r}")
+                object.__setattr__(self, name, _BOOL_WORDS[value.lower()])
         w, h = self.viewport
         if w <= 0 or h <= 0:
             raise ValueError(f"viewport must be positive, got {self.viewport}")
@@ -165,6 +179,16 @@ _TARGET_JS = """([x, y]) => {
 }"""
 #: a "target" covering more of the screen than this is a container, not something one taps
 _MAX_TARGET_AREA = 0.25
+#: :meth:`BrowserDevice.reset_in_page`'s script around the page's hook (``HOOK``)
+_IN_PAGE_RESET_JS = """async (url) => {
+    const g = window.__ga;
+    if (!g || g.navigating || g.fetches > 0 || document.readyState !== 'complete') return false;
+    if (!(await (HOOK)(url))) return false;
+    for (const id of Array.from(g.timers.keys())) clearTimeout(id);
+    getSelection().removeAllRanges();
+    if (document.activeElement && document.activeElement !== document.body) document.activeElement.blur();
+    return true;
+}"""
 
 
 def _closed_error(e: Exception) -> bool:
@@ -269,6 +293,8 @@ class BrowserDevice(Device):
         self._context = handle.browser.new_context(**options)
         self._context.set_default_timeout(c.navigation_timeout_ms)
         self._context.add_init_script(SETTLE_INIT_SCRIPT)
+        if c.init_script:
+            self._context.add_init_script(c.init_script)
         self._context.route(self._route_pattern(), self._route)
         self._context.on("page", self._on_popup)
         self._page = self._context.new_page()
@@ -307,6 +333,40 @@ class BrowserDevice(Device):
             self._cdp.send("Page.resetNavigationHistory")
         except PlaywrightError as e:
             raise DeviceError(f"could not open a fresh page: {e}") from e
+
+    def reset_in_page(self, url: str, hook: str) -> bool:
+        """Start over at ``url`` without a page load, where the open page can do it itself: ``hook`` is
+        the source of a JavaScript function of the url, the page's own (an app that renders another of
+        its pages in the open document), resolving to true once the document shows ``url`` as a fresh
+        load would.
+
+        Attempted only when nothing can carry over: ``in_page_reset`` and ``reuse_context`` on, a live
+        context not yet due for replacement (``context_max_resets``, counting these resets too), a page of ``url``'s origin with the settle script in it, quiet (no request in flight, no
+        navigation started, document complete). As :meth:`reset` does, it clears cookies and leaves
+        this page alone in the history; besides, the old document's pending timers are cancelled and
+        its selection and focus dropped. Returns False when it was not done (the caller then calls
+        :meth:`reset`, which loads the page whatever the hook changed); what the hook did outside the
+        page by then (a request it made) is the caller's to undo.
+        """
+        c = self.config
+        if (not c.in_page_reset or not c.reuse_context or self._closed or self._dead or self._page is None
+                or self._context_resets >= c.context_max_resets  # due for a new context: reset() opens it
+                or origin_of(url) != origin_of(self._page.url)):
+            return False
+        from playwright.sync_api import Error as PlaywrightError
+        try:
+            self._context.clear_cookies()
+            self._blocked.clear()
+            self._popup_url = None
+            self._quiet_mutations = None
+            if not self.page.evaluate(_IN_PAGE_RESET_JS.replace("HOOK", hook, 1), url):
+                return False
+            self._cdp.send("Page.resetNavigationHistory")
+            self._settle()
+            self._context_resets += 1
+        except PlaywrightError:  # a hook that threw, or a page that died: the caller loads the page
+            return False
+        return not self._dead and self.page.url == url
 
     def close(self) -> None:
         if self._closed:
@@ -686,7 +746,16 @@ class BrowserDevice(Device):
             idx = hist["currentIndex"]
             if idx <= 0:
                 raise ActionError("there is no earlier page to go back to")
-            self._cdp.send("Page.navigateToHistoryEntry", {"entryId": hist["entries"][idx - 1]["id"]})
+            entry = hist["entries"][idx - 1]
+            self._cdp.send("Page.navigateToHistoryEntry", {"entryId": entry["id"]})
+            # the command returns once the traversal started: wait for it to reach the page (a page
+            # that renders its entries itself shows the url at once, then settles on its request)
+            from playwright.sync_api import Error as PlaywrightError
+            try:
+                page.wait_for_function("(url) => location.href === url", arg=entry["url"], polling=10,
+                                       timeout=self.config.settle_timeout_ms or 1)
+            except PlaywrightError:
+                pass
         elif isinstance(action, NavigateHome):
             if not self.home_url:
                 raise ActionError("this device has no home page")

@@ -78,6 +78,11 @@ def test_config_validation_and_presets():
         BrowserConfig(image_format="gif")  # type: ignore[arg-type]
     assert BrowserConfig.phone().viewport == (360, 640) and BrowserConfig.phone().mobile
     assert BrowserConfig(viewport=(160, 210), device_scale_factor=2).screen_size == (320, 420)
+    # switches given as words on the command line (--device in_page_reset false)
+    assert BrowserConfig(in_page_reset="false").in_page_reset is False  # type: ignore[arg-type]
+    assert BrowserConfig(reuse_context="Yes").reuse_context is True  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="in_page_reset must be true or false"):
+        BrowserConfig(in_page_reset="maybe")  # type: ignore[arg-type]
 
 
 def test_missing_chromium_is_one_clear_error(monkeypatch, shared_browser):
@@ -89,11 +94,27 @@ def test_missing_chromium_is_one_clear_error(monkeypatch, shared_browser):
     # nothing configured, no system Chromium: Playwright's own bundle is the last resort
     monkeypatch.delenv("GUIAGENT_CHROMIUM")
     monkeypatch.setattr(browser_support, "_SYSTEM_CHROMIUMS", ())
+    monkeypatch.setattr(browser_support, "_HEADLESS_SHELLS", ())
     monkeypatch.setenv("PATH", "/nonexistent")
     try:
         launch_browser().close()  # a machine where `playwright install chromium` was run
     except ChromiumNotFound as e:
         assert "apt-get install chromium" in str(e) and "GUIAGENT_CHROMIUM" in str(e)
+
+
+def test_headless_prefers_a_headless_shell(monkeypatch, tmp_path):
+    full, shell = tmp_path / "chromium", tmp_path / "chromium-headless-shell"
+    for exe in (full, shell):
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
+    monkeypatch.delenv("GUIAGENT_CHROMIUM", raising=False)
+    monkeypatch.setattr(browser_support, "_SYSTEM_CHROMIUMS", (str(full),))
+    monkeypatch.setattr(browser_support, "_HEADLESS_SHELLS", (str(tmp_path / "missing"), str(shell)))
+    assert find_chromium(headless=True) == str(shell)
+    assert find_chromium() == str(full)  # a headed browser needs the full one
+    assert find_chromium(str(full), headless=True) == str(full)  # a configured one wins
+    monkeypatch.setenv("GUIAGENT_CHROMIUM", str(full))
+    assert find_chromium(headless=True) == str(full)
 
 
 # --- observation ------------------------------------------------------------------------------
