@@ -224,7 +224,7 @@ CASES = [
     (["sft", "--data", "{t}/nodata", "--model", "{t}/m"], "--data {t}/nodata: no such directory", 2),
     (["sft", "--data", "{t}", "--model", "{t}/m"], "no trajectory store", 2),
     (["farm", "up", "--state-dir", "{t}/file.txt"], "exists and is not a directory", 2),
-    (["farm", "up", "--console-base-port", "65534", "--emulators", "4", "--dry-run"], "ports fall outside", 2),
+    (["farm", "up", "--console-base-port", "65534", "--emulators", "4", "--dry-run"], "fall outside 1024..65535", 2),
     (["farm", "frob"], "unknown action", 2),
     (["eval", "--out", "{t}/file.txt"], "--out {t}/file.txt: exists and is not a directory", 2),
     (["eval", "--agent", "model", "--model", "{t}/nonexistent", "--out", "{t}/e"], "no such model folder", 2),

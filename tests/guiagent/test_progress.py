@@ -56,28 +56,6 @@ def test_silent_when_not_a_terminal():
     assert buf.getvalue() == ""
 
 
-def test_farm_up_reports_boots_to_the_progress_callback(tmp_path, monkeypatch):
-    """The Docker engine is the one part faked here (none on this machine): compose's ``ps`` rows per poll."""
-    import subprocess
-
-    from emulators.android import farm
-
-    polls = iter([
-        [{"Service": "emulator-0", "State": "running", "Health": "starting"}],
-        [{"Service": "emulator-0", "State": "running", "Health": "healthy"},
-         {"Service": "emulator-1", "State": "running", "Health": "starting"}],
-        [{"Service": f"emulator-{i}", "State": "running", "Health": "healthy"} for i in range(2)],
-    ])
-    monkeypatch.setattr(farm, "check_engine", lambda docker_host=None: None)
-    monkeypatch.setattr(farm, "_compose", lambda *a, **k: subprocess.CompletedProcess([], 0, "", ""))
-    monkeypatch.setattr(farm, "_ps", lambda *a, **k: next(polls))
-    seen, logs = [], []
-    endpoints = farm.up(farm.FarmSpec(emulators=2), tmp_path, poll_s=0, log=logs.append,
-                        progress=lambda n, total: seen.append((n, total)))
-    assert seen == [(0, 2), (1, 2), (2, 2)] and len(endpoints) == 2
-    assert not any("booted" in line for line in logs)  # the bar stands in for the per-poll lines
-
-
 @pytest.mark.browser
 def test_eval_draws_a_bar_on_a_terminal_and_keeps_stdout_json(tmp_path):
     """``guiagent eval`` with stderr on a pseudo-terminal: a bar there, the JSON line alone on stdout."""

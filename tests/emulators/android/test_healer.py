@@ -306,3 +306,31 @@ def test_farm_state_restarts_and_boot_waits_go_through_the_sdk(emulators, engine
     assert engine.by_name("aw-farm-emulator-0-1")["RestartCount"] == 1
     with pytest.raises(FarmError, match="no container of farm other runs emulator-0"):
         farm.restart_hook(endpoints[0], "other", docker_host=engine.url)()
+
+
+def test_farm_up_reports_boots_to_the_progress_callback(tmp_path, monkeypatch):
+    """`farm up` waits through the Docker SDK (the fake engine's JSON) and reports each poll's booted count
+    to the progress callback (the CLI's bar) instead of log lines; only `docker compose up` is stood in for."""
+    import subprocess
+
+    eng = FakeDockerEngine()
+    spec = farm.FarmSpec(emulators=2)
+    for i in range(2):
+        eng.add(f"{spec.project}-emulator-{i}-1", {"guiagent.farm": spec.project, "guiagent.emulator.index": str(i),
+                                                   "com.docker.compose.service": f"emulator-{i}"})
+        eng.by_name(f"{spec.project}-emulator-{i}-1")["State"]["Health"]["Status"] = "starting"
+    monkeypatch.setattr(farm, "_compose", lambda *a, **k: subprocess.CompletedProcess([], 0, "", ""))
+    seen, logs = [], []
+
+    def progress(n, total):
+        seen.append((n, total))
+        if n < total:  # one more emulator has booted by the next look
+            eng.by_name(f"{spec.project}-emulator-{n}-1")["State"]["Health"]["Status"] = "healthy"
+
+    try:
+        endpoints = farm.up(spec, tmp_path, poll_s=0, docker_host=eng.url, log=logs.append, progress=progress)
+    finally:
+        eng.close()
+    assert seen == [(0, 2), (1, 2), (2, 2)] and len(endpoints) == 2
+    assert not any("booted" in line for line in logs)  # the bar stands in for the per-poll lines
+    assert (tmp_path / "endpoints.json").is_file()
