@@ -233,10 +233,12 @@ class TrainConfig:
     gamma: float = 1.0
     """discount of step-level returns"""
     filter_zero_variance: bool = True
-    """skip groups whose episodes all got the same reward (no GRPO signal)"""
+    """skip groups whose episodes all got the same reward (no GRPO signal); semi-online: groups whose
+    samples got the same step rewards throughout"""
     min_informative_groups: int = 0
     """dynamic sampling (DAPO): while fewer groups than this have unequal rewards, sample another
-    --groups-per-iteration groups, at most --max-sampling-rounds rounds an iteration (0: off)"""
+    --groups-per-iteration groups, at most --max-sampling-rounds rounds an iteration (0: off); a
+    semi-online iteration replays more recorded episodes the same way (no device: cheap)"""
     max_sampling_rounds: int = 3
     """dynamic sampling: most rollout rounds in one iteration"""
     neg_adv_min_scale: float = 1.0

@@ -151,6 +151,16 @@ class _AdaptersOff:
             return self.policy.score_batch(*a, **k)
 
 
+
+def _semi_informative_groups(result: Any) -> int:
+    """Groups of a semi-online rollout whose samples got different step rewards somewhere (the ones
+    its step- and episode-level group advantages learn from)."""
+    seen: dict[str, set[tuple[float, ...]]] = {}
+    for t in result.trajectories:
+        if t.group_id:
+            seen.setdefault(t.group_id, set()).add(tuple(round(st.reward, 9) for st in t.steps))
+    return sum(len(v) > 1 for v in seen.values())
+
 class Trainer:
     """One training run: :meth:`run` is setup → loop → cleanup."""
 
@@ -386,12 +396,20 @@ class Trainer:
 
         cfg = self.cfg
         n = cfg.groups_per_iteration
-        picks = (rng.sample(self.recorded, n) if n <= len(self.recorded)
-                 else [rng.choice(self.recorded) for _ in range(n)])
         explainer = ModelExplainer(self.sampler) if cfg.semi.patch.mode == "policy" else None
-        return run_semi_online(self.sampler, picks, group_size=cfg.group_size, patch=cfg.semi.patch,
-                               rewards=cfg.semi.rewards, match=cfg.semi.match, explainer=explainer,
-                               store=self.store, run_id=self.state.run_id)
+        result = None
+        # as online: with --min-informative-groups, replay more recorded episodes (another round of
+        # --groups-per-iteration, up to --max-sampling-rounds) until that many groups differ
+        for _ in range(max(1, cfg.max_sampling_rounds) if cfg.min_informative_groups else 1):
+            picks = (rng.sample(self.recorded, n) if n <= len(self.recorded)
+                     else [rng.choice(self.recorded) for _ in range(n)])
+            more = run_semi_online(self.sampler, picks, group_size=cfg.group_size, patch=cfg.semi.patch,
+                                   rewards=cfg.semi.rewards, match=cfg.semi.match, explainer=explainer,
+                                   store=self.store, run_id=self.state.run_id)
+            result = more if result is None else result.extend(more)
+            if _semi_informative_groups(result) >= cfg.min_informative_groups:
+                break
+        return result
 
     def iterate(self) -> None:
         """One iteration: rollout → advantages → update → guards → sync → checkpoint → eval → metrics."""
@@ -479,8 +497,17 @@ class Trainer:
             "semi/progress": sum(t.metadata.get("progress", 0.0) for t in trajs) / n,
             "semi/patches": sum(t.metadata.get("patches", 0) for t in trajs) / n,
         })
-        return list(result.turns), adv, {"groups": float(len({t.group_id for t in trajs})),
-                                          "groups_kept": float(len({u.group_id for u in result.turns}))}
+        turns = list(result.turns)
+        groups = {t.group_id for t in trajs}
+        if self.cfg.filter_zero_variance and turns:
+            # as online: a group whose samples all replied alike has no advantage anywhere; its turns
+            # would only cost update time (and dilute the loss's mean)
+            live = {u.group_id for u, a in zip(turns, adv.tolist()) if abs(a) > 1e-9}
+            keep = torch.tensor([u.group_id in live for u in turns], dtype=torch.bool)
+            turns, adv = [u for u, k in zip(turns, keep.tolist()) if k], adv[keep]
+        kept = {u.group_id for u in turns}
+        return turns, adv, {"groups": float(len(groups)), "groups_kept": float(len(kept)),
+                            "groups_equal": float(len(groups - kept))}
 
     def _guards(self, m: dict[str, float]) -> str | None:
         """The first stability guard this iteration trips (None: all within bounds); alarms are

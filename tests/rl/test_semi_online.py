@@ -620,3 +620,48 @@ def test_recorded_browser_taps_carry_their_target_box_and_replays_match_the_whol
     assert max(moved) > MatchConfig().point_tolerance  # outside the point tolerance, inside the element
     r = semi_online_eval(_OffCentrePolicy(eps), eps)
     assert r.progress == 1.0 and r.success == 1.0
+
+
+def test_the_trainer_keeps_only_groups_whose_samples_differ():
+    """As online (DAPO's dynamic sampling): a semi-online group whose samples all replied alike has no
+    advantage anywhere; the trainer counts the informative groups and leaves the others out of the update."""
+    from types import SimpleNamespace
+
+    from rl.config import TrainConfig
+    from rl.trainer import Trainer, _semi_informative_groups
+
+    eps = [_episode("a", "t1"), _episode("b", "t2")]
+    bad = {**GOOD, 1: Type("zzz qqq")}
+    # episode a: samples 0, 1 differ at the typed text; episode b: samples 2, 3 reply alike
+    res = run_semi_online(ScriptedPolicy([GOOD, bad, GOOD, GOOD]), eps, group_size=2, patch=PatchConfig(budget=0))
+    assert _semi_informative_groups(res) == 1
+    by_group = {t.group_id: t.steps[0].metadata["recorded_episode"] for t in res.trajectories}
+    for keep_all in (False, True):
+        cfg = TrainConfig(mode="semi-online", data=("x",), filter_zero_variance=not keep_all)
+        metrics: dict[str, float] = {}
+        turns, adv, stats = Trainer._semi_online_batch(SimpleNamespace(cfg=cfg), res, metrics)
+        assert len(turns) == len(adv) and stats["groups"] == 2
+        if keep_all:
+            assert len(turns) == len(res.turns) and stats["groups_kept"] == 2
+        else:
+            assert {by_group[u.group_id] for u in turns} == {"a"} and stats["groups_equal"] == 1
+            assert len(turns) == 2 + 4 and (adv != 0).any()  # both samples of a: 2 and 4 turns
+        assert 0.0 < metrics["semi/match_rate"] < 1.0
+
+
+@pytest.mark.parametrize("scripts, rounds", [([GOOD, {**GOOD, 1: Type("zzz qqq")}], 2), ([GOOD, GOOD], 3)])
+def test_semi_online_replays_more_episodes_until_enough_groups_differ(scripts, rounds):
+    """--min-informative-groups in a semi-online iteration: another round of recorded episodes while too
+    few groups differ, at most --max-sampling-rounds rounds."""
+    import random
+    from types import SimpleNamespace
+
+    from rl.config import TrainConfig
+    from rl.trainer import Trainer
+
+    cfg = TrainConfig(mode="semi-online", data=("x",), groups_per_iteration=1, group_size=2,
+                      min_informative_groups=2, max_sampling_rounds=3)
+    me = SimpleNamespace(cfg=cfg, recorded=[_episode("a", "t1"), _episode("b", "t2")], sampler=ScriptedPolicy(scripts),
+                         store=None, state=SimpleNamespace(run_id=None))
+    res = Trainer._replay(me, random.Random(0))
+    assert len(res.trajectories) == 2 * rounds and len({t.group_id for t in res.trajectories}) == rounds
