@@ -261,11 +261,12 @@ def _pop_config_flag(argv: list[str]) -> tuple[str | None, list[str]]:
 
 
 def parse_config(cls: type[T], argv: Sequence[str] | None = None, *, prog: str | None = None,
-                 description: str | None = None) -> T:
-    """Defaults <- ``--config FILE`` <- flags. See the module docstring."""
+                 description: str | None = None, default: T | None = None) -> T:
+    """Defaults <- ``--config FILE`` <- flags. See the module docstring. ``default``: an instance whose
+    values stand in for the class defaults (a built-in recipe); ``--config`` replaces it."""
     argv = list(sys.argv[1:] if argv is None else argv)
     path, rest = _pop_config_flag(argv)
-    default = load_yaml(cls, path) if path else None
+    default = load_yaml(cls, path) if path else default
     import tyro
 
     desc = (description or (cls.__doc__ or "")).strip()

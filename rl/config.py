@@ -7,15 +7,15 @@ at ``rl.evaluate.EVAL_SEED_BASE`` (1,000,000), so evaluation is on held-out task
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from judge.compose import RewardConfig
 from judge.settings import JudgeSettings
 from rl.advantages import SemiOnlineRewardConfig
 from rl.semi_online import MatchConfig, PatchConfig
 
-__all__ = ["TINY_MAX_PIXELS", "TRAIN_SEED_RANGE", "WARM_START_TASKS", "SemiOnlineSettings", "TrainConfig",
+__all__ = ["EMBEDDED_RECIPE", "TINY_MAX_PIXELS", "TRAIN_SEED_RANGE", "WARM_START_TASKS", "SemiOnlineSettings", "TrainConfig",
            "VLLMSettings", "sample_tasks"]
 
 #: tasks whose targets sit at fixed places for every seed: what a tiny model trained from
@@ -25,6 +25,17 @@ WARM_START_TASKS = ("open_app", "settings_turn_on", "settings_turn_off", "settin
 TRAIN_SEED_RANGE = 1_000_000
 #: ~128 visual tokens a screenshot: enough for fixed layouts, and 5x cheaper than the default
 TINY_MAX_PIXELS = 28 * 28 * 128
+
+#: ``guiagent train`` with no ``--model``, ``--resume`` or ``--config`` (README command (a)): a short
+#: SFT warm start that leaves something to learn, semi-online RL on its demonstrations, then online RL,
+#: each stage adding to the last within ~10 minutes on 2 CPU cores (docs/training.md, "The embedded
+#: default"; configs/train_webapps_tiny.yaml spells it out). Flags override any of it.
+EMBEDDED_RECIPE: dict[str, Any] = {
+    "warm_start_steps": 160, "iterations": 12, "semi": {"iterations": 6},
+    "groups_per_iteration": 8, "group_size": 8, "slots": 8, "algo": "dr_grpo", "lr": 3e-4, "epochs": 2,
+    "mini_batch_size": 32, "temperature": 1.0, "min_p": 0.05, "kl_coef": 0.1, "neg_adv_min_scale": 0.5,
+    "min_informative_groups": 6, "max_sampling_rounds": 4, "eval_episodes": 48,
+}
 
 
 @dataclass(frozen=True)
@@ -301,6 +312,16 @@ class TrainConfig:
     """torch CPU threads (0: torch's default)"""
     json: bool = False
     """print one JSON object with the figures as the last stdout line"""
+
+    @classmethod
+    def embedded(cls, **overrides: Any) -> "TrainConfig":
+        """The embedded default's recipe (:data:`EMBEDDED_RECIPE`) with ``overrides`` on top: what
+        ``guiagent train`` runs when no ``--model``, ``--resume`` or ``--config`` is given."""
+        semi = overrides.pop("semi", None)
+        recipe = {k: v for k, v in EMBEDDED_RECIPE.items() if k != "semi"}
+        base = SemiOnlineSettings()
+        return cls(**{**recipe, **overrides,
+                      "semi": semi or replace(base, **EMBEDDED_RECIPE.get("semi", {}))})
 
     def __post_init__(self) -> None:
         if self.group_size < 2:

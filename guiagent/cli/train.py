@@ -75,11 +75,18 @@ def check_android(cfg) -> None:
         raise CLIError(str(e)) from None
 
 
+def _names_a_start(argv: list[str]) -> bool:
+    """A model, a run to resume or a config file on the command line: the class defaults apply; without
+    any of them (or with --help) the embedded default's recipe does (rl.config.EMBEDDED_RECIPE)."""
+    return any(a.split("=", 1)[0] in ("--model", "--resume", "--config") for a in argv)
+
+
 def main(argv: list[str]) -> int:
     from rl.checkpoint import CheckpointError
     from rl.trainer import TrainConfig, train, write_summary
 
-    cfg = parse_config(TrainConfig, argv, prog="guiagent train")
+    cfg = parse_config(TrainConfig, argv, prog="guiagent train",
+                       default=None if _names_a_start(argv) else TrainConfig.embedded())
     preflight(cfg)
     show_progress()
     try:

@@ -336,3 +336,24 @@ def test_sft_takes_the_agent_settings_schema(tmp_path, capsys):
         parse_config(SFTCommandConfig, ["--help"])
     out = capsys.readouterr().out
     assert "screenshots in the prompt" in out and "--agent." not in out
+
+
+def test_train_without_a_model_runs_the_embedded_recipe_and_flags_override_it():
+    """`guiagent train` alone (README command (a)) takes rl.config.EMBEDDED_RECIPE; a flag overrides one
+    field of it; --model, --resume or --config bring back the class defaults."""
+    from guiagent.cli.train import _names_a_start
+    from guiagent.config import parse_config
+    from rl.config import EMBEDDED_RECIPE, TrainConfig
+
+    def parse(argv):
+        return parse_config(TrainConfig, argv, default=None if _names_a_start(argv) else TrainConfig.embedded())
+
+    plain = parse([])
+    assert plain.mode == "staged" and plain.semi.iterations == EMBEDDED_RECIPE["semi"]["iterations"]
+    assert all(getattr(plain, k) == v for k, v in EMBEDDED_RECIPE.items() if k != "semi")
+    assert plain.warm_start_steps != TrainConfig().warm_start_steps  # the recipe differs from the class
+    tuned = parse(["--iterations", "3", "--semi.iterations", "1"])
+    assert tuned.iterations == 3 and tuned.semi.iterations == 1 and tuned.algo == EMBEDDED_RECIPE["algo"]
+    for argv in (["--model", "m"], ["--model=m"], ["--resume", "r"]):
+        got = parse(argv)
+        assert got.algo == TrainConfig().algo and got.warm_start_steps == TrainConfig().warm_start_steps
