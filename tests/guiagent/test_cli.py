@@ -357,3 +357,5 @@ def test_train_without_a_model_runs_the_embedded_recipe_and_flags_override_it():
     for argv in (["--model", "m"], ["--model=m"], ["--resume", "r"]):
         got = parse(argv)
         assert got.algo == TrainConfig().algo and got.warm_start_steps == TrainConfig().warm_start_steps
+    spelled_out = Path(__file__).resolve().parents[2] / "configs" / "train_webapps_tiny.yaml"
+    assert parse(["--config", str(spelled_out)]) == TrainConfig.embedded(out="runs/train")
