@@ -465,6 +465,7 @@ def run_semi_online(
     run_id: str | None = None,
     keep_turns: bool = True,
     agent_name: str | None = None,
+    tag: str | None = None,
 ) -> RolloutResult:
     """Replay every recorded episode ``group_size`` times with ``policy`` (semi-online rollout).
 
@@ -474,8 +475,10 @@ def run_semi_online(
     carries metadata ``matched``, ``kind_match``, ``exact``, ``match_reason``,
     ``recorded_action``, ``recorded_index``, and ``patched`` (with ``patch_thought``)
     when the recorded action was substituted in the history. The G samples of an
-    episode share a group id (``semi:<recorded episode id>:<random>``). With
-    ``store``/``run_id`` every sample is written as a completed episode.
+    episode share a group id: ``semi:<tag>-<k>:<recorded episode id>`` for the k-th episode of the
+    call, reproducible with a ``tag`` (the trainer passes the iteration and sampling round), random
+    without one; each sample's sampling stream is named after its group and member, so one seed
+    gives one replay. With ``store``/``run_id`` every sample is written as a completed episode.
 
     Returns the trajectories, one :class:`TrainTurn` per policy turn (reward: the
     step reward), and timings; ``env_steps`` counts policy turns.
@@ -490,8 +493,9 @@ def run_semi_online(
     res = RolloutResult()
     t_wall = time.perf_counter()
     samples: list[_Sample] = []
-    for t in episodes:
-        gid = f"semi:{t.episode_id}:{uuid.uuid4().hex[:8]}"
+    prefix = tag if tag is not None else uuid.uuid4().hex[:8]
+    for k, t in enumerate(episodes):
+        gid = f"semi:{prefix}-{k}:{t.episode_id}"
         samples += [_Sample(t, gid, uuid.uuid4().hex) for _ in range(group_size)]
 
     while True:
@@ -501,7 +505,7 @@ def run_semi_online(
         # slot = the sample's stable number (episode-major: episode k's samples are k*G .. k*G+G-1)
         ctxs = [
             TurnContext(s.episode.task, tuple(s.history), s.episode.steps[s.cursor].observation, i,
-                        f"{s.episode.episode_id}#{i % group_size}")
+                        f"{s.group_id}#{i % group_size}")
             for i, s in live
         ]
         live = [s for _, s in live]

@@ -284,7 +284,11 @@ class Trainer:
         if self.state.eval_before is None:
             self.state.eval_before = self.evaluate("before")
             self.suite_before = dict(self.suite_eval)
-            if cfg.eval_every:  # the starting model is the first candidate: a run never hands back a worse one
+            # the starting model is the first candidate wherever the run evaluates between iterations
+            # (--eval-every, or a staged run's evaluation after its semi-online stage): a run never
+            # hands back a worse one
+            staged_eval = cfg.mode == "staged" and 0 < cfg.semi.iterations < cfg.iterations
+            if cfg.eval_every or staged_eval:
                 self._keep_best(self.state.eval_before, 0)
         self.judge = make_judge(cfg.judge, out)
         from guiagent.config import to_mapping as _mapping
@@ -371,7 +375,7 @@ class Trainer:
         # turn index), so a reply does not depend on batching, slot order or the pool kind
         self.sampler.seed = cfg.seed * 7919 + iteration
         if self.is_semi_online(iteration):
-            return self._replay(rng)
+            return self._replay(rng, iteration)
         if self.credit.offline(iteration):  # awr's offline start: the replay buffer only
             from rl.rollout import RolloutResult
 
@@ -390,7 +394,7 @@ class Trainer:
                 break
         return result
 
-    def _replay(self, rng: random.Random) -> Any:
+    def _replay(self, rng: random.Random, iteration: int = 0) -> Any:
         """A semi-online rollout: recorded episodes, each replayed ``group_size`` times."""
         from rl.semi_online import ModelExplainer, run_semi_online
 
@@ -400,12 +404,12 @@ class Trainer:
         result = None
         # as online: with --min-informative-groups, replay more recorded episodes (another round of
         # --groups-per-iteration, up to --max-sampling-rounds) until that many groups differ
-        for _ in range(max(1, cfg.max_sampling_rounds) if cfg.min_informative_groups else 1):
+        for rnd in range(max(1, cfg.max_sampling_rounds) if cfg.min_informative_groups else 1):
             picks = (rng.sample(self.recorded, n) if n <= len(self.recorded)
                      else [rng.choice(self.recorded) for _ in range(n)])
             more = run_semi_online(self.sampler, picks, group_size=cfg.group_size, patch=cfg.semi.patch,
                                    rewards=cfg.semi.rewards, match=cfg.semi.match, explainer=explainer,
-                                   store=self.store, run_id=self.state.run_id)
+                                   store=self.store, run_id=self.state.run_id, tag=f"i{iteration}r{rnd}")
             result = more if result is None else result.extend(more)
             if _semi_informative_groups(result) >= cfg.min_informative_groups:
                 break

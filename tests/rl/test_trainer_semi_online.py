@@ -80,3 +80,26 @@ def test_the_embedded_default_runs_its_stages_on_a_tiny_budget(tmp_path):
     assert [m.iteration for m in curves["eval_success"]] == [0]  # held-out after the semi-online stage
     assert r.eval_curve.keys() == {"1"} and 0.0 <= r.success_after <= 1.0 and 0.0 <= r.success_before <= 1.0
     assert (out / "sft" / "config.json").is_file() and (out / "demos" / "store.sqlite").is_file()
+    # the warm start is the first candidate for model-best: the run never hands back a worse model
+    assert (out / "model-best").is_dir() and r.best_success >= r.success_before
+
+
+def test_one_seed_gives_one_semi_online_run(tiny_model_dir, demos, tmp_path):
+    """Semi-online groups are named by iteration, round and position (not at random): their names pick
+    the samples' streams and the update's micro-batches, so one seed gives the same metrics and weights."""
+    import torch
+
+    from guiagent.policy.hf import load_transformers
+    from rl.trainer import train
+
+    def run(name, seed):
+        r = train(TrainConfig(model=tiny_model_dir, mode="semi-online", data=(demos,), iterations=2,
+                              groups_per_iteration=2, group_size=2, max_new_tokens=8, temperature=1.0,
+                              eval_episodes=0, filter_zero_variance=False, min_informative_groups=2,
+                              max_sampling_rounds=2, out=str(tmp_path / name), seed=seed))
+        metrics = {k: v for k, v in r.last.items() if "seconds" not in k and "per_s" not in k}
+        return metrics, load_transformers(r.model).state_dict()
+
+    (m1, w1), (m2, w2), (m3, w3) = run("a", 4), run("b", 4), run("c", 5)
+    assert m1 == m2 and all(torch.equal(w1[k], w2[k]) for k in w1)
+    assert m1 != m3 or any(not torch.equal(w1[k], w3[k]) for k in w1)
