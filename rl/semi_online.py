@@ -445,6 +445,8 @@ def recorded_episodes(data: Sequence[str], tasks: Sequence[str] = ()) -> list[Tr
             raise KeyError(f"--data {d}: no trajectory store there (record one with guiagent eval --agent oracle "
                            "--out DIR, or import one with guiagent data import)")
         got = load_recorded_episodes(d, EpisodeFilter(outcome="success"))
+        # by task and seed, not by the order the recording finished them in (a Ray pool's varies)
+        got.sort(key=lambda t: (t.task.task_id, t.task.seed, t.task.goal, t.episode_id))
         episodes += [t for t in got if not tasks or t.task.task_id in tasks]
     if not episodes:
         raise KeyError(f"--data {' '.join(data)}: no successful recorded episode"
@@ -476,9 +478,9 @@ def run_semi_online(
     ``recorded_action``, ``recorded_index``, and ``patched`` (with ``patch_thought``)
     when the recorded action was substituted in the history. The G samples of an
     episode share a group id: ``semi:<tag>-<k>:<recorded episode id>`` for the k-th episode of the
-    call, reproducible with a ``tag`` (the trainer passes the iteration and sampling round), random
-    without one; each sample's sampling stream is named after its group and member, so one seed
-    gives one replay. With ``store``/``run_id`` every sample is written as a completed episode.
+    call, with a ``tag`` (the trainer passes the iteration and sampling round; random without one);
+    each sample's sampling stream is named ``semi:<tag>-<k>#<member>`` (not after the recorded
+    episode's id, which a re-recording changes), so one seed gives one replay of the same episodes. With ``store``/``run_id`` every sample is written as a completed episode.
 
     Returns the trajectories, one :class:`TrainTurn` per policy turn (reward: the
     step reward), and timings; ``env_steps`` counts policy turns.
@@ -505,7 +507,7 @@ def run_semi_online(
         # slot = the sample's stable number (episode-major: episode k's samples are k*G .. k*G+G-1)
         ctxs = [
             TurnContext(s.episode.task, tuple(s.history), s.episode.steps[s.cursor].observation, i,
-                        f"{s.group_id}#{i % group_size}")
+                        f"semi:{prefix}-{i // group_size}#{i % group_size}")
             for i, s in live
         ]
         live = [s for _, s in live]
