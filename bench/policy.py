@@ -38,10 +38,8 @@ JSON object.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
-import random
 import resource
 import statistics
 import sys
@@ -52,31 +50,12 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from bench.screens import screen  # noqa: E402
+
 MODES = ("plain", "vision", "shared", "shared_1_thread")
 GOALS = ("Open the Settings app.", "Turn on Wi-Fi in Settings.", "Open the Files app.",
          "Go to the home screen.", "Turn off Bluetooth.", "Open the clock and add an alarm.",
          "Search the contacts for Ann.", "Set the brightness to the lowest.")
-
-
-def screen(i: int, w: int = 360, h: int = 640) -> bytes:
-    """A phone-screenshot-like PNG: status bar, header, a grid of app icons (distinct per ``i``)."""
-    from PIL import Image, ImageDraw
-
-    rng = random.Random(i)
-    img = Image.new("RGB", (w, h), (246, 247, 249))
-    d = ImageDraw.Draw(img)
-    d.rectangle([0, 0, w, 24], fill=(30, 30, 30))
-    d.rectangle([0, 24, w, 72], fill=(40 + 50 * i % 200, 90, 200))
-    d.text((12, 40), f"Screen {i}", fill=(255, 255, 255))
-    cell = w // 4
-    for k in range(16):
-        x, y = (k % 4) * cell + 12, 96 + (k // 4) * cell
-        d.rounded_rectangle([x, y, x + cell - 24, y + cell - 36], 10,
-                            fill=tuple(rng.randrange(40, 230) for _ in range(3)))
-        d.text((x, y + cell - 32), f"app{k}", fill=(20, 20, 20))
-    buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return buf.getvalue()
 
 
 def load_avg() -> str:

@@ -60,29 +60,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from bench.screens import screen  # noqa: E402
+
 GOALS = ("Open the Settings app.", "Turn on Wi-Fi in Settings.", "Open the Files app.", "Go to the home screen.")
-
-
-def screen(i: int, size: int) -> bytes:
-    """A screenshot-like PNG: a status bar, a header and a grid of app icons (distinct per ``i``)."""
-    from PIL import Image, ImageDraw
-
-    rng = random.Random(i)
-    img = Image.new("RGB", (size, size), (246, 247, 249))
-    d = ImageDraw.Draw(img)
-    d.rectangle([0, 0, size, 24], fill=(30, 30, 30))
-    d.rectangle([0, 24, size, 72], fill=(40 + 50 * i % 200, 90, 200))
-    d.text((12, 40), f"Screen {i}", fill=(255, 255, 255))
-    cell = size // 4
-    for k in range(12):
-        x, y = (k % 4) * cell + 16, 96 + (k // 4) * cell
-        d.rounded_rectangle([x, y, x + cell - 32, y + cell - 48], 12,
-                            fill=tuple(rng.randrange(40, 230) for _ in range(3)))
-        d.text((x, y + cell - 44), f"app{k}", fill=(20, 20, 20))
-    buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return buf.getvalue()
-
 
 def load_avg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -255,7 +235,7 @@ def main() -> None:
     b = args.groups * args.group_size
     model_dir = tempfile.mkdtemp(prefix="guiagent-bench-update-")
     info = build_tiny_model(TinyModelSpec(size="tiny", seed=args.seed), model_dir)
-    images = [screen(i, args.image_size) for i in range(args.groups)]
+    images = [screen(i, args.image_size, args.image_size) for i in range(args.groups)]
     policy = load_transformers(model_dir, device="cpu", threads=args.threads)
     turns, adv, prompt_tokens = build_turns(policy, images, args.group_size, args.completion_tokens, args.seed)
     cfg = TrainConfig(micro_batch_size=args.micro_batch or b, max_new_tokens=args.completion_tokens, lr=2e-4)

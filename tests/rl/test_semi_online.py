@@ -559,10 +559,9 @@ class _ByIndex:
         return [PolicyTurn("x", self.script[c.observation.screenshot]) for c in contexts]
 
 
-@pytest.mark.slow
-@pytest.mark.browser
-def test_oracle_demonstrations_replay_perfectly(tmp_path):
-    """Oracle demonstrations recorded in real Chromium, then replayed semi-online by a perfect policy."""
+def _record_oracle_demos(tmp_path):
+    """Oracle episodes of ``open_app`` and ``settings_turn_on`` recorded in real Chromium into a store
+    at ``tmp_path``, read back as recorded episodes."""
     from emulators.pool import InProcessPool
     from rl.agents import OraclePolicy
     from rl.rollout import make_groups, run_rollout
@@ -574,7 +573,14 @@ def test_oracle_demonstrations_replay_perfectly(tmp_path):
         run_rollout(pool, OraclePolicy(), make_groups(["open_app", "settings_turn_on"], [3, 4], 1),
                     store=store, run_id=run, suite="webapps")
     store.close()
-    eps = load_recorded_episodes(tmp_path)
+    return load_recorded_episodes(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_oracle_demonstrations_replay_perfectly(tmp_path):
+    """Oracle demonstrations recorded in real Chromium, then replayed semi-online by a perfect policy."""
+    eps = _record_oracle_demos(tmp_path)
     assert len(eps) == 2 and all(e.num_steps >= 1 for e in eps)
     r = semi_online_eval(ReplayPolicy(eps), eps)
     assert r.progress == 1.0 and r.success == 1.0 and set(r.per_task) == {"open_app", "settings_turn_on"}
@@ -599,18 +605,7 @@ def test_recorded_browser_taps_carry_their_target_box_and_replays_match_the_whol
     """Oracle demonstrations in real Chromium store the box of each tapped element; a replay that taps
     another point of the same element matches (the oracle taps centres: by the point tolerance alone
     those taps would be misses)."""
-    from emulators.pool import InProcessPool
-    from rl.agents import OraclePolicy
-    from rl.rollout import make_groups, run_rollout
-    from rl.semi_online import load_recorded_episodes
-
-    store = Store.open(tmp_path)
-    run = store.create_run("demos", env="webapps")
-    with InProcessPool("webapps", num_slots=2) as pool:
-        run_rollout(pool, OraclePolicy(), make_groups(["open_app", "settings_turn_on"], [3, 4], 1),
-                    store=store, run_id=run, suite="webapps")
-    store.close()
-    eps = load_recorded_episodes(tmp_path)
+    eps = _record_oracle_demos(tmp_path)
     taps = [s for e in eps for s in e.steps if isinstance(s.action, Click)]
     assert len(taps) >= 2
     for s in taps:
