@@ -59,12 +59,18 @@ class SemiOnlineSettings:
     """--mode mixed: semi-online iterations before each online one"""
     iterations: int = 4
     """--mode staged: semi-online iterations before the online ones"""
+    epochs: int = 0
+    """passes over a semi-online iteration's turns (0: --epochs). Replays need no device, so fresh
+    samples are cheap: one pass over twice the iterations learned more per minute than two passes
+    (docs/training.md, semi-online learning check)"""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError("--semi.gamma must lie in [0, 1]")
         if self.per_online < 1 or self.iterations < 0:
             raise ValueError("--semi.per-online must be >= 1 and --semi.iterations >= 0")
+        if self.epochs < 0:
+            raise ValueError("--semi.epochs must be >= 0 (0: the run's --epochs)")
 
 
 @dataclass(frozen=True)

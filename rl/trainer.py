@@ -435,8 +435,10 @@ class Trainer:
             result = self.produce(it)
         metrics = rollout_metrics(result, suites=cfg.env.split(","))  # a mixed --env: also per suite
         metrics["data_iteration"] = float(data_it)
+        epochs = cfg.epochs
         if self.is_semi_online(data_it):
             turns, adv, adv_stats = self._semi_online_batch(result, metrics)
+            epochs = cfg.semi.epochs or cfg.epochs
         else:  # the judge's weighted score is already a stored reward part of the last step
             if self.judge is not None:
                 metrics.update(rollout_judge_metrics(result))
@@ -447,7 +449,7 @@ class Trainer:
         with self._update_phase():
             if turns:
                 beta = cfg.kl_coef if state.kl_coef is None else state.kl_coef
-                metrics.update(update(dataclasses.replace(cfg, kl_coef=beta), self.policy, self.ref, self.opt, turns,
+                metrics.update(update(dataclasses.replace(cfg, kl_coef=beta, epochs=epochs), self.policy, self.ref, self.opt, turns,
                                       adv, rng=random.Random(cfg.seed * 7919 + it)))
                 if cfg.kl_target > 0:  # adaptive β: a soft trust region around the reference
                     state.kl_coef = AdaptiveKL(beta, cfg.kl_target, cfg.kl_horizon).update(metrics["kl"], len(turns))

@@ -103,3 +103,21 @@ def test_one_seed_gives_one_semi_online_run(tiny_model_dir, demos, tmp_path):
     (m1, w1), (m2, w2), (m3, w3) = run("a", 4), run("b", 4), run("c", 5)
     assert m1 == m2 and all(torch.equal(w1[k], w2[k]) for k in w1)
     assert m1 != m3 or any(not torch.equal(w1[k], w3[k]) for k in w1)
+
+
+def test_semi_online_iterations_take_their_own_epochs(tiny_model_dir, demos, tmp_path):
+    """--semi.epochs: passes over a semi-online iteration's turns (0: --epochs); the online iterations
+    of the same run keep --epochs. One mini-batch a pass, so optimizer steps count the passes."""
+    from rl.config import SemiOnlineSettings
+    from rl.trainer import train
+
+    out = tmp_path / "run"
+    r = train(TrainConfig(model=tiny_model_dir, mode="mixed", data=(demos,), tasks=("open_app", "settings_turn_on"),
+                          iterations=2, groups_per_iteration=1, group_size=2, slots=2, pool="inprocess",
+                          max_new_tokens=8, eval_episodes=0, filter_zero_variance=False, mini_batch_size=0,
+                          epochs=1, semi=SemiOnlineSettings(epochs=3), out=str(out), seed=1))
+    curves = StoreReader(out).metrics(r.run_id)
+    assert [m.iteration for m in curves["semi_online"]] == [0]
+    assert {m.iteration: m.value for m in curves["optimizer_steps"]} == {0: 3.0, 1: 1.0}
+    with pytest.raises(ValueError, match="--semi.epochs"):
+        SemiOnlineSettings(epochs=-1)
