@@ -354,6 +354,7 @@ def test_train_without_a_model_runs_the_embedded_recipe_and_flags_override_it():
     assert plain.warm_start_steps != TrainConfig().warm_start_steps  # the recipe differs from the class
     tuned = parse(["--iterations", "3", "--semi.iterations", "1"])
     assert tuned.iterations == 3 and tuned.semi.iterations == 1 and tuned.algo == EMBEDDED_RECIPE["algo"]
+    assert tuned.semi.epochs == EMBEDDED_RECIPE["semi"]["epochs"]  # the rest of the nested recipe stays
     for argv in (["--model", "m"], ["--model=m"], ["--resume", "r"]):
         got = parse(argv)
         assert got.algo == TrainConfig().algo and got.warm_start_steps == TrainConfig().warm_start_steps
