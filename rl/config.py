@@ -234,6 +234,11 @@ class TrainConfig:
     """β of the KL(π‖π_ref) loss term (0: no reference model is kept)"""
     kl_kind: Literal["k1", "k2", "k3"] = "k3"
     """KL estimator"""
+    kl_reference: Literal["start", "stage"] = "start"
+    """π_ref of the KL term: start, the run's starting policy throughout (kept across resumes);
+    stage, with --mode staged, the policy where the online stage begins (saved as
+    RUN_DIR/reference at the stage boundary, read back on a resume), so the online stage is
+    held near what the semi-online stage learned rather than pulled back to the warm start"""
     kl_target: float = 0.0
     """adaptive KL (a soft trust region around the reference): β starts at --kl-coef and is
     adapted so the KL stays near this value (0: β fixed)"""
@@ -368,6 +373,9 @@ class TrainConfig:
         parse_horizon_schedule(self.horizon_schedule)  # a malformed schedule fails before anything starts
         if self.mode == "auto":
             self.mode = "staged" if not self.model and not self.resume else "online"
+        if self.kl_reference == "stage" and (self.mode != "staged" or self.lora_rank):
+            raise ValueError("--kl-reference stage re-anchors the KL term where a --mode staged run's online stage "
+                             "begins, on full weights: use it with --mode staged and without --lora-rank")
         if self.mode in ("semi-online", "mixed") and not self.data:
             raise ValueError(f"--mode {self.mode} replays recorded trajectories: give --data RUN_DIR [RUN_DIR ...]")
         if self.mode == "staged" and not self.data and self.model:

@@ -240,8 +240,11 @@ class Trainer:
         else:
             self.credit.seed_replay(cfg.data or ([str(out / "demos")] if (out / "demos").is_dir() else []))
         self.policy = self._load_policy(model_dir, resumed=restored is not None)
-        # The KL reference is the starting policy for the whole run, also after any number of resumes.
+        # The KL reference is the starting policy for the whole run, also after any number of resumes
+        # (--kl-reference stage: from the online stage of a staged run on, the policy it began with).
         self.ref = self._reference() if cfg.kl_coef > 0 else None
+        if self.ref is not None and self._stage_reference_due() and (out / "reference" / "config.json").is_file():
+            self.ref = load_transformers(str(out / "reference"), threads=cfg.threads or None)
         self.opt = build_optimizer(self.policy, cfg.lr, betas=(0.9, 0.98), weight_decay=0.01, precision=cfg.precision)
         log.info("%s (precision %s, LoRA rank %d, micro-batch %d, ~2048-token turns)", estimate_memory_for(
             self.policy.model, precision=self.policy_precision, micro_batch_size=cfg.micro_batch_size, seq_len=2048,
@@ -332,6 +335,21 @@ class Trainer:
                                    adapter=adapter, gradient_checkpointing=cfg.gradient_checkpointing)
         self.policy_precision = resolve_precision(cfg.precision, policy.device).name
         return policy
+
+    def _stage_reference_due(self) -> bool:
+        """Whether the KL reference is the online stage's starting policy now (--kl-reference stage)."""
+        return self.cfg.kl_reference == "stage" and self.state.iteration >= self.cfg.semi.iterations
+
+    def _anchor_reference(self) -> None:
+        """--kl-reference stage: the policy as the online stage begins becomes the KL reference, saved
+        (whole, then renamed) before this iteration's checkpoint so that a resume reads it back."""
+        tmp, dst = self.out / "reference.tmp", self.out / "reference"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.policy.save(tmp)
+        shutil.rmtree(dst, ignore_errors=True)
+        tmp.rename(dst)
+        self.ref.load_state_dict(self.policy.state_dict())
+        log.info("KL reference: the policy at the end of the semi-online stage (%s)", dst)
 
     def _reference(self) -> Any:
         """The KL reference: the starting policy (a LoRA learner's own base, adapters off)."""
@@ -473,6 +491,8 @@ class Trainer:
         metrics["policy_version"] = float(self.policy.version)
         state.iteration = it + 1
         stage_end = cfg.mode == "staged" and it + 1 == cfg.semi.iterations
+        if stage_end and self.ref is not None and cfg.kl_reference == "stage":
+            self._anchor_reference()
         due = (cfg.eval_every and (it + 1) % cfg.eval_every == 0) or stage_end
         if due and it + 1 < cfg.iterations and self.stopped_by is None:
             metrics["eval_success"] = self.evaluate("after-semi-online" if stage_end else f"iter-{it + 1}")

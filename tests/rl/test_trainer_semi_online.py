@@ -121,3 +121,36 @@ def test_semi_online_iterations_take_their_own_epochs(tiny_model_dir, demos, tmp
     assert {m.iteration: m.value for m in curves["optimizer_steps"]} == {0: 3.0, 1: 1.0}
     with pytest.raises(ValueError, match="--semi.epochs"):
         SemiOnlineSettings(epochs=-1)
+
+
+def test_kl_reference_stage_reanchors_where_the_online_stage_begins(tiny_model_dir, demos, tmp_path):
+    """--kl-reference stage: a staged run's KL term refers to the policy at the end of the semi-online
+    stage (saved as RUN_DIR/reference), also after a resume; before that, to the starting policy."""
+    import dataclasses
+
+    import torch
+
+    from guiagent.policy.hf import load_transformers
+    from rl.config import SemiOnlineSettings
+    from rl.trainer import Trainer
+
+    out = tmp_path / "run"
+    cfg = TrainConfig(model=tiny_model_dir, mode="staged", data=(demos,), tasks=("open_app", "settings_turn_on"),
+                      iterations=1, groups_per_iteration=1, group_size=2, slots=2, pool="inprocess",
+                      max_new_tokens=8, eval_episodes=0, filter_zero_variance=False, lr=1e-3, kl_coef=0.05,
+                      kl_reference="stage", semi=SemiOnlineSettings(iterations=1), out=str(out), seed=1)
+    t = Trainer(cfg)
+    t.run()  # one semi-online iteration: the stage ends, the reference moves to the trained policy
+    start, after_semi = load_transformers(tiny_model_dir).state_dict(), t.policy.state_dict()
+    saved = load_transformers(str(out / "reference")).state_dict()
+    assert any(not torch.equal(after_semi[k], start[k]) for k in start)
+    assert all(torch.equal(saved[k], after_semi[k]) for k in start)
+    assert all(torch.equal(t.ref.state_dict()[k], after_semi[k]) for k in start)
+
+    t2 = Trainer(dataclasses.replace(cfg, resume=str(out), iterations=2))  # one online iteration, resumed
+    t2.run()
+    assert all(torch.equal(t2.ref.state_dict()[k], after_semi[k]) for k in start)
+    assert "kl" in t2.history[-1] and not t2.history[-1].get("semi_online")
+
+    with pytest.raises(ValueError, match="--kl-reference stage"):
+        TrainConfig(model=tiny_model_dir, mode="online", kl_coef=0.1, kl_reference="stage")
