@@ -34,7 +34,7 @@ EMBEDDED_RECIPE: dict[str, Any] = {
     "warm_start_steps": 160, "iterations": 26, "semi": {"iterations": 20, "epochs": 1},
     "groups_per_iteration": 8, "group_size": 8, "slots": 8, "algo": "dr_grpo", "lr": 3e-4, "epochs": 2,
     "mini_batch_size": 32, "temperature": 1.0, "min_p": 0.05, "kl_coef": 0.1, "neg_adv_min_scale": 0.5,
-    "min_informative_groups": 6, "max_sampling_rounds": 4, "eval_episodes": 48,
+    "min_informative_groups": 6, "max_sampling_rounds": 4, "eval_episodes": 48, "kl_reference": "stage",
 }
 
 
@@ -238,7 +238,8 @@ class TrainConfig:
     """π_ref of the KL term: start, the run's starting policy throughout (kept across resumes);
     stage, with --mode staged, the policy where the online stage begins (saved as
     RUN_DIR/reference at the stage boundary, read back on a resume), so the online stage is
-    held near what the semi-online stage learned rather than pulled back to the warm start"""
+    held near what the semi-online stage learned rather than pulled back to the warm start
+    (other modes have one stage: there it is the start)"""
     kl_target: float = 0.0
     """adaptive KL (a soft trust region around the reference): β starts at --kl-coef and is
     adapted so the KL stays near this value (0: β fixed)"""
@@ -373,9 +374,9 @@ class TrainConfig:
         parse_horizon_schedule(self.horizon_schedule)  # a malformed schedule fails before anything starts
         if self.mode == "auto":
             self.mode = "staged" if not self.model and not self.resume else "online"
-        if self.kl_reference == "stage" and (self.mode != "staged" or self.lora_rank):
-            raise ValueError("--kl-reference stage re-anchors the KL term where a --mode staged run's online stage "
-                             "begins, on full weights: use it with --mode staged and without --lora-rank")
+        if self.kl_reference == "stage" and self.mode == "staged" and self.lora_rank:
+            raise ValueError("--kl-reference stage re-anchors the KL term on full weights where the online stage "
+                             "begins; a LoRA learner's reference is its frozen base: drop --lora-rank or use start")
         if self.mode in ("semi-online", "mixed") and not self.data:
             raise ValueError(f"--mode {self.mode} replays recorded trajectories: give --data RUN_DIR [RUN_DIR ...]")
         if self.mode == "staged" and not self.data and self.model:

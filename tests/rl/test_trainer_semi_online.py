@@ -153,4 +153,5 @@ def test_kl_reference_stage_reanchors_where_the_online_stage_begins(tiny_model_d
     assert "kl" in t2.history[-1] and not t2.history[-1].get("semi_online")
 
     with pytest.raises(ValueError, match="--kl-reference stage"):
-        TrainConfig(model=tiny_model_dir, mode="online", kl_coef=0.1, kl_reference="stage")
+        TrainConfig(mode="staged", kl_coef=0.1, kl_reference="stage", lora_rank=8)
+    assert TrainConfig(model=tiny_model_dir, kl_coef=0.1, kl_reference="stage").mode == "online"  # one stage
