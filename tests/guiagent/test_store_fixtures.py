@@ -104,6 +104,8 @@ def writer_loop(run_dir: str, run_id: str, mode: str, tag: str) -> None:
         n += 1
         if mode == "count" and n == 40:
             return
+        if mode == "count":  # a gap between episodes, as a rollout worker has: the other writer gets the lock
+            time.sleep(0.003)
 
 
 if __name__ == "__main__":
