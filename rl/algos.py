@@ -130,6 +130,10 @@ class Credit:
         """Whether ``iteration`` trains on the replay buffer alone (AWR's offline start)."""
         return self.cfg.algo == "awr" and iteration < self.cfg.offline_iterations
 
+    def warming_up(self, iteration: int) -> bool:
+        """Whether ``iteration`` fits the critic only (``--critic-warmup``): the actor stays put."""
+        return self.critic is not None and iteration < self.cfg.critic_warmup
+
     def max_steps(self, iteration: int) -> int | None:
         return horizon_at(self.schedule, iteration)
 

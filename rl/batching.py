@@ -77,6 +77,9 @@ def _groups_short_by_aborts(trajectories: Any) -> int:
 def no_update_reason(m: dict[str, float]) -> str:
     """Why an iteration made no update, from its metrics: aborted episodes are named as such,
     never counted among the groups whose episodes got equal rewards."""
+    if m.get("critic_warmup"):
+        ev = f" (explained variance {m['explained_variance']:.2f})" if "explained_variance" in m else ""
+        return "critic warm-up, the actor waits" + ev
     reasons = []
     aborted, short = int(m.get("aborted", 0)), int(m.get("groups_short", 0))
     if aborted:

@@ -143,6 +143,9 @@ class TrainConfig:
     """ppo, awr: passes of the value head over each iteration's turns"""
     value_clip: float = 0.2
     """ppo, awr: ε of the clipped value loss (0: plain squared error)"""
+    critic_warmup: int = 0
+    """ppo: the first N iterations fit the critic only, the actor does not move (its first
+    advantages then come from a critic that has seen returns)"""
     awr_beta: float = 1.0
     """awr: temperature β of the weights exp(A/β)"""
     awr_max_weight: float = 20.0
@@ -363,6 +366,12 @@ class TrainConfig:
             raise ValueError("--kl-coef is a term of the PPO-clip loss; awr's weighted regression has none: drop it")
         if self.algo != "awr" and self.offline_iterations:
             raise ValueError("--offline-iterations is for --algo awr")
+        if self.critic_warmup and self.algo != "ppo":
+            raise ValueError("--critic-warmup is for --algo ppo (awr starts its critic offline: "
+                             "--offline-iterations)")
+        if self.critic_warmup < 0 or (self.critic_warmup and self.critic_warmup >= self.iterations):
+            raise ValueError(f"--critic-warmup must be >= 0 and below --iterations ({self.iterations}): "
+                             "the actor would never move")
         if (self.critic_lr <= 0 or self.critic_epochs <= 0 or self.awr_beta <= 0 or self.awr_max_weight <= 0
                 or self.replay_size <= 0 or self.replay_episodes < 0 or self.offline_iterations < 0
                 or self.value_clip < 0 or not 0 <= self.gae_lambda <= 1 or not 0 <= self.anchor_tolerance < 1):

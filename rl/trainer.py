@@ -465,7 +465,10 @@ class Trainer:
         t1 = time.perf_counter()
         # a colocated vLLM engine sleeps from here to the sync: the learner has the GPU's memory
         with self._update_phase():
-            if turns:
+            warmup = self.credit.warming_up(it)  # --critic-warmup: the critic fits, the actor waits
+            if warmup:
+                metrics["critic_warmup"] = 1.0
+            if turns and not warmup:
                 beta = cfg.kl_coef if state.kl_coef is None else state.kl_coef
                 metrics.update(update(dataclasses.replace(cfg, kl_coef=beta, epochs=epochs), self.policy, self.ref, self.opt, turns,
                                       adv, rng=random.Random(cfg.seed * 7919 + it)))

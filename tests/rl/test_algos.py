@@ -224,14 +224,20 @@ def test_ppo_credit_is_gae_over_the_critics_values_and_the_critic_fits_after(tin
 def test_ppo_run_stores_credit_checkpoints_its_critic_and_follows_the_horizon(tiny_model_dir, tmp_path):
     from rl.trainer import train
 
-    ppo = train(TrainConfig(model=tiny_model_dir, algo="ppo", tasks=("settings_dark_theme",), iterations=1,
-                            groups_per_iteration=1, group_size=2, slots=2, pool="inprocess", max_new_tokens=8,
-                            eval_episodes=0, horizon_schedule="0:2", out=str(tmp_path / "ppo"), seed=1))
+    ppo = train(TrainConfig(model=tiny_model_dir, algo="ppo", tasks=("settings_dark_theme",), iterations=2,
+                            critic_warmup=1, groups_per_iteration=1, group_size=2, slots=2, pool="inprocess",
+                            max_new_tokens=8, eval_episodes=0, horizon_schedule="0:2", out=str(tmp_path / "ppo"),
+                            seed=1))
     assert (tmp_path / "ppo" / "checkpoint" / "critic.safetensors").is_file()
     assert math.isfinite(ppo.last["value_loss"]) and ppo.last["episode_length"] <= 2  # the horizon schedule
     reader = StoreReader(tmp_path / "ppo")
+    curves = reader.metrics(ppo.run_id)
+    # --critic-warmup 1: the first iteration fits the critic only; the actor moves from the second
+    assert [m.iteration for m in curves["critic_warmup"]] == [0]
+    assert [m.iteration for m in curves["value_loss"]] == [0, 1]
+    assert 0 not in [m.iteration for m in curves.get("loss", [])]
     eps = reader.list_episodes().items
-    assert len(eps) == 2 and all(e.num_steps <= 2 for e in eps)
+    assert len(eps) == 4 and all(e.num_steps <= 2 for e in eps)
     credit = reader.step_credit(eps[0].episode_id)
     assert len(credit) == eps[0].num_steps
     assert all(c.value is not None and c.ret is not None and c.algo == "ppo" for c in credit)
@@ -243,6 +249,8 @@ def test_ppo_run_stores_credit_checkpoints_its_critic_and_follows_the_horizon(ti
     (dict(algo="awr", kl_coef=0.1), "kl-coef"),
     (dict(algo="grpo", offline_iterations=1), "offline-iterations"),
     (dict(algo="ppo", gae_lambda=1.5), "gae-lambda"),
+    (dict(algo="grpo", critic_warmup=1), "critic-warmup is for --algo ppo"),
+    (dict(algo="ppo", critic_warmup=8, iterations=8), "below --iterations"),
     (dict(algo="gigpo", anchor_tolerance=1.0), "anchor-tolerance"),
 ])
 def test_config_rejects_combinations_that_cannot_work(kwargs, match):
