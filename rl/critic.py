@@ -62,7 +62,7 @@ def turn_features(policy: Any, chats: Sequence[Any], *, micro_batch_size: int = 
 class TurnCritic:
     """The value head and its optimiser; built on first use (the hidden size comes from the features)."""
 
-    def __init__(self, *, lr: float = 1e-3, epochs: int = 4, clip_eps: float | None = 0.2, width: int = 128,
+    def __init__(self, *, lr: float = 1e-3, epochs: int = 100, clip_eps: float | None = 0.5, width: int = 128,
                  batch_size: int = 64, seed: int = 0):
         self.lr, self.epochs, self.clip_eps, self.width, self.batch_size = lr, epochs, clip_eps, width, batch_size
         self.seed = seed
