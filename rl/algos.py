@@ -112,6 +112,9 @@ class Credit:
         self.critic = (TurnCritic(lr=cfg.critic_lr, epochs=cfg.critic_epochs, clip_eps=cfg.value_clip or None,
                                   seed=cfg.seed) if cfg.algo in ("ppo", "awr") else None)
         self._pending: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        #: what the value head reads hidden states from (--critic-features start: the frozen starting
+        #: model, set by the trainer); None: the learner itself
+        self.encoder: Any = None
         self.schedule = parse_horizon_schedule(cfg.horizon_schedule)
 
     # ---- checkpoints ---------------------------------------------------------------------------
@@ -268,7 +271,7 @@ class Credit:
                                                                                            u.step_index))
         if not turns:
             return [], torch.zeros(0), {"groups_kept": 0.0}, []
-        feats = self.critic.features(policy, [u.prompt for u in turns], cfg.micro_batch_size)
+        feats = self.critic.features(self.encoder or policy, [u.prompt for u in turns], cfg.micro_batch_size)
         values = self.critic.values(feats).double()
         v_of = {(u.episode_id, u.step_index): float(v) for u, v in zip(turns, values)}
         adv_of: dict[tuple[str, int], float] = {}
@@ -335,7 +338,7 @@ class Credit:
         returns = {t.episode_id: _episode_returns(t, cfg.gamma) for t in trajs}
         task_of = {t.episode_id: t.task.task_id for t in trajs}
         g = torch.tensor([returns[e.episode_id][e.step_index] for e in examples], dtype=torch.float64)
-        feats = self.critic.features(policy, [e.chat for e in examples], cfg.micro_batch_size)
+        feats = self.critic.features(self.encoder or policy, [e.chat for e in examples], cfg.micro_batch_size)
         v = self.critic.values(feats).double()
         a = g - v
         if cfg.adv_norm == "per-task":

@@ -145,6 +145,11 @@ class TrainConfig:
     bench/critic_fit.py)"""
     value_clip: float = 0.5
     """ppo, awr: ε of the clipped value loss around the rollout's values (0: plain squared error)"""
+    critic_features: Literal["start", "policy"] = "start"
+    """ppo, awr: the hidden states the value head reads. start: the frozen starting model's (the KL
+    reference when there is one, else a frozen copy; a LoRA learner's base with its adapters off),
+    so the head's inputs stay put while the actor moves; policy: the learner's own, which shift with
+    every update under a head fitted on the last iteration's"""
     critic_warmup: int = 0
     """ppo: the first N iterations fit the critic only, the actor does not move (its first
     advantages then come from a critic that has seen returns)"""
@@ -368,6 +373,8 @@ class TrainConfig:
             raise ValueError("--kl-coef is a term of the PPO-clip loss; awr's weighted regression has none: drop it")
         if self.algo != "awr" and self.offline_iterations:
             raise ValueError("--offline-iterations is for --algo awr")
+        if self.critic_features not in ("start", "policy"):
+            raise ValueError(f"--critic-features {self.critic_features!r}: choose start or policy")
         if self.critic_warmup and self.algo != "ppo":
             raise ValueError("--critic-warmup is for --algo ppo (awr starts its critic offline: "
                              "--offline-iterations)")

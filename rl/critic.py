@@ -7,8 +7,12 @@ so the critic never changes the policy's representation (VL-DAC's separation of 
 and the critic's losses); the head is a LayerNorm + two-layer MLP, cheap enough to fit over
 several epochs each iteration on cached features.
 
-Features are computed once per iteration, before the update, with the weights that sampled
-the turns; the head is fitted on them after the policy's update with the clipped value loss
+Features are computed once per iteration, before the update. By default
+(``--critic-features start``) they come from the frozen starting model, not from the learner:
+a head fitted on one iteration's features then reads the next iteration's in the same space,
+where the learner's own hidden states move under it with every update (its values drifted by
+1-2 after one update at lr 3e-4 in the step-level check, docs/training.md). The head is
+fitted on them after the policy's update with the clipped value loss
 (:func:`rl.losses.value_loss`). Only the head's weights go into checkpoints
 (``critic.safetensors``, read back as tensors only); its Adam state starts afresh on resume.
 """
@@ -77,6 +81,11 @@ class TurnCritic:
         self.opt = torch.optim.Adam(self.head.parameters(), lr=self.lr)
 
     def features(self, policy: Any, chats: Sequence[Any], micro_batch_size: int = 8) -> torch.Tensor:
+        """The head's inputs: ``policy``'s hidden states (an object with its own
+        ``turn_features(chats, micro_batch_size)``, e.g. a LoRA learner's base, computes them itself)."""
+        own = getattr(policy, "turn_features", None)
+        if own is not None:
+            return own(chats, micro_batch_size)
         return turn_features(policy, chats, micro_batch_size=micro_batch_size)
 
     @torch.no_grad()

@@ -150,6 +150,12 @@ class _AdaptersOff:
         with self.policy.adapters_disabled():
             return self.policy.score_batch(*a, **k)
 
+    def turn_features(self, chats: Any, micro_batch_size: int) -> Any:
+        from rl.critic import turn_features
+
+        with self.policy.adapters_disabled():
+            return turn_features(self.policy, chats, micro_batch_size=micro_batch_size)
+
 
 
 def _semi_informative_groups(result: Any) -> int:
@@ -245,6 +251,8 @@ class Trainer:
         self.ref = self._reference() if cfg.kl_coef > 0 else None
         if self.ref is not None and self._stage_reference_due() and (out / "reference" / "config.json").is_file():
             self.ref = load_transformers(str(out / "reference"), threads=cfg.threads or None)
+        if self.credit.critic is not None and cfg.critic_features == "start":  # the head's fixed inputs
+            self.credit.encoder = self.ref if self.ref is not None else self._reference()
         self.opt = build_optimizer(self.policy, cfg.lr, betas=(0.9, 0.98), weight_decay=0.01, precision=cfg.precision)
         log.info("%s (precision %s, LoRA rank %d, micro-batch %d, ~2048-token turns)", estimate_memory_for(
             self.policy.model, precision=self.policy_precision, micro_batch_size=cfg.micro_batch_size, seq_len=2048,

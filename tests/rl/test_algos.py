@@ -236,6 +236,33 @@ def test_ppo_credit_is_gae_over_the_critics_values_and_the_critic_fits_after(tin
     assert math.isfinite(m["value_loss"]) and credit.fit() == {}  # fitted once per batch
 
 
+def test_the_critic_reads_the_frozen_start_while_the_actor_moves(tiny_model_dir, tmp_path):
+    from guiagent.policy.hf import load_transformers
+    from rl.critic import turn_features
+    from rl.prompting import build_chat
+    from grounding import get_format
+
+    policy, start = load_transformers(tiny_model_dir), load_transformers(tiny_model_dir)
+    with torch.no_grad():  # the actor after an update
+        for p in policy.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    fmt = get_format("json")
+    a = _episode("A", [_screen(0), _screen(1)], [0.0, 1.0])
+    turns = [TrainTurn(a.group_id, a.episode_id, s.index, build_chat(a.task.goal, a.steps[:s.index], s.observation, fmt),
+                       (1, 2), (-0.5, -1.0), s.reward, 0, True) for s in a.steps]
+    res = RolloutResult(trajectories=[a], turns=turns)
+    chats = [u.prompt for u in turns]
+    for encoder, want in ((start, turn_features(start, chats)), (None, turn_features(policy, chats))):
+        credit = Credit(TrainConfig(algo="ppo", model="m", adv_norm="none"), tmp_path, TrainerState())
+        credit.encoder = encoder
+        got, _, _ = credit.batch(res, policy, 0)
+        feats = credit._pending[0]
+        assert torch.allclose(feats, want, atol=1e-5)
+    assert not torch.allclose(turn_features(start, chats), turn_features(policy, chats), atol=1e-3)
+    with pytest.raises(ValueError, match="critic-features"):
+        TrainConfig(model="m", algo="ppo", critic_features="other")
+
+
 @pytest.mark.slow  # a trainer run on a browser (~30 s on an idle machine; minutes on a loaded one)
 @pytest.mark.browser
 def test_ppo_run_stores_credit_checkpoints_its_critic_and_follows_the_horizon(tiny_model_dir, tmp_path):
