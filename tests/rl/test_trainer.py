@@ -106,6 +106,8 @@ def test_aborted_episodes_are_reported_as_aborted_not_as_equal_rewards():
     assert reason == "3 episode(s) aborted, leaving 2 group(s) with fewer than 2 completed episodes"
     assert "equal" not in reason
     assert no_update_reason({"aborted": 0.0, "groups": 0.0}) == "no completed episode"
+    assert no_update_reason({"critic_warmup": 1.0, "explained_variance": 0.27, "groups_equal": 2.0}) == (
+        "critic warm-up, the actor waits (explained variance 0.27)")
 
 
 def _train_cmd(out, *extra):
