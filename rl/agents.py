@@ -73,6 +73,8 @@ class PolicyTurn:
     prompt: Any = None
     completion_ids: tuple[int, ...] = ()
     logprobs: tuple[float, ...] = ()
+    rejected: tuple[str, ...] = ()
+    """unparseable replies drawn and set aside before this one (``ModelAgent(resample_unparseable=K)``)"""
 
 
 class TurnPolicy(Protocol):
@@ -139,6 +141,15 @@ class ModelAgent:
     memory. ``lock``: held around every generation, so a learner thread never swaps the weights
     mid-batch (the trainer's async rollout). Model text never raises: bad text becomes a
     :class:`~guiagent.types.ParseError`.
+
+    ``resample_unparseable``: when sampling (temperature > 0), a reply that does not parse is
+    drawn again, up to this many times, each time from a fresh stream (seeded by the turn's seed
+    and the attempt); the turn keeps the first reply that parses, and the ones set aside in
+    ``PolicyTurn.rejected``. A reply still unparseable after the last attempt is the turn's reply,
+    a :class:`~guiagent.types.ParseError` as always. Rejection sampling at the level of whole
+    replies: the policy is trained on the replies it acted on, drawn from its distribution
+    restricted to parseable text (as top-p and min-p restrict it token by token), and one slip of
+    a digit at temperature 1 no longer ends an episode. Greedy decoding never resamples.
     """
 
     name = "model"
@@ -146,7 +157,10 @@ class ModelAgent:
     def __init__(self, backend: Policy, action_format: "ActionFormat",
                  prompt_config: PromptConfig = PromptConfig(),
                  sampling: SamplingParams = SamplingParams(max_new_tokens=128, temperature=0.0), *,
-                 keep_chats: bool = False, seed: int | None = None, lock: threading.Lock | None = None):
+                 keep_chats: bool = False, seed: int | None = None, lock: threading.Lock | None = None,
+                 resample_unparseable: int = 0):
+        if resample_unparseable < 0:
+            raise ValueError("resample_unparseable must be >= 0")
         self.backend = backend
         self.format = action_format
         self.prompt_config = prompt_config
@@ -154,6 +168,7 @@ class ModelAgent:
         self.keep_chats = keep_chats
         self.seed = seed
         self.lock = lock
+        self.resample_unparseable = resample_unparseable
 
     @property
     def version(self) -> int:
@@ -172,14 +187,25 @@ class ModelAgent:
         with self._locked():
             chats = [build_chat(c.spec.goal, c.history, c.observation, self.format, self.prompt_config)
                      for c in contexts]
-            gens = self.backend.generate(chats, self._sampling_for(contexts))
+            sampling = self._sampling_for(contexts)
+            gens = self.backend.generate(chats, sampling)
+            parsed = [self._parse(g.text, c.observation.size) for c, g in zip(contexts, gens)]
+            rejected: list[list[str]] = [[] for _ in contexts]
+            if sampling.temperature > 0:
+                for attempt in range(1, self.resample_unparseable + 1):
+                    again = [i for i, (result, _) in enumerate(parsed) if isinstance(result, ParseError)]
+                    if not again:
+                        break
+                    redo = self.backend.generate([chats[i] for i in again],
+                                                 self._resampling(sampling, [contexts[i] for i in again], attempt))
+                    for i, g in zip(again, redo):
+                        rejected[i].append(gens[i].text)
+                        gens[i] = g
+                        parsed[i] = self._parse(g.text, contexts[i].observation.size)
             version = self.version
-        turns = []
-        for c, chat, g in zip(contexts, chats, gens):
-            result, thought = self._parse(g.text, c.observation.size)
-            turns.append(PolicyTurn(g.text, result, thought, version, chat if self.keep_chats else None,
-                                    tuple(g.token_ids), tuple(g.logprobs)))
-        return turns
+        return [PolicyTurn(g.text, result, thought, version, chat if self.keep_chats else None,
+                           tuple(g.token_ids), tuple(g.logprobs), tuple(r))
+                for chat, g, (result, thought), r in zip(chats, gens, parsed, rejected)]
 
     def _locked(self) -> Any:
         return self.lock if self.lock is not None else contextlib.nullcontext()
@@ -189,6 +215,15 @@ class ModelAgent:
             return self.sampling
         seeds = tuple(turn_seed(self.seed, c.key or f"slot{c.slot}", len(c.history)) for c in contexts)
         return dataclasses.replace(self.sampling, seeds=seeds)
+
+    def _resampling(self, sampling: SamplingParams, contexts: Sequence[TurnContext], attempt: int) -> SamplingParams:
+        """``sampling`` for the ``attempt``-th redraw of ``contexts``' turns: a stream of its own per turn
+        and attempt (with no run seed, the backend draws as it likes)."""
+        if self.seed is None:
+            return dataclasses.replace(sampling, seeds=None)
+        seeds = tuple(turn_seed(self.seed, f"{c.key or f'slot{c.slot}'}#redraw{attempt}", len(c.history))
+                      for c in contexts)
+        return dataclasses.replace(sampling, seeds=seeds)
 
     def _parse(self, text: str, size: tuple[int, int]) -> tuple[Action | ParseError, str]:
         try:
@@ -289,14 +324,16 @@ def format_for_policy(fmt: Any, policy: Any) -> Any:
 def load_agent(spec: str, *, backend: str = "auto", settings: AgentSettings | None = None,
                temperature: float = 0.0, max_new_tokens: int = 96, top_p: float = 1.0, min_p: float = 0.0,
                keep_chats: bool = False, loaded: Policy | None = None, frame: Any = None,
-               lock: threading.Lock | None = None, **backend_opts: Any) -> ModelAgent:
+               lock: threading.Lock | None = None, resample_unparseable: int = 0,
+               **backend_opts: Any) -> ModelAgent:
     """A :class:`ModelAgent` for a model folder, hub id or server URL.
 
     ``backend``: which backend loads ``spec`` (``auto``: see :func:`guiagent.policy.load_policy`;
     ``backend_opts`` go to it); ``loaded``: an already loaded backend to use instead (the trainer's
     learner or its vLLM engine). ``frame``: the backend whose image processor sets the action
     format's coordinate frame (default: the agent's own; a vLLM engine generating for a
-    transformers learner takes the learner's). ``keep_chats``, ``lock``: see :class:`ModelAgent`.
+    transformers learner takes the learner's). ``keep_chats``, ``lock``, ``resample_unparseable``:
+    see :class:`ModelAgent`.
 
     Settings come from ``settings``, else the model folder's ``guiagent_agent.json``
     (written by ``guiagent sft``/``train``), else the defaults.
@@ -309,4 +346,4 @@ def load_agent(spec: str, *, backend: str = "auto", settings: AgentSettings | No
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                               min_p=min_p)
     return ModelAgent(loaded, settings.format(frame or loaded), settings.prompt_config(), sampling,
-                      keep_chats=keep_chats, lock=lock)
+                      keep_chats=keep_chats, lock=lock, resample_unparseable=resample_unparseable)

@@ -100,6 +100,7 @@ def rollout_metrics(result: Any, suites: Any = ()) -> dict[str, float]:
         "reward_mean": sum(t.total_reward for t in trajs) / max(len(trajs), 1),
         "episode_length": len(steps) / max(len(trajs), 1),
         "parse_error_rate": sum(s.parse_error is not None for s in steps) / max(len(steps), 1),
+        "resampled_rate": sum(bool(s.metadata.get("rejected_replies")) for s in steps) / max(len(steps), 1),
         "aborted": float(result.aborted), "env_steps_per_s": result.steps_per_second,
         "rollout_seconds": result.wall_seconds,
     }

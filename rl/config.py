@@ -298,6 +298,10 @@ class TrainConfig:
     exploring coordinates while cutting malformed replies"""
     max_new_tokens: int = 64
     """longest reply per turn"""
+    resample_unparseable: int = 0
+    """rollouts: draw a reply that does not parse again, up to N times, from fresh seeds; the turn
+    acts on the first that parses (the ones set aside are kept in the step's metadata and counted in
+    the metric resampled_rate; still unparseable after N: a parse error and its penalty). 0: off"""
     rewards: RewardConfig = field(default_factory=RewardConfig)
     """reward components (--rewards.progress 0.5, --rewards.parse-penalty -0.1, ...)"""
     judge: JudgeSettings = field(default_factory=JudgeSettings)
@@ -354,6 +358,8 @@ class TrainConfig:
             raise ValueError("--iterations, --eval-every, --mini-batch-size and --min-informative-groups must be "
                              ">= 0; --groups-per-iteration, --slots, --epochs, --micro-batch-size and "
                              "--max-sampling-rounds positive")
+        if self.resample_unparseable < 0:
+            raise ValueError("--resample-unparseable must be >= 0 (0: off)")
         if self.clip_eps_low <= 0 or self.clip_eps_high <= 0:
             raise ValueError("clip epsilons must be positive")
         if self.kl_target < 0 or self.max_kl_old < 0 or self.kl_horizon <= 0:

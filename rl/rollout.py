@@ -119,6 +119,17 @@ class RolloutResult:
         return sum(len(r) > 1 for r in rewards.values())
 
 
+def step_metadata(target_box: Sequence[float] | None, rejected: Sequence[str] = ()) -> dict[str, Any]:
+    """A live step's metadata: the target element's box when the env reports one, and the
+    unparseable replies the policy set aside before the one it acted on (``--resample-unparseable``)."""
+    meta: dict[str, Any] = {}
+    if target_box:
+        meta["target_box"] = list(target_box)
+    if rejected:
+        meta["rejected_replies"] = list(rejected)
+    return meta
+
+
 def make_groups(task_ids: Sequence[str], seeds: Sequence[int], group_size: int, *,
                 max_steps: int | None = None, tag: str | None = None) -> list[EpisodeRequest]:
     """G episodes for every (task, seed) pair, sharing one group id.
@@ -327,7 +338,7 @@ def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeReq
                         action_error=info.action_error, reward=reward, reward_parts=parts,
                         milestones=info.milestones, terminated=out.terminated, truncated=out.truncated,
                         policy_version=turn.policy_version, latency_ms=info.elapsed_ms,
-                        metadata={"target_box": list(info.target_box)} if info.target_box else {})
+                        metadata=step_metadata(info.target_box, turn.rejected))
             ep.steps.append(step)
             if keep_turns and turn.completion_ids:
                 ep.turns.append(TrainTurn(ep.req.group_id, ep.episode_id, step.index, turn.prompt,

@@ -546,6 +546,8 @@ def run_semi_online(
             }
             if "target_box" in rec.metadata:
                 meta["target_box"] = list(rec.metadata["target_box"])
+            if turn.rejected:
+                meta["rejected_replies"] = list(turn.rejected)
             last_recorded = s.cursor == len(s.episode.steps) - 1
             will_patch = not m.matched and patch.allows(s.patches)
             ends = (m.matched and last_recorded) or (not m.matched and (not will_patch or last_recorded))

@@ -289,7 +289,7 @@ class Trainer:
         self.sampler = load_agent(model_dir, settings=self.settings, loaded=self.rollout_policy,
                                   temperature=cfg.temperature, top_p=cfg.top_p, min_p=cfg.min_p,
                                   max_new_tokens=cfg.max_new_tokens, keep_chats=True, frame=self.policy,
-                                  lock=self.lock)
+                                  lock=self.lock, resample_unparseable=cfg.resample_unparseable)
         self.suite_eval: dict[str, float] = {}  # a mixed run: per suite, of the latest held-out evaluation
         self.suite_before: dict[str, float] = {}
         if self.state.eval_before is None:
@@ -614,8 +614,9 @@ class Trainer:
         ent = f" entropy {m['entropy']:.2f}" if "entropy" in m else ""
         aborted = f" aborted {int(m['aborted'])}" if m.get("aborted") else ""
         mode = "[semi] " if m.get("semi_online") else ""
+        redrawn = f" (redrawn {m['resampled_rate']:.2f})" if m.get("resampled_rate") else ""
         return (f"[{it + 1}/{self.cfg.iterations}] {mode}success {m['success_rate']:.2f} reward {m['reward_mean']:.3f} "
-                f"len {m['episode_length']:.1f} parse-err {m['parse_error_rate']:.2f}{ent}{aborted} {upd} "
+                f"len {m['episode_length']:.1f} parse-err {m['parse_error_rate']:.2f}{redrawn}{ent}{aborted} {upd} "
                 f"({m['iteration_seconds']:.1f} s)" + (f" ALARM {alarms}" if alarms else ""))
 
     def evaluate(self, tag: str) -> float:

@@ -109,3 +109,79 @@ def test_generation_holds_the_lock():
     agent.act_batch([context("g", 0)], None)
     agent.generate([[{"role": "user", "content": "hi"}]], SamplingParams())
     assert held == [True, True] and not lock.locked()
+
+
+class Flaky:
+    """A backend whose reply to a chat depends on how often that chat was drawn: the first ``bad``
+    draws of a chat whose goal starts with "flaky" do not parse; every other draw is a valid tap."""
+
+    version = 1
+
+    def __init__(self, bad: int):
+        self.bad, self.calls, self.draws = bad, [], {}
+
+    def generate(self, chats, sampling=SamplingParams()):
+        self.calls.append((len(chats), sampling))
+        out = []
+        for chat in chats:
+            goal = str(chat[-1]["content"])
+            n = self.draws[goal] = self.draws.get(goal, 0) + 1
+            flaky = "flaky" in goal
+            text = f"not json, draw {n}" if flaky and n <= self.bad else get_format("json").format(
+                Click(0.5, 0.25), (112, 112), "")
+            out.append(Generation(text=text, token_ids=(n, n), logprobs=(-0.1 * n, -0.1 * n)))
+        return out
+
+
+def test_an_unparseable_sample_is_drawn_again_from_fresh_streams_up_to_the_budget():
+    hot = SamplingParams(max_new_tokens=8, temperature=1.0)
+    backend = Flaky(bad=2)
+    agent = ModelAgent(backend, get_format("json"), sampling=hot, seed=5, resample_unparseable=3)
+    ctxs = [context("flaky goal", 0, key="g0/m0"), context("steady goal", 1, slot=1, key="g0/m1")]
+    flaky, steady = agent.act_batch(ctxs, None)
+    # the flaky turn acts on its third draw; the two set aside are kept, in order
+    assert flaky.action == Click(0.5, 0.25) and flaky.rejected == ("not json, draw 1", "not json, draw 2")
+    assert flaky.completion_ids == (3, 3) and flaky.logprobs == (-0.1 * 3, -0.1 * 3)  # the kept reply's tokens
+    assert steady.action == Click(0.5, 0.25) and steady.rejected == ()
+    # one batch, then only the failing chat is drawn again, each time from a stream of its own
+    assert [n for n, _ in backend.calls] == [2, 1, 1]
+    seeds = [s.seeds for _, s in backend.calls]
+    assert len({seeds[0][0], seeds[1][0], seeds[2][0]}) == 3 and seeds[0][1] not in (seeds[1][0], seeds[2][0])
+    # the same turn redrawn in another batch draws from the same streams
+    again = ModelAgent(Flaky(bad=2), get_format("json"), sampling=hot, seed=5, resample_unparseable=3)
+    again.act_batch(ctxs[:1], None)
+    assert [s.seeds for _, s in again.backend.calls] == [(seeds[0][0],), seeds[1], seeds[2]]
+
+
+def test_a_reply_still_unparseable_after_the_budget_is_a_parse_error_and_greedy_never_redraws():
+    hot = SamplingParams(max_new_tokens=8, temperature=1.0)
+    agent = ModelAgent(Flaky(bad=5), get_format("json"), sampling=hot, seed=5, resample_unparseable=2)
+    [t] = agent.act_batch([context("flaky goal", 0, key="k")], None)
+    assert isinstance(t.action, ParseError) and t.response == "not json, draw 3"
+    assert t.rejected == ("not json, draw 1", "not json, draw 2")
+    greedy = ModelAgent(Flaky(bad=5), get_format("json"), sampling=SamplingParams(temperature=0.0),
+                        seed=5, resample_unparseable=2)
+    [g] = greedy.act_batch([context("flaky goal", 0, key="k")], None)
+    assert isinstance(g.action, ParseError) and g.rejected == () and len(greedy.backend.calls) == 1
+    off = ModelAgent(Flaky(bad=5), get_format("json"), sampling=hot, seed=5)
+    [o] = off.act_batch([context("flaky goal", 0, key="k")], None)
+    assert isinstance(o.action, ParseError) and o.rejected == () and len(off.backend.calls) == 1
+    with pytest.raises(ValueError, match="resample_unparseable"):
+        ModelAgent(Flaky(bad=0), get_format("json"), resample_unparseable=-1)
+
+
+def test_a_redrawn_turn_of_a_real_model_is_scored_as_the_reply_it_kept(backend):
+    """An untrained model at temperature 1 rarely writes a parseable action: every reply set aside
+    is unparseable, and the kept reply's tokens and log-probs are what the learner scores."""
+    agent = ModelAgent(backend, get_format("json"), PromptConfig(),
+                       SamplingParams(max_new_tokens=12, temperature=1.0), keep_chats=True, seed=3,
+                       resample_unparseable=2)
+    turns = agent.act_batch([context("Open the clock", 0, key="a"), context("Send hi", 5, slot=1, key="b")], None)
+    fmt = get_format("json")
+    assert any(t.rejected for t in turns)
+    for t in turns:
+        assert all(isinstance(fmt.parse(r, (112, 112)), ParseError) for r in t.rejected)
+        assert len(t.rejected) == 2 or not isinstance(t.action, ParseError)
+    scored = backend.score([t.prompt for t in turns], [list(t.completion_ids) for t in turns])
+    for t, s in zip(turns, scored):
+        assert max(abs(a - b) for a, b in zip(t.logprobs, s)) < 1e-4

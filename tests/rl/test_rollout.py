@@ -70,6 +70,32 @@ def test_model_agent_turns_carry_tokens_and_logprobs(pool, tiny_model_dir):
             assert isinstance(s.parse_error, ParseError) and s.reward_parts["parse"] < 0
 
 
+def test_replies_set_aside_are_stored_with_the_step_and_counted(pool, tiny_model_dir, tmp_path):
+    from rl.batching import rollout_metrics
+
+    policy = load_agent(tiny_model_dir, temperature=1.0, max_new_tokens=10, keep_chats=True, resample_unparseable=2)
+    policy.seed = 4
+    store = Store.open(tmp_path)
+    run = store.create_run("t", env="webapps")
+    res = run_rollout(pool, policy, make_groups(["go_home"], [5], group_size=2, max_steps=2, tag="r"),
+                      store=store, run_id=run, suite="webapps")
+    store.close()
+    steps = [s for t in res.trajectories for s in t.steps]
+    redrawn = [s for s in steps if s.metadata.get("rejected_replies")]
+    assert redrawn, "an untrained model's replies rarely parse: some were drawn again"
+    for s in redrawn:  # at most the budget set aside; a step still unparseable used it all
+        assert 1 <= len(s.metadata["rejected_replies"]) <= 2
+        assert s.parse_error is None or len(s.metadata["rejected_replies"]) == 2
+    assert rollout_metrics(res)["resampled_rate"] == pytest.approx(len(redrawn) / len(steps))
+    reader = StoreReader(tmp_path)
+    for t in res.trajectories:
+        assert reader.load_trajectory(t.episode_id).steps == t.steps
+    # the learner gets the reply each step acted on: parseable exactly when the step's reply parsed
+    acted = {(t.episode_id, s.index): s.parse_error is None for t in res.trajectories for s in t.steps}
+    assert len(res.turns) == len(steps)
+    assert all(u.parse_ok == acted[(u.episode_id, u.step_index)] for u in res.turns)
+
+
 def test_seeded_replies_do_not_depend_on_batching_or_order(pool, tiny_model_dir):
     """Each turn samples from its own stream (seed, episode key, turn): the same requests run in
     another order — other batches, other slots — give every episode the same replies."""

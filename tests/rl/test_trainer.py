@@ -193,6 +193,7 @@ def test_rollout_results_merge_and_count_informative_groups():
     (dict(group_size=1), "group-size"), (dict(eval_every=-1), "eval-every"), (dict(mini_batch_size=-1), "mini-batch"),
     (dict(max_sampling_rounds=0), "sampling-rounds"), (dict(kl_target=0.01), "kl-coef"),
     (dict(max_kl_old=-1.0), "max-kl-old"), (dict(clip_eps_low=0.0), "clip"),
+    (dict(resample_unparseable=-1), "resample-unparseable must be >= 0"),
     (dict(action_format="qwen"), "action-format 'qwen': choose auto or one of"),
 ])
 def test_train_config_rejects_bad_settings(kwargs, match):
