@@ -34,7 +34,8 @@ EMBEDDED_RECIPE: dict[str, Any] = {
     "warm_start_steps": 160, "iterations": 30, "semi": {"iterations": 20, "epochs": 1},
     "groups_per_iteration": 8, "group_size": 8, "slots": 8, "algo": "dr_grpo", "lr": 3e-4, "epochs": 2,
     "mini_batch_size": 32, "temperature": 1.0, "min_p": 0.05, "kl_coef": 0.1, "neg_adv_min_scale": 0.5,
-    "min_informative_groups": 6, "max_sampling_rounds": 4, "eval_episodes": 48, "kl_reference": "stage",
+    "min_informative_groups": 6, "max_sampling_rounds": 4, "resample_unparseable": 2, "eval_episodes": 192,
+    "kl_reference": "stage",
 }
 
 
