@@ -69,6 +69,8 @@ class EvalConfig:
     """--agent model: nucleus sampling when temperature > 0"""
     min_p: float = 0.0
     """--agent model: min-p sampling when temperature > 0 (0: off)"""
+    resample_unparseable: int = 0
+    """--agent model, temperature > 0: draw a reply that does not parse again, up to N times (0: off)"""
     name: str = ""
     """run name shown in the web UI (default: <agent>-<env>)"""
     json: bool = False
@@ -83,6 +85,8 @@ class EvalConfig:
             raise ValueError("--episodes must be positive")
         if self.slots <= 0:
             raise ValueError("--slots must be positive")
+        if self.resample_unparseable < 0:
+            raise ValueError("--resample-unparseable must be >= 0 (0: off)")
         if self.agent == "model" and not self.model:
             raise ValueError("--agent model needs --model DIR|HUB_ID|URL")
         if self.mode == "semi-online" and (not self.data or self.agent != "model"):
@@ -145,7 +149,7 @@ def make_policy(cfg: EvalConfig) -> Any:
     if settings is None:
         settings = AgentSettings(action_format="json" if cfg.action_format == "auto" else cfg.action_format)
     return load_agent(cfg.model, backend=cfg.backend, settings=settings, temperature=cfg.temperature,
-                      top_p=cfg.top_p, min_p=cfg.min_p)
+                      top_p=cfg.top_p, min_p=cfg.min_p, resample_unparseable=cfg.resample_unparseable)
 
 
 def episode_plan(ids: list[str], episodes: int, seed: int, max_steps: int | None) -> list[Any]:

@@ -614,7 +614,7 @@ class Trainer:
         ent = f" entropy {m['entropy']:.2f}" if "entropy" in m else ""
         aborted = f" aborted {int(m['aborted'])}" if m.get("aborted") else ""
         mode = "[semi] " if m.get("semi_online") else ""
-        redrawn = f" (redrawn {m['resampled_rate']:.2f})" if m.get("resampled_rate") else ""
+        redrawn = f" (redrawn {m.get('resampled_rate', 0.0):.2f})" if self.cfg.resample_unparseable else ""
         return (f"[{it + 1}/{self.cfg.iterations}] {mode}success {m['success_rate']:.2f} reward {m['reward_mean']:.3f} "
                 f"len {m['episode_length']:.1f} parse-err {m['parse_error_rate']:.2f}{redrawn}{ent}{aborted} {upd} "
                 f"({m['iteration_seconds']:.1f} s)" + (f" ALARM {alarms}" if alarms else ""))

@@ -86,7 +86,15 @@ def step_json(r: StepRecord, screenshot_url: str | None) -> dict[str, Any]:
         "overlay": overlay_shapes(r.action if r.parse_error is None else r.parse_error, r.width, r.height),
         "metadata": dict(r.metadata),
         "semi": semi_online_json(r),
+        "rejected_replies": rejected_replies(r.metadata),
     }
+
+
+def rejected_replies(meta: Any) -> list[str]:
+    """The unparseable replies drawn and set aside before the step's reply (``--resample-unparseable``):
+    strings only, whatever else a store written by another tool holds there."""
+    got = meta.get("rejected_replies") if isinstance(meta, Mapping) else None
+    return [x for x in got if isinstance(x, str)] if isinstance(got, (list, tuple)) else []
 
 
 def semi_online_json(r: StepRecord) -> dict[str, Any] | None:

@@ -47,3 +47,22 @@ def test_eval_model_agent_with_the_tiny_model(tmp_path, tiny_model_dir):
     detail = reader.get_episode(ep.episode_id)
     # an untrained model's replies are stored raw, with their parse errors as data
     assert all(s.response for s in detail.steps)
+
+
+def test_eval_at_temperature_can_redraw_unparseable_replies(tmp_path, tiny_model_dir):
+    out = _eval_in_process(env="webapps", agent="model", model=tiny_model_dir, episodes=2, tasks=("open_app",),
+                           max_steps=2, slots=2, temperature=1.0, resample_unparseable=2, out=str(tmp_path))
+    assert out["episodes"] == 2 and out["aborted"] == 0
+    reader = StoreReader(tmp_path)
+    steps = [s for e in reader.list_episodes(EpisodeFilter(run_id=out["run_id"])).items
+             for s in reader.get_episode(e.episode_id).steps]
+    # an untrained model at temperature 1: replies were set aside, at most two a step
+    assert any(s.metadata.get("rejected_replies") for s in steps)
+    assert all(len(s.metadata.get("rejected_replies", ())) <= 2 for s in steps)
+
+
+def test_eval_rejects_a_negative_redraw_budget():
+    from rl.evaluate import EvalConfig
+
+    with pytest.raises(ValueError, match="resample-unparseable must be >= 0"):
+        EvalConfig(agent="model", model="m", resample_unparseable=-1)
