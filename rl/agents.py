@@ -218,10 +218,12 @@ class ModelAgent:
 
     def _resampling(self, sampling: SamplingParams, contexts: Sequence[TurnContext], attempt: int) -> SamplingParams:
         """``sampling`` for the ``attempt``-th redraw of ``contexts``' turns: a stream of its own per turn
-        and attempt (with no run seed, the backend draws as it likes)."""
-        if self.seed is None:
+        and attempt, from the run's seed (else the sampling's own; with neither, the backend draws as it
+        likes)."""
+        base = self.seed if self.seed is not None else sampling.seed
+        if base is None:
             return dataclasses.replace(sampling, seeds=None)
-        seeds = tuple(turn_seed(self.seed, f"{c.key or f'slot{c.slot}'}#redraw{attempt}", len(c.history))
+        seeds = tuple(turn_seed(base, f"{c.key or f'slot{c.slot}'}#redraw{attempt}", len(c.history))
                       for c in contexts)
         return dataclasses.replace(sampling, seeds=seeds)
 

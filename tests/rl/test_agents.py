@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import threading
 import typing
@@ -166,6 +167,12 @@ def test_a_reply_still_unparseable_after_the_budget_is_a_parse_error_and_greedy_
     off = ModelAgent(Flaky(bad=5), get_format("json"), sampling=hot, seed=5)
     [o] = off.act_batch([context("flaky goal", 0, key="k")], None)
     assert isinstance(o.action, ParseError) and o.rejected == () and len(off.backend.calls) == 1
+    # no run seed, but a seeded sampling: the redraws get streams of their own from it, not its repeat
+    batch_seeded = ModelAgent(Flaky(bad=5), get_format("json"), sampling=dataclasses.replace(hot, seed=9),
+                              resample_unparseable=2)
+    batch_seeded.act_batch([context("flaky goal", 0, key="k")], None)
+    [first, *redraws] = [s for _, s in batch_seeded.backend.calls]
+    assert first.seeds is None and len({r.seeds for r in redraws}) == 2 and all(r.seeds for r in redraws)
     with pytest.raises(ValueError, match="resample_unparseable"):
         ModelAgent(Flaky(bad=0), get_format("json"), resample_unparseable=-1)
 
