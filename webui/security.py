@@ -6,9 +6,12 @@
   not linger in history). Compared with :func:`hmac.compare_digest`. Access-log lines
   never show it (:class:`RedactingRequestHandler`).
 * **Host.** A loopback-only server answers only ``Host: 127.0.0.1 / localhost /
-  [::1]``: a web page on another origin cannot read it through DNS rebinding. This is
-  Flask's own ``TRUSTED_HOSTS`` check (400 otherwise), plus one hand-written rule the
-  library cannot express (IPv6 literals, below).
+  [::1]`` (any port, and the names given as ``trusted_hosts``): a web page on another
+  origin cannot read it through DNS rebinding; any other Host is a 400. The check is
+  ours (:func:`host_name`), not Flask's ``TRUSTED_HOSTS``: werkzeug's
+  ``host_is_trusted`` cuts both the header and each trusted entry at the first ``:``,
+  so IPv6 literals compare as ``"["`` and its behaviour has changed between patch
+  releases (3.1.9 refuses ``[::1]`` that 3.1.8 accepted).
 * **Headers.** A strict Content-Security-Policy (scripts and styles only from our
   own static files, no inline code), ``nosniff``, no framing, no referrer.
 """
@@ -24,7 +27,7 @@ from werkzeug.exceptions import BadRequest, Unauthorized
 from werkzeug.serving import WSGIRequestHandler
 
 __all__ = ["install", "CSP", "TOKEN_COOKIE", "TOKEN_HEADER", "LOOPBACK_HOSTS", "RedactingRequestHandler",
-           "redact"]
+           "redact", "host_name"]
 
 TOKEN_COOKIE = "guiagent_ui_token"
 TOKEN_HEADER = "X-GUIAgent-Token"
@@ -32,6 +35,9 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 _TOKEN_ARG = re.compile(r"([?&;]token=)[^&;#\s\"]*", re.I)
+# A Host header (RFC 9110 section 7.2): a bracketed IPv6 literal or a name / IPv4 address, then an
+# optional port. Nothing else (no userinfo, no path, no trailing dot games) is a host we answer.
+_HOST = re.compile(r"(\[[0-9a-f:.]+\]|[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?)(?::([0-9]{1,5}))?")
 
 
 def redact(text: str) -> str:
@@ -52,18 +58,36 @@ def _same(given: str | None, token: str) -> bool:
     return hmac.compare_digest(given.encode("utf-8", "replace"), token.encode("utf-8"))
 
 
+def host_name(header: str) -> str | None:
+    """The host part of a ``Host`` header, lower-cased, or ``None`` when it is malformed.
+
+    >>> host_name("[::1]:8765"), host_name("LocalHost"), host_name("a@b"), host_name("x:99999")
+    ('[::1]', 'localhost', None, None)
+    """
+    m = _HOST.fullmatch(header.strip().lower())
+    if m is None or (m.group(2) is not None and int(m.group(2)) > 65535):
+        return None
+    return m.group(1)
+
+
+def _trusted_name(entry: str) -> str:
+    """A trusted-host entry as :func:`host_name` would return it (an IPv6 address gets its brackets)."""
+    entry = entry.strip().lower()
+    if ":" in entry and not entry.startswith("["):
+        return f"[{entry}]"  # a bare IPv6 address, as `guiagent ui --host ::1` binds it
+    return host_name(entry) or entry
+
+
 def install(app: Flask, *, token: str | None, loopback_only: bool, trusted_hosts: tuple[str, ...] = ()) -> None:
     """Register the guards on ``app``."""
-    if loopback_only:
-        app.config["TRUSTED_HOSTS"] = [*LOOPBACK_HOSTS, *trusted_hosts]
+    trusted = frozenset(_trusted_name(h) for h in (*LOOPBACK_HOSTS, *trusted_hosts))
 
     @app.before_request
     def _guard() -> Response | None:
-        # werkzeug's host_is_trusted drops everything after the first ':' of a Host, so an
-        # IPv6 literal "[2001:db8::1]" compares as "[" and would match "[::1]": checked here.
-        host = request.headers.get("Host", "")
-        if loopback_only and host.startswith("[") and not re.fullmatch(r"\[::1\](:\d+)?", host):
-            raise BadRequest(f"Host {host[:60]!r} is not trusted (this server answers on loopback only)")
+        if loopback_only:
+            header = request.headers.get("Host", "")
+            if host_name(header) not in trusted:
+                raise BadRequest(f"Host {header[:60]!r} is not trusted (this server answers on loopback only)")
         if token is None:
             return None
         auth = request.headers.get("Authorization", "")

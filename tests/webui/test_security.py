@@ -128,7 +128,8 @@ def test_token_in_url_sets_a_cookie_once_and_leaves_the_url(token_app):
 @pytest.mark.parametrize("host,code", [
     ("evil.example:8765", 400), ("evil.example", 400), ("127.0.0.1.evil.example", 400), ("[2001:db8::1]:80", 400),
     ("[::2]", 400), ("localhost.:8765", 400), ("127.0.0.1:8765", 200), ("localhost:8765", 200), ("[::1]:8765", 200),
-    ("[::1]", 200),
+    ("[::1]", 200), ("LOCALHOST:8765", 200), ("[::1]:", 400), ("user@localhost", 400),
+    ("localhost/x", 400), ("", 400), ("[::1]x", 400), ("[0:0:0:0:0:0:0:1]:80", 400), ("127.0.0.1 :80", 400),
 ])
 def test_foreign_host_header_is_refused_on_loopback(client, host, code):
     r = client.get("/api/runs", headers={"Host": host})
@@ -179,3 +180,33 @@ def test_browsing_everything_writes_nothing(client, runs):
     for url in urls:
         assert client.get(url).status_code == 200, url
     assert snapshot() == before
+
+
+def test_host_check_does_not_depend_on_werkzeug_trusted_hosts(runs, monkeypatch):
+    """werkzeug 3.1.9 cuts trusted entries at their first ':' (so ``[::1]`` became ``[``): the
+    guard is ours, so a change there cannot turn the server's own URL into a 400."""
+    import werkzeug.sansio.utils as wz
+
+    def cut_like_3_1_9(hostname, trusted_list=None):
+        if not hostname:
+            return False
+        if not trusted_list:
+            return True
+        name = hostname.partition(":")[0]
+        return any(ref.partition(":")[0] == name for ref in trusted_list)
+
+    monkeypatch.setattr(wz, "host_is_trusted", cut_like_3_1_9)
+    app = create_app(AppConfig(runs=runs.root, loopback_only=True, trusted_hosts=("[::1]",)))
+    c = app.test_client()
+    assert c.get("/api/runs", headers={"Host": "[::1]:8765"}).status_code == 200
+    assert c.get("/api/runs", headers={"Host": "[2001:db8::1]:8765"}).status_code == 400
+    assert "TRUSTED_HOSTS" not in app.config or not app.config["TRUSTED_HOSTS"]
+
+
+@pytest.mark.parametrize("entry,host,code", [
+    ("::1", "[::1]:8765", 200), ("[::1]", "[::1]", 200), ("MyBox.Local", "mybox.local:8765", 200),
+    ("mybox.local", "evil.example:8765", 400),
+])
+def test_trusted_host_entries(runs, entry, host, code):
+    app = create_app(AppConfig(runs=runs.root, loopback_only=True, trusted_hosts=(entry,)))
+    assert app.test_client().get("/api/runs", headers={"Host": host}).status_code == code
