@@ -513,3 +513,141 @@ class Trajectory:
     @classmethod
     def from_json(cls, text: str) -> "Trajectory":
         return cls.from_dict(json.loads(text))
+
+
+# ----------------------------------------------------------------------------- step targets
+
+#: how a recorded direction reads: ``finger`` = where the finger moves; ``scroll`` = where the view
+#: scrolls to (the content further that way comes into sight: the finger moves the other way), as
+#: :class:`Scroll` and AndroidControl's ``scroll`` action
+SWIPE_CONVENTIONS = ("finger", "scroll")
+#: the key of a step's ``metadata`` that holds its :class:`StepTarget` (as :meth:`StepTarget.to_dict`)
+STEP_TARGET_KEY = "target"
+_BOX_ROUND = 6
+
+
+def _unit_pair(name: str, value: Any) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    try:
+        pair = tuple(float(v) for v in value)
+    except (TypeError, ValueError):
+        raise TypeError(f"StepTarget.{name} must be two numbers, got {value!r:.80}") from None
+    if len(pair) != 2 or any(isinstance(v, bool) for v in value):
+        raise ValueError(f"StepTarget.{name} must be (x, y), got {value!r:.80}")
+    for v in pair:
+        _check_unit(name, v)
+    return pair  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class StepTarget:
+    """What a recorded step asks of an action: the whole of what the matcher reads about the truth.
+
+    Importers build one from whatever the source records (UI-S1's ``check_options``, an AndroidControl
+    action and its accessibility tree, a live step's action and element box); it is stored in the step's
+    ``metadata[STEP_TARGET_KEY]`` and read back with :meth:`from_dict`. Coordinates are normalised to
+    [0, 1] of the step's screenshot.
+
+    Attributes:
+        kind: the recorded action's kind (``Action.kind``: ``click``, ``long_press``, ``type``,
+            ``scroll``, ``swipe``, ``open_app``, ``key``, ``back``, ``home``, ``wait``, ``answer``,
+            ``finish``, ``drag``, ...).
+        boxes: candidate element boxes ``(x0, y0, x1, y1)``, any number (UI-S1 lists the tapped element
+            and the clickable containers around it); a tap inside any of them hits.
+        point: the recorded point (a tap, a long press, where a type tapped; a swipe's or drag's start).
+        point2: a swipe's or drag's end point.
+        text: typed text, an app's name, an answer, a key's name.
+        direction: ``up``, ``down``, ``left`` or ``right``, as the source wrote it; read by ``convention``.
+        convention: the source's swipe convention, :data:`SWIPE_CONVENTIONS`: ``finger`` (``direction``
+            is where the finger moves) or ``scroll`` (where the view scrolls to; the finger moves the
+            other way).
+        button: a system button's name, lower case (``back``, ``home``, ``enter``, ``menu``).
+        status: a finish's status (``success``, ``failure``).
+
+    >>> t = StepTarget("click", boxes=((0.1, 0.2, 0.3, 0.4),), point=(0.2, 0.3))
+    >>> StepTarget.from_dict(t.to_dict()) == t
+    True
+    >>> StepTarget("swipe", direction="down", convention="scroll").finger_direction
+    'up'
+    """
+
+    kind: str
+    boxes: tuple[tuple[float, float, float, float], ...] = ()
+    point: tuple[float, float] | None = None
+    point2: tuple[float, float] | None = None
+    text: str | None = None
+    direction: str | None = None
+    convention: str = "finger"
+    button: str | None = None
+    status: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, str) or not self.kind:
+            raise ValueError(f"StepTarget.kind must be an action kind, got {self.kind!r:.80}")
+        if isinstance(self.boxes, (str, bytes, Mapping)) or not hasattr(self.boxes, "__iter__"):
+            raise TypeError(f"StepTarget.boxes must be a list of boxes, got {self.boxes!r:.80}")
+        boxes = []
+        for b in self.boxes:
+            try:
+                box = tuple(round(float(v), _BOX_ROUND) for v in b)
+            except (TypeError, ValueError):
+                raise TypeError(f"a target box must be four numbers, got {b!r:.80}") from None
+            if len(box) != 4 or any(isinstance(v, bool) for v in b):
+                raise ValueError(f"a target box must be (x0, y0, x1, y1), got {b!r:.80}")
+            x0, y0, x1, y1 = box
+            if not all(0.0 <= v <= 1.0 for v in box) or x1 < x0 or y1 < y0:
+                raise ValueError(f"target box {b!r:.80} must lie in [0, 1] with x0 <= x1 and y0 <= y1")
+            boxes.append(box)
+        object.__setattr__(self, "boxes", tuple(boxes))
+        object.__setattr__(self, "point", _unit_pair("point", self.point))
+        object.__setattr__(self, "point2", _unit_pair("point2", self.point2))
+        for name in ("text", "button", "status"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, str):
+                raise TypeError(f"StepTarget.{name} must be a string, got {v!r:.80}")
+        if self.direction is not None and self.direction not in SCROLL_DIRECTIONS:
+            raise ValueError(f"StepTarget.direction must be one of {SCROLL_DIRECTIONS}, got {self.direction!r:.80}")
+        if self.convention not in SWIPE_CONVENTIONS:
+            raise ValueError(f"StepTarget.convention must be one of {SWIPE_CONVENTIONS}, got {self.convention!r:.80}")
+
+    @property
+    def finger_direction(self) -> str | None:
+        """Where the finger moves to do this step (``None`` without a direction)."""
+        if self.direction is None:
+            return None
+        return self.direction if self.convention == "finger" else _OPPOSITE_DIRECTION[self.direction]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able; fields left at their defaults are omitted (``convention`` only with a direction)."""
+        d: dict[str, Any] = {"kind": self.kind}
+        if self.boxes:
+            d["boxes"] = [list(b) for b in self.boxes]
+        for name in ("point", "point2"):
+            if getattr(self, name) is not None:
+                d[name] = list(getattr(self, name))
+        for name in ("text", "direction", "button", "status"):
+            if getattr(self, name) is not None:
+                d[name] = getattr(self, name)
+        if self.direction is not None:
+            d["convention"] = self.convention
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "StepTarget":
+        """Inverse of :meth:`to_dict`; ``ValueError``/``TypeError`` name a bad field."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"a step target is an object, got {data!r:.80}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        extra = set(data) - names
+        if extra:
+            raise ValueError(f"unknown step target fields {sorted(extra)}")
+        d = dict(data)
+        if "boxes" in d:
+            d["boxes"] = tuple(tuple(b) if isinstance(b, (list, tuple)) else b for b in d["boxes"] or ())
+        return cls(**d)
+
+
+_OPPOSITE_DIRECTION = {"up": "down", "down": "up", "left": "right", "right": "left"}
+
+__all__ += ["StepTarget", "SWIPE_CONVENTIONS", "STEP_TARGET_KEY"]
