@@ -21,6 +21,7 @@ from guiagent.types import Action, ParseError
 from grounding.base import ActionFormat
 from grounding.coords import ModelFrame, smart_resize
 from grounding.jsonfmt import JsonFormat
+from grounding.marks import MarksFormat
 from grounding.mobile_agents import GuiOwlFormat, MaiUiFormat
 from grounding.qwen import QwenToolCallFormat
 from grounding.seed import SeedXmlFormat
@@ -28,13 +29,13 @@ from grounding.uitars import UITarsFormat
 
 __all__ = [
     "ActionFormat", "UITarsFormat", "QwenToolCallFormat", "JsonFormat", "SeedXmlFormat", "GuiOwlFormat",
-    "MaiUiFormat", "ModelFrame", "smart_resize",
+    "MaiUiFormat", "MarksFormat", "ModelFrame", "smart_resize",
     "FORMAT_NAMES", "get_format", "parse",
 ]
 
 #: names accepted by :func:`get_format`
 FORMAT_NAMES: tuple[str, ...] = (
-    "uitars", "uitars15", "uitars2", "qwen_mobile", "qwen_computer", "guiowl", "maiui", "json",
+    "uitars", "uitars15", "uitars2", "qwen_mobile", "qwen_computer", "guiowl", "maiui", "json", "marks",
 )
 
 
@@ -46,7 +47,8 @@ def get_format(name: str, **kwargs: Any) -> ActionFormat:
     ``mobile_use`` / ``computer_use`` tool calls. ``uitars2``: UI-TARS-2's Seed XML function
     calls, relative 0-1000. ``guiowl``: GUI-Owl / Mobile-Agent-v3 ``mobile_use`` calls, smart-resized
     pixels. ``maiui``: MAI-UI ``mobile_use`` calls, relative 0-999. ``json``: plain JSON, normalised
-    coordinates.
+    coordinates. ``marks``: JSON actions on the screen's numbered elements (set-of-marks; the prompt
+    lists the elements each turn, the device needs marks on).
     """
     if name == "uitars":
         return UITarsFormat("relative1000", **kwargs)
@@ -64,6 +66,8 @@ def get_format(name: str, **kwargs: Any) -> ActionFormat:
         return MaiUiFormat(**kwargs)
     if name == "json":
         return JsonFormat(**kwargs)
+    if name == "marks":
+        return MarksFormat(**kwargs)
     raise ValueError(f"unknown action format {name!r}; choose one of {FORMAT_NAMES}")
 
 

@@ -21,7 +21,7 @@ import math
 import typing
 from typing import Any, Mapping
 
-from guiagent.types import ACTION_TYPES, Action, ParseError, SCROLL_DIRECTIONS
+from guiagent.types import ACTION_TYPES, ELEMENT_ACTION_TYPES, Action, ParseError, SCROLL_DIRECTIONS
 
 from grounding import jsontext
 from grounding.base import ActionFormat
@@ -41,11 +41,14 @@ def _field_type(cls: type, f: dataclasses.Field) -> str:
     return {float: "number", int: "integer", str: "string", bool: "boolean"}.get(base, "string")
 
 
-def _row(cls: type, decimals: int) -> ActionSpec:
-    fields = dataclasses.fields(cls)
+def _row(cls: type, decimals: int, *, skip: tuple[str, ...] = (), aliases: tuple[str, ...] = (),
+         doc: str | None = None) -> ActionSpec:
+    """The row of action class ``cls``: its wire name is its kind, its arguments its fields (less ``skip``:
+    fields the format leaves at their defaults, e.g. the point of a Type in a format without points)."""
+    fields = tuple(f for f in dataclasses.fields(cls) if f.name not in skip)
     params = tuple(f.name + ("?" if f.default is not dataclasses.MISSING else "") for f in fields)
     types = {f.name: _field_type(cls, f) for f in fields}
-    doc = (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ").replace("``", "`")
+    doc = doc or (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ").replace("``", "`")
 
     def decode(a: Mapping[str, Any], ctx: Ctx) -> Action:
         kw = {}
@@ -90,7 +93,7 @@ def _row(cls: type, decimals: int) -> ActionSpec:
             out[f.name] = v
         return out
 
-    return ActionSpec(cls.kind, (cls,), params, doc, decode, encode)
+    return ActionSpec(cls.kind, (cls,), params, doc, decode, encode, aliases=aliases)
 
 
 class JsonFormat(ActionFormat):
@@ -108,12 +111,14 @@ class JsonFormat(ActionFormat):
 
     name = "json"
 
-    def __init__(self, *, decimals: int = 3) -> None:
+    def __init__(self, *, decimals: int = 3, elements: bool = False) -> None:
         if not 1 <= decimals <= 6:
             raise ValueError(f"decimals must lie in 1..6, got {decimals}")
         self.decimals = decimals
         self.frame = None  # actions already are the frame: normalised [0, 1]
-        self.table = Table(_row(cls, decimals) for cls in ACTION_TYPES)
+        # element actions name the screen's marks: only with elements=True (the "marks" format speaks them)
+        self.table = Table(_row(cls, decimals) for cls in ACTION_TYPES
+                           if elements or cls not in ELEMENT_ACTION_TYPES)
         self.supported_kinds: frozenset[str] = self.table.supported_kinds
         self.dropped_fields: dict[str, tuple[str, ...]] = {}  # every field round-trips
 
@@ -124,6 +129,8 @@ class JsonFormat(ActionFormat):
             cls = row.kinds[0]
             props: dict[str, Any] = {"kind": {"const": row.name}}
             for f in dataclasses.fields(cls):
+                if f.name not in row.param_names:
+                    continue
                 t = _field_type(cls, f)
                 p: dict[str, Any] = {"type": t}
                 if f.name in cls.coord_fields:
@@ -132,6 +139,8 @@ class JsonFormat(ActionFormat):
                     p["enum"] = list(SCROLL_DIRECTIONS)
                 if f.name == "status":
                     p["enum"] = ["success", "failure"]
+                if f.name == "element":
+                    p["minimum"] = 0
                 props[f.name] = p
             variants.append({"type": "object", "description": row.doc, "properties": props,
                              "required": ["kind", *row.required], "additionalProperties": False})

@@ -31,6 +31,9 @@ __all__ = [
     "NavigateHome", "OpenApp", "Wait", "Answer", "Finish", "Action", "ACTION_TYPES",
     "action_to_dict", "action_from_dict", "ParseError", "Observation", "Step",
     "Trajectory", "TaskSpec", "SCROLL_DIRECTIONS", "EpisodeStatus",
+    # marks and element actions
+    "Mark", "ClickElement", "LongPressElement", "TypeElement", "ELEMENT_ACTION_TYPES", "ElementNotFound",
+    "resolve_element", "element_at",
 ]
 
 SCROLL_DIRECTIONS = ("up", "down", "left", "right")
@@ -248,15 +251,74 @@ class Finish(_ActionBase):
             raise ValueError(f"finish status must be 'success' or 'failure', got {self.status!r}")
 
 
+# ----------------------------------------------------------------------------- element actions
+# An element action names a mark of the observation it was chosen on (``Observation.marks``) instead of a
+# point. Devices resolve it to the pixel action at the mark's box centre (:func:`resolve_element`); an id
+# the observation's table does not hold is an action error, like any action that cannot be carried out.
+# They are kinds of their own rather than an optional ``element`` on Click/LongPress/Type, so a Click
+# always has a point (every overlay, matcher and format that reads ``x, y`` stays correct) and a format's
+# whitelist says by itself whether it speaks elements.
+
+
+def _check_element(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"element must be a mark id (an integer), got {value!r}")
+    if value < 0:
+        raise ValueError(f"element must be a mark id >= 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ClickElement(_ActionBase):
+    """Tap (touch) or left-click the element numbered ``element`` in the screen's marks (at its box centre)."""
+
+    kind: ClassVar[str] = "click_element"
+    element: int
+
+    def __post_init__(self) -> None:
+        _check_element(self.element)
+
+
+@dataclass(frozen=True)
+class LongPressElement(_ActionBase):
+    """Press and hold the element numbered ``element`` in the screen's marks."""
+
+    kind: ClassVar[str] = "long_press_element"
+    element: int
+    duration_ms: int = 800
+
+    def __post_init__(self) -> None:
+        _check_element(self.element)
+
+
+@dataclass(frozen=True)
+class TypeElement(_ActionBase):
+    """Tap the field numbered ``element`` in the screen's marks, then type ``text`` into it.
+
+    ``submit`` presses Enter after the text.
+    """
+
+    kind: ClassVar[str] = "type_element"
+    element: int
+    text: str
+    submit: bool = False
+
+    def __post_init__(self) -> None:
+        _check_element(self.element)
+        if not isinstance(self.text, str):
+            raise TypeError(f"TypeElement.text must be a string, got {type(self.text).__name__}")
+
+
 Action = Union[
     Click, DoubleClick, RightClick, Hover, LongPress, Type, Scroll, Swipe, Drag, Key, NavigateBack, NavigateHome,
-    OpenApp, Wait, Answer, Finish,
+    OpenApp, Wait, Answer, Finish, ClickElement, LongPressElement, TypeElement,
 ]
 
-#: every action class, in prompt order
+#: the actions that name a mark instead of a point
+ELEMENT_ACTION_TYPES: tuple[type, ...] = (ClickElement, LongPressElement, TypeElement)
+#: every action class, in prompt order (point actions first, element actions last)
 ACTION_TYPES: tuple[type, ...] = (
     Click, DoubleClick, RightClick, Hover, LongPress, Type, Scroll, Swipe, Drag, Key, NavigateBack, NavigateHome,
-    OpenApp, Wait, Answer, Finish,
+    OpenApp, Wait, Answer, Finish, *ELEMENT_ACTION_TYPES,
 )
 _BY_KIND: dict[str, type] = {cls.kind: cls for cls in ACTION_TYPES}
 
@@ -319,6 +381,134 @@ class ParseError:
         return cls(code=data["code"], message=data["message"], text=data.get("text", ""))
 
 
+# ----------------------------------------------------------------------------- marks
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One numbered element of a screen (a "set of marks"): what element actions name.
+
+    ``id`` is its number in the observation's mark table (unique there; devices number the
+    elements in document order from 0). ``role`` is the ARIA role on the web (``button``,
+    ``link``, ``textbox``, ``checkbox``...) and the matching role of an Android widget class
+    (``Button`` -> ``button``, ``EditText`` -> ``textbox``). ``name`` is its accessible name
+    (label, text or description; may be empty). ``box`` is ``(x0, y0, x1, y1)`` normalised to
+    [0, 1] of the screenshot, clipped to it.
+
+    >>> m = Mark(7, "button", "Send", (0.5, 0.8, 0.7, 0.9))
+    >>> m.center
+    (0.6, 0.85)
+    >>> Mark.from_dict(m.to_dict()) == m
+    True
+    """
+
+    id: int
+    role: str
+    name: str
+    box: tuple[float, float, float, float]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.id, bool) or not isinstance(self.id, int) or self.id < 0:
+            raise ValueError(f"a mark id is an integer >= 0, got {self.id!r}")
+        if not isinstance(self.role, str) or not isinstance(self.name, str):
+            raise TypeError(f"mark {self.id}: role and name must be strings, got {self.role!r}, {self.name!r}")
+        if (isinstance(self.box, (str, bytes)) or not hasattr(self.box, "__len__") or len(self.box) != 4
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.box)):
+            raise ValueError(f"mark {self.id}: box must be four numbers (x0, y0, x1, y1), got {self.box!r:.80}")
+        box = tuple(float(v) for v in self.box)
+        x0, y0, x1, y1 = box
+        if not all(0.0 <= v <= 1.0 for v in box) or x1 < x0 or y1 < y0:
+            raise ValueError(f"mark {self.id}: box {self.box!r} must lie in [0, 1] with x0 <= x1 and y0 <= y1")
+        object.__setattr__(self, "box", box)
+
+    @property
+    def center(self) -> tuple[float, float]:
+        """The box centre, normalised: where an element action on this mark lands."""
+        x0, y0, x1, y1 = self.box
+        return (round((x0 + x1) / 2, 6), round((y0 + y1) / 2, 6))
+
+    @property
+    def area(self) -> float:
+        x0, y0, x1, y1 = self.box
+        return (x1 - x0) * (y1 - y0)
+
+    def contains(self, x: float, y: float) -> bool:
+        """Whether the normalised point lies inside the box (edges included)."""
+        x0, y0, x1, y1 = self.box
+        return x0 <= x <= x1 and y0 <= y <= y1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "role": self.role, "name": self.name, "box": list(self.box)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Mark":
+        if not isinstance(data, Mapping):
+            raise TypeError(f"a mark is an object {{id, role, name, box}}, got {data!r:.80}")
+        extra = set(data) - {"id", "role", "name", "box"}
+        if extra:
+            raise ValueError(f"unknown mark fields {sorted(extra)}")
+        return cls(data["id"], data["role"], data.get("name", ""), tuple(data["box"]))
+
+
+def _mark_table(marks: Any) -> tuple[Mark, ...]:
+    """A mark table from Marks or their dicts (stored JSON); ids must be unique."""
+    if isinstance(marks, (str, bytes, Mapping)) or not hasattr(marks, "__iter__"):
+        raise TypeError(f"marks must be a sequence of Mark, got {type(marks).__name__}")
+    out = tuple(m if isinstance(m, Mark) else Mark.from_dict(m) for m in marks)
+    ids = [m.id for m in out]
+    if len(set(ids)) != len(ids):
+        raise ValueError("mark ids must be unique within an observation")
+    return out
+
+
+class ElementNotFound(ValueError):
+    """An element action names a mark the observation does not hold (or the screen has no marks)."""
+
+
+def _find_mark(marks: "tuple[Mark, ...] | None", element: int) -> Mark:
+    if marks is None:
+        raise ElementNotFound("this screen has no numbered elements (marks are off on this device); "
+                              "use an action at a point instead")
+    for m in marks:
+        if m.id == element:
+            return m
+    if not marks:
+        raise ElementNotFound(f"no element {element}: this screen has no numbered elements")
+    ids = sorted(m.id for m in marks)
+    numbered = f"{ids[0]}-{ids[-1]}" if ids[-1] - ids[0] + 1 == len(ids) else ", ".join(map(str, ids[:50]))
+    raise ElementNotFound(f"no element {element} on this screen; its elements are numbered {numbered}")
+
+
+def resolve_element(action: "Action", marks: "tuple[Mark, ...] | None") -> "Action":
+    """The point action an element action stands for on a screen with ``marks``: the same kind of
+    action at the mark's box centre. Other actions come back unchanged.
+
+    Raises :class:`ElementNotFound` when the id is not in ``marks`` (or ``marks`` is ``None``).
+
+    >>> marks = (Mark(0, "link", "Files", (0.1, 0.2, 0.3, 0.4)),)
+    >>> resolve_element(ClickElement(0), marks)
+    Click(x=0.2, y=0.3)
+    """
+    if isinstance(action, ClickElement):
+        return Click(*_find_mark(marks, action.element).center)
+    if isinstance(action, LongPressElement):
+        return LongPress(*_find_mark(marks, action.element).center, duration_ms=action.duration_ms)
+    if isinstance(action, TypeElement):
+        x, y = _find_mark(marks, action.element).center
+        return Type(action.text, x, y, submit=action.submit)
+    return action
+
+
+def element_at(marks: "tuple[Mark, ...] | None", x: float, y: float) -> Mark | None:
+    """The mark a point lands on: the smallest box holding it (the most specific element; on a tie
+    the later one in document order, the deeper), ``None`` when no box does."""
+    best: Mark | None = None
+    for m in marks or ():
+        if m.contains(x, y) and (best is None or m.area <= best.area):
+            best = m
+    return best
+
+
 @dataclass(frozen=True)
 class Observation:
     """What the agent sees after a reset or a step.
@@ -326,6 +516,12 @@ class Observation:
     ``screenshot`` holds the image bytes exactly as captured (PNG or JPEG), or is
     ``None`` when the observation was loaded from a store without its pixels; then
     ``screenshot_ref`` names the blob (its content hash).
+
+    ``marks`` is the screen's numbered elements (:class:`Mark`), built from its accessibility /
+    UI tree by a device configured to (``None`` otherwise: devices build none unless asked).
+    Element actions (:class:`ClickElement` ...) name them by id; the table is stored with the
+    step, so the store, the matcher, the overlay and the replay resolve the same element.
+    Dicts (stored JSON) are accepted and become :class:`Mark`.
     """
 
     screenshot: bytes | None
@@ -335,21 +531,28 @@ class Observation:
     tree: str | None = None
     url: str | None = None
     last_action_error: str | None = None
+    marks: tuple[Mark, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.width <= 0 or self.height <= 0:
             raise ValueError(f"observation size must be positive, got {self.width}x{self.height}")
+        if self.marks is not None:
+            object.__setattr__(self, "marks", _mark_table(self.marks))
 
     @property
     def size(self) -> tuple[int, int]:
         return (self.width, self.height)
 
     def to_dict(self, *, include_pixels: bool = True) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
+        """JSON-able fields; ``marks`` only when the observation has a table (older readers and stored
+        observations without marks see the same keys as before marks existed)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "marks"}
         d["screenshot"] = (
             base64.b64encode(self.screenshot).decode("ascii")
             if (include_pixels and self.screenshot is not None) else None
         )
+        if self.marks is not None:
+            d["marks"] = [m.to_dict() for m in self.marks]
         return d
 
     @classmethod

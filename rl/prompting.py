@@ -71,7 +71,7 @@ def summarize_step(step: Step, fmt: "ActionFormat", config: PromptConfig = Promp
     size = step.observation.size
     if step.action is not None:
         try:
-            did = fmt.format(step.action, size).strip()
+            did = fmt.format(_adapted(fmt, step), size).strip()
         except Exception as e:  # a format that cannot print an action kind: say so, keep going
             did = f"{step.action.kind} (not expressible in this format: {e})"
         did = _cut(did.replace("\n", " "), config.max_quote_chars * 2)
@@ -114,6 +114,9 @@ def build_chat(goal: str, history: Sequence[Step], observation: Observation, fmt
         parts.append(f"The last action failed: {_cut(observation.last_action_error, config.max_quote_chars)}")
     if config.include_tree and observation.tree:
         parts.append("UI tree:\n" + _cut(observation.tree, config.max_tree_chars))
+    observation_text = getattr(fmt, "observation_text", None)  # a format that lists the screen (marks)
+    if observation_text is not None:
+        parts.append(observation_text(observation))
     base = config.system_prompt if config.system_prompt is not None else _system_prompt(fmt, observation.size)
     system = base + (("\n\n" + config.system_suffix) if config.system_suffix else "")
     return [{"role": "system", "content": system}, _merge_text(message("user", *parts))]
@@ -143,7 +146,14 @@ def sft_target(step: Step, fmt: "ActionFormat") -> str:
     """The assistant text a model should have produced at ``step`` (its action, printed by ``fmt``)."""
     if step.action is None:
         raise ValueError(f"step {step.index} has no action to imitate")
-    return fmt.format(step.action, step.observation.size, step.thought)
+    return fmt.format(_adapted(fmt, step), step.observation.size, step.thought)
+
+
+def _adapted(fmt: "ActionFormat", step: Step) -> Any:
+    """The step's action as ``fmt`` speaks it on the step's screen (the marks format turns a point on a
+    numbered element into the element action); the action itself for formats without ``adapt``."""
+    adapt = getattr(fmt, "adapt", None)
+    return step.action if adapt is None else adapt(step.action, step.observation)
 
 
 def sft_example(trajectory: Trajectory, index: int, fmt: "ActionFormat",

@@ -8,8 +8,9 @@ import json
 import pytest
 
 from guiagent.types import (
-    ACTION_TYPES, Answer, Click, DoubleClick, Drag, Finish, Hover, Key, LongPress, NavigateBack, NavigateHome,
-    OpenApp, ParseError, RightClick, Scroll, Swipe, Type, Wait,
+    ACTION_TYPES, ELEMENT_ACTION_TYPES, Answer, Click, ClickElement, DoubleClick, Drag, Finish, Hover, Key,
+    LongPress, LongPressElement, NavigateBack, NavigateHome, OpenApp, ParseError, RightClick, Scroll, Swipe, Type,
+    TypeElement, Wait,
 )
 
 from grounding import FORMAT_NAMES, get_format, parse
@@ -361,6 +362,7 @@ EXAMPLES = [
     Key("Control+c"), Key("Backspace"), Key("volume_up"), Key("Menu"), NavigateBack(), NavigateHome(),
     OpenApp("Settings"), OpenApp("Joe's Diner"), Wait(), Wait(2.5), Answer("The total is $42"),
     Finish("success"), Finish("failure"), Finish("success", "done"),
+    ClickElement(0), ClickElement(41), LongPressElement(3, 1200), TypeElement(2, "Ann \"Lee\"\n", submit=True),
 ]
 
 
@@ -408,11 +410,13 @@ EXPECTED_KINDS = {
                     "answer", "finish"},
     "qwen_computer": {"click", "double_click", "right_click", "hover", "type", "scroll", "drag", "key", "wait",
                       "answer", "finish"},
-    "json": {cls.kind for cls in ACTION_TYPES},
+    "json": {cls.kind for cls in ACTION_TYPES if cls not in ELEMENT_ACTION_TYPES},
+    "marks": {"click_element", "long_press_element", "type_element", "type", "scroll", "key", "back", "home",
+              "open_app", "wait", "answer", "finish"},
 }
 
 
-@pytest.mark.parametrize("name", ["uitars", "qwen_mobile", "qwen_computer", "json"])
+@pytest.mark.parametrize("name", ["uitars", "qwen_mobile", "qwen_computer", "json", "marks"])
 def test_supported_kinds_and_clear_value_errors(name):
     fmt = get_format(name)
     assert fmt.supported_kinds == EXPECTED_KINDS[name]
@@ -473,7 +477,12 @@ def test_prompt_and_whitelist_come_from_one_table(name):
                 assert f"`action={row.name}`" in schema["properties"][p]["description"]
     if name == "json":
         kinds = [v["properties"]["kind"]["const"] for v in fmt.json_schema()["properties"]["action"]["oneOf"]]
-        assert kinds == [cls.kind for cls in ACTION_TYPES]
+        assert kinds == [cls.kind for cls in ACTION_TYPES if cls not in ELEMENT_ACTION_TYPES]
+    if name == "marks":
+        kinds = [v["properties"]["kind"]["const"] for v in fmt.json_schema()["properties"]["action"]["oneOf"]]
+        assert kinds == list(fmt.table.names)
+        for v in fmt.json_schema()["properties"]["action"]["oneOf"]:  # no point in this format's schema
+            assert not {"x", "y"} & set(v["properties"]), v
 
 
 def test_top_level_parse_and_get_format():

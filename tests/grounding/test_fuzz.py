@@ -181,7 +181,7 @@ def test_random_points_round_trip(name, x, y, w, h):
 
     fmt = FORMATS[name]
     size = (w, h)
-    if max(w, h) / min(w, h) > 200:
+    if max(w, h) / min(w, h) > 200 or "click" not in fmt.supported_kinds:  # marks: elements, not points
         return
     back = fmt.parse(fmt.format(Click(x, y), size), size)
     assert isinstance(back, Click), back
@@ -190,3 +190,13 @@ def test_random_points_round_trip(name, x, y, w, h):
     tol_x = 0.5 / ew if frame is not None else 0.0005
     tol_y = 0.5 / eh if frame is not None else 0.0005
     assert abs(back.x - x) <= tol_x + 1e-9 and abs(back.y - y) <= tol_y + 1e-9
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(element=st.integers(0, 10**9), text=st.text(max_size=30), submit=st.booleans())
+def test_random_elements_round_trip(element, text, submit):
+    from guiagent.types import ClickElement, TypeElement
+
+    fmt = FORMATS["marks"]
+    for action in (ClickElement(element), TypeElement(element, text, submit=submit)):
+        assert fmt.parse(fmt.format(action, SIZE), SIZE) == action

@@ -1,0 +1,175 @@
+"""Set-of-marks: actions that name one of the screen's numbered elements.
+
+What AndroidWorld's M3A agent (``{"action_type": "click", "index": 7}``) and BrowserGym's
+``bid`` actions do: the device numbers the visible, interactive or named elements of the
+screen from its accessibility / UI tree (:class:`~guiagent.types.Mark`: id, role, name,
+normalised box), the prompt lists them beside the screenshot, and the model acts on a number
+instead of a point. The device resolves the number to the element's box centre
+(:func:`guiagent.types.resolve_element`); a number the screen does not hold is an action
+error, reported back like any other.
+
+:class:`MarksFormat` is the JSON format (:mod:`grounding.jsonfmt`) over the element actions
+(:class:`~guiagent.types.ClickElement`, :class:`~guiagent.types.LongPressElement`,
+:class:`~guiagent.types.TypeElement`) and the actions that need no point (type into the focused
+field, scroll the page, keys, back, home, open an app, wait, answer, finish); ``pixels=True``
+adds the point actions too. The reply object is exactly :func:`guiagent.types.action_to_dict`,
+and the table, generated from the action classes, feeds the prompt, the whitelist and the JSON
+schema. Each turn's user message carries the numbered elements (:meth:`MarksFormat.observation_text`)::
+
+    Elements (id role "name"):
+    [0] link "Contacts"
+    [1] link "Messages"
+    [2] switch "Wi-Fi" checked
+
+Example::
+
+    >>> from guiagent.types import ClickElement, Mark, Observation
+    >>> fmt = MarksFormat()
+    >>> fmt.parse('{"action": {"kind": "click_element", "element": 7}}', (360, 640))
+    ClickElement(element=7)
+    >>> fmt.parse('{"action": {"kind": "click", "element": 7}}', (360, 640))  # a short alias
+    ClickElement(element=7)
+    >>> fmt.format(ClickElement(7), (360, 640))
+    '{"action": {"kind": "click_element", "element": 7}}'
+    >>> print(marks_text((Mark(0, "link", "Files", (0, 0, 0.5, 0.1)),)))
+    [0] link "Files"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Sequence
+
+from guiagent.types import (
+    ELEMENT_ACTION_TYPES, Action, Answer, Click, ClickElement, Finish, Key, LongPress, LongPressElement,
+    Mark, NavigateBack, NavigateHome, Observation, OpenApp, Scroll, Type, TypeElement, Wait, ACTION_TYPES,
+    element_at,
+)
+
+from grounding.jsonfmt import JsonFormat, _row
+from grounding.spec import Table
+
+__all__ = ["MarksFormat", "marks_text", "mark_line", "to_element_action"]
+
+#: the actions of the elements-only format besides the element actions: none of them needs a point
+_NO_POINT = (Type, Scroll, Key, NavigateBack, NavigateHome, OpenApp, Wait, Answer, Finish)
+
+
+def mark_line(mark: Mark, *, max_name_chars: int = 80, boxes: bool = False, decimals: int = 2) -> str:
+    """``[id] role "name"`` (and ``@[x0,y0,x1,y1]`` with ``boxes``): one line, whatever the name holds.
+
+    The name is JSON-quoted (quotes and backslashes escaped, newlines as ``\\n``), so no page text
+    can forge a line of its own or close the quote early.
+    """
+    name = " ".join(mark.name.split())
+    if len(name) > max_name_chars:
+        name = name[: max(0, max_name_chars - 1)] + "…"
+    line = f"[{mark.id}] {mark.role or 'element'}"
+    if name:
+        line += " " + json.dumps(name, ensure_ascii=False)
+    if boxes:
+        line += " @[" + ",".join(f"{v:.{decimals}f}" for v in mark.box) + "]"
+    return line
+
+
+def marks_text(marks: Sequence[Mark] | None, *, max_marks: int = 200, max_name_chars: int = 80,
+               boxes: bool = False) -> str:
+    """The numbered elements, one :func:`mark_line` each, in table order; the first ``max_marks``
+    of a longer table, with a line saying how many were left out."""
+    if marks is None:
+        return "(this screen has no numbered elements)"
+    lines = [mark_line(m, max_name_chars=max_name_chars, boxes=boxes) for m in list(marks)[:max_marks]]
+    if len(marks) > max_marks:
+        lines.append(f"({len(marks) - max_marks} more elements not listed)")
+    return "\n".join(lines) if lines else "(no elements on this screen)"
+
+
+def to_element_action(action: Action, marks: Sequence[Mark] | None) -> Action:
+    """The element action a point action stands for on a screen with ``marks``: a Click, LongPress or
+    Type at a point inside a mark's box becomes the same action on that mark (the smallest box holding
+    the point, :func:`guiagent.types.element_at`). Anything else, and a point on no mark, comes back
+    unchanged. How demonstrations recorded as points (oracles, imported datasets) become targets in
+    the marks format."""
+    if marks is None or isinstance(action, ELEMENT_ACTION_TYPES):
+        return action
+    if isinstance(action, Click):
+        m = element_at(tuple(marks), action.x, action.y)
+        return action if m is None else ClickElement(m.id)
+    if isinstance(action, LongPress):
+        m = element_at(tuple(marks), action.x, action.y)
+        return action if m is None else LongPressElement(m.id, duration_ms=action.duration_ms)
+    if isinstance(action, Type) and action.x is not None and action.y is not None:
+        m = element_at(tuple(marks), action.x, action.y)
+        return action if m is None else TypeElement(m.id, action.text, submit=action.submit)
+    return action
+
+
+class MarksFormat(JsonFormat):
+    """JSON actions over the screen's numbered elements; see the module docstring.
+
+    ``pixels``: also offer the point actions (click at x, y ...), for screens whose target has no
+    mark. ``max_marks`` / ``max_name_chars``: how much of a long table the prompt lists.
+    ``boxes``: list each element's normalised box too. ``compact``: a one-paragraph system prompt
+    (for tiny models, whose prompt length is compute) instead of the full action list.
+    """
+
+    name = "marks"
+
+    def __init__(self, *, decimals: int = 3, pixels: bool = False, max_marks: int = 200,
+                 max_name_chars: int = 80, boxes: bool = False, compact: bool = False) -> None:
+        super().__init__(decimals=decimals)
+        if max_marks < 1 or max_name_chars < 1:
+            raise ValueError("max_marks and max_name_chars must be >= 1")
+        self.pixels = pixels
+        self.max_marks = max_marks
+        self.max_name_chars = max_name_chars
+        self.boxes = boxes
+        self.compact = compact
+        if pixels:
+            rows = [_row(cls, decimals) for cls in ACTION_TYPES]
+        else:
+            # without point actions the short names are free: "click" / "tap" / "long_press" name elements
+            aliases = {ClickElement: ("click", "tap"), LongPressElement: ("long_press",)}
+            rows = [_row(cls, decimals, aliases=aliases.get(cls, ())) for cls in ELEMENT_ACTION_TYPES]
+            docs = {Type: "Type text into the focused field (type_element taps a field first).",
+                    Scroll: "Scroll the page so that content further in `direction` comes into sight."}
+            rows += [_row(cls, decimals, skip=("x", "y"), doc=docs.get(cls)) for cls in _NO_POINT]
+        self.table = Table(rows)
+        self.supported_kinds = self.table.supported_kinds
+        self.dropped_fields = {} if pixels else {"type": ("x", "y"), "scroll": ("x", "y")}
+
+    def system_prompt(self, image_size: tuple[int, int] | None = None) -> str:
+        if self.compact:
+            return ('Reply with one JSON action on a numbered element, e.g. '
+                    '{"action": {"kind": "click_element", "element": 3}}, or {"action": {"kind": "finish"}}.')
+        lines = []
+        for row in self.table.rows:
+            args = ", ".join(f'"{p.rstrip("?")}": {"..." if not p.endswith("?") else "(optional)"}'
+                             for p in row.params)
+            lines.append(f'- {{"kind": "{row.name}"{", " + args if args else ""}}}  {row.doc}')
+        points = (f"Coordinates x, y are fractions of the screenshot: 0 is the left/top edge, 1 the right/bottom "
+                  f"edge (up to {self.decimals} decimals).\n\n" if self.pixels else "")
+        return (
+            "You control a device through its screen. Each turn shows the screenshot and the screen's "
+            'numbered elements, one a line: [id] role "name". Act on an element by its number. '
+            "Reply with one JSON object and nothing else:\n"
+            '{"thought": "<your reasoning>", "action": {"kind": ..., ...}}\n\n'
+            + points + "## Actions\n" + "\n".join(lines) + "\n"
+        )
+
+    def observation_text(self, observation: Observation) -> str:
+        """The turn's numbered elements, for the user message beside the screenshot."""
+        return "Elements (id role \"name\"):\n" + marks_text(
+            observation.marks, max_marks=self.max_marks, max_name_chars=self.max_name_chars, boxes=self.boxes)
+
+    def adapt(self, action: Action, observation: Observation) -> Action:
+        """``action`` as this format speaks it on ``observation``: a point action on a marked element
+        becomes the element action (:func:`to_element_action`); with ``pixels`` everything stays as is.
+        Used for SFT targets and the history of past steps recorded as points."""
+        if self.pixels:
+            return action
+        out = to_element_action(action, observation.marks)
+        if isinstance(out, Scroll) and out.x is not None:
+            out = dataclasses.replace(out, x=None, y=None)  # this format scrolls the page, not a point
+        return out
