@@ -39,9 +39,31 @@ if [ -z "${GUIAGENT_CHROMIUM:-}" ] && ! command -v chromium-headless-shell >/dev
     || echo "setup: no chromium-headless-shell package here; the envs use the full Chromium" >&2
 fi
 
-# The CPU wheel of torch first, then the package with torch held at that version.
-"$PY" -m pip install -q -c constraints/cpu.txt "torch==2.13.0"
-"$PY" -m pip install -q -c constraints/cpu.txt -e ".${extra}"
+# The whole dependency tree from the lock (exact versions, sha256 hashes; bash scripts/lock.sh
+# refreshes it), then the package itself, built without isolation from the locked setuptools.
+# GUIAGENT_UNLOCKED=1 installs the newest versions pyproject.toml's ranges allow instead
+# (scripts/drift_check.sh uses it); so does a Python or platform the lock was not made for.
+lock=constraints/cpu.lock
+[ -n "$extra" ] && lock=constraints/cpu-dev.lock
+# torch's CPU build is not on PyPI: taken from a find-links folder when this machine has one
+# (GUIAGENT_TORCH_WHEELS, default /opt/wheels), else from the PyTorch CPU index.
+torch_src=()
+if ! ls "${GUIAGENT_TORCH_WHEELS:-/opt/wheels}"/torch-2.13.0+cpu-* >/dev/null 2>&1; then
+  torch_src=(--extra-index-url https://download.pytorch.org/whl/cpu)
+else
+  torch_src=(--find-links "${GUIAGENT_TORCH_WHEELS:-/opt/wheels}")
+fi
+fits=$("$PY" -c 'import platform, sys; print(int(sys.version_info[:2] == (3, 11) and platform.system() == "Linux" and platform.machine() == "x86_64"))')
+if [ "${GUIAGENT_UNLOCKED:-0}" != 1 ] && [ "$fits" = 1 ]; then
+  "$PY" -m pip install -q "${torch_src[@]}" --require-hashes --no-deps -r "$lock"
+  "$PY" -m pip install -q --no-deps --no-build-isolation -e ".${extra}"
+else
+  [ "${GUIAGENT_UNLOCKED:-0}" = 1 ] \
+    || echo "setup: the lock is made for CPython 3.11 on Linux x86_64; installing the newest versions pyproject.toml allows" >&2
+  # the CPU wheel of torch first, then the package with torch held at that version
+  "$PY" -m pip install -q "${torch_src[@]}" -c constraints/cpu.txt "torch==2.13.0"
+  "$PY" -m pip install -q -U --upgrade-strategy eager -c constraints/cpu.txt -e ".${extra}"
+fi
 # --dev: the Android transport tests' tools: the adb client (Debian) and Appium 3 + its fake
 # driver (npm, project-local).
 if [ "${1:-}" = "--dev" ]; then
