@@ -57,13 +57,14 @@ def main(argv: list[str] | None = None) -> int:
         # bad input (flags, config files, paths, stores): one line, no traceback, exit 2
         print(f"guiagent {name}: {_one_line(e)}", file=sys.stderr)
         return 2
-    except OSError as e:
-        # a file system or network failure that no check could foresee (a full disk, a
-        # folder that refuses files): one line; GUIAGENT_TRACEBACK=1 shows where it came from
+    except (OSError, OverflowError) as e:
+        # what no check foresaw: a path the file system refuses ([Errno ...]: a folder that refuses
+        # files, a full disk), a number past what a library takes. As the README promises for bad
+        # input: one line, exit 2; GUIAGENT_TRACEBACK=1 shows where it came from
         if os.environ.get("GUIAGENT_TRACEBACK"):
             raise
         print(f"guiagent {name}: {_one_line(e)}", file=sys.stderr)
-        return 1
+        return 2
     except KeyboardInterrupt:
         print(f"guiagent {name}: interrupted", file=sys.stderr)
         return 130
