@@ -53,12 +53,12 @@ from urllib.parse import urlsplit
 
 from emulators.base import ActionError, Device, DeviceError
 from emulators.browser_support import (
-    KEY_EXAMPLES, SETTLE_INIT_SCRIPT, SETTLE_POLL_JS, BrowserHandle, ChromiumNotFound, launch,
+    KEY_EXAMPLES, SETTLE_INIT_SCRIPT, SETTLE_POLL_JS, BrowserHandle, ChromiumNotFound, build_marks, launch,
     normalise_key, origin_of, url_allowed,
 )
 from guiagent.types import (
-    Action, Click, DoubleClick, Drag, Hover, Key, LongPress, NavigateBack, NavigateHome, Observation, OpenApp,
-    RightClick, Scroll, Swipe, Type, Wait,
+    ELEMENT_ACTION_TYPES, Action, Click, DoubleClick, Drag, ElementNotFound, Hover, Key, LongPress, Mark,
+    NavigateBack, NavigateHome, Observation, OpenApp, RightClick, Scroll, Swipe, Type, Wait, resolve_element,
 )
 
 __all__ = ["BrowserConfig", "BrowserDevice", "BrowserHandle", "ChromiumNotFound", "launch_browser"]
@@ -89,6 +89,10 @@ class BrowserConfig:
     whole life would grow both by megabytes an hour.
     ``in_page_reset`` lets a suite start an episode in the open document through the page's own
     hook instead of a page load (:meth:`BrowserDevice.reset_in_page`); ``False`` always loads the page.
+    ``marks`` numbers the page's visible interactive or named elements in each observation
+    (``Observation.marks``, for element actions and the ``marks`` action format): two CDP calls sent
+    with the screenshot (the accessibility tree and a DOM snapshot, see
+    :func:`~emulators.browser_support.build_marks`); off by default, so pages that need none pay nothing.
     """
 
     viewport: tuple[int, int] = (1280, 720)
@@ -113,9 +117,11 @@ class BrowserConfig:
     timezone_id: str = "UTC"
     #: limit for navigations and page queries (tree, locators); beyond it the device is dead
     navigation_timeout_ms: int = 15000
+    #: number the page's elements in each observation (``Observation.marks``)
+    marks: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("mobile", "headless", "block_file_urls", "reuse_context", "in_page_reset"):
+        for name in ("mobile", "headless", "block_file_urls", "reuse_context", "in_page_reset", "marks"):
             value = getattr(self, name)
             if isinstance(value, str):  # from the command line (--device in_page_reset false)
                 if value.lower() not in _BOOL_WORDS:
@@ -179,6 +185,8 @@ _TARGET_JS = """([x, y]) => {
 }"""
 #: a "target" covering more of the screen than this is a container, not something one taps
 _MAX_TARGET_AREA = 0.25
+#: DOMSnapshot.captureSnapshot: layout boxes and clickability only (no computed styles: cheaper)
+_SNAPSHOT_OPTS = {"computedStyles": [], "includePaintOrder": False, "includeDOMRects": False}
 #: :meth:`BrowserDevice.reset_in_page`'s script around the page's hook (``HOOK``)
 _IN_PAGE_RESET_JS = """async (url) => {
     const g = window.__ga;
@@ -225,6 +233,9 @@ class BrowserDevice(Device):
     * ``NavigateHome``: load ``home_url``; none set is an ActionError.
     * ``OpenApp``: calls ``open_app_handler(name)``; without one an ActionError.
     * ``Wait``: waits the given seconds (the agent's own choice), then settles.
+    * ``ClickElement`` / ``LongPressElement`` / ``TypeElement``: the same action at the centre of the
+      numbered element in the last observation's marks (``BrowserConfig.marks``); an unknown number,
+      or no marks, is an ActionError.
 
     Extras for suites and oracles (agents see only observations): ``page``,
     ``config``, ``home_url`` (settable), ``goto``, ``evaluate``, ``locate``, ``center``,
@@ -248,6 +259,8 @@ class BrowserDevice(Device):
         self._popup_url: str | None = None
         self._watched_browser: Any = None
         self._context_resets = 0  # resets on the current context (see BrowserConfig.context_max_resets)
+        #: the last observation's marks: what an element action's number means (None: not observed yet)
+        self._marks: tuple[Mark, ...] | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -329,6 +342,7 @@ class BrowserDevice(Device):
                 self._context.clear_cookies()
             self._context_resets += 1
             self._blocked.clear()
+            self._marks = None
             self._goto(self.home_url or "about:blank")
             self._cdp.send("Page.resetNavigationHistory")
         except PlaywrightError as e:
@@ -359,6 +373,7 @@ class BrowserDevice(Device):
             self._blocked.clear()
             self._popup_url = None
             self._quiet_mutations = None
+            self._marks = None
             if not self.page.evaluate(_IN_PAGE_RESET_JS.replace("HOOK", hook, 1), url):
                 return False
             self._cdp.send("Page.resetNavigationHistory")
@@ -569,7 +584,7 @@ class BrowserDevice(Device):
                 before, self._quiet_mutations = self._quiet_mutations, None
                 if before is None:
                     before = self.page.evaluate("window.__ga ? window.__ga.mutations : -1")
-                shot, tree = self._capture(fast, shot_opts, c.tree == "aria")
+                shot, tree, marks = self._capture(fast, shot_opts, c.tree == "aria", c.marks)
                 after = self.page.evaluate("window.__ga ? window.__ga.mutations : -2")
                 if before == after:
                     break
@@ -578,34 +593,57 @@ class BrowserDevice(Device):
         except PlaywrightError as e:
             raise self._wrap(e) from e
         w, h = self.size
-        return Observation(screenshot=shot, width=w, height=h, tree=tree, url=url)
+        self._marks = marks
+        return Observation(screenshot=shot, width=w, height=h, tree=tree, url=url, marks=marks)
 
     #: whether this Playwright's internals allow capturing and reading the tree at once
     _overlap_ok: bool = True
 
-    def _capture(self, fast: bool, shot_opts: dict[str, Any], want_tree: bool) -> tuple[bytes, str | None]:
-        """Screenshot and ARIA tree. The fast path sends both requests at once through the
+    def _capture(self, fast: bool, shot_opts: dict[str, Any], want_tree: bool, want_marks: bool = False
+                 ) -> tuple[bytes, str | None, tuple[Mark, ...] | None]:
+        """Screenshot, ARIA tree and marks. The fast path sends the requests at once through the
         sync API's event loop (the capture waits on the compositor while the renderer builds
-        the tree: ~8 ms less a step); it uses Playwright internals, so any mismatch falls back
+        the trees: ~8 ms less a step); it uses Playwright internals, so any mismatch falls back
         to one request after the other for good."""
-        if fast and want_tree and BrowserDevice._overlap_ok:
+        if fast and (want_tree or want_marks) and BrowserDevice._overlap_ok:
             try:
                 cdp, body = self._cdp._impl_obj, self.page.locator("body")._impl_obj
 
-                async def both() -> Any:
+                async def nothing() -> None:
+                    return None
+
+                async def all_at_once() -> Any:
                     return await asyncio.gather(
                         cdp.send("Page.captureScreenshot", shot_opts, None),
                         body.aria_snapshot(timeout=self.config.navigation_timeout_ms, depth=None,
-                                           mode=None, boxes=None))
-                result, tree = self.page._sync(both())
-                return base64.b64decode(result["data"]), tree
+                                           mode=None, boxes=None) if want_tree else nothing(),
+                        cdp.send("Accessibility.getFullAXTree", {}, None) if want_marks else nothing(),
+                        cdp.send("DOMSnapshot.captureSnapshot", _SNAPSHOT_OPTS, None) if want_marks else nothing())
+                result, tree, ax, snap = self.page._sync(all_at_once())
+                marks = build_marks(ax["nodes"], snap, self.config.viewport) if want_marks else None
+                return base64.b64decode(result["data"]), tree, marks
             except (AttributeError, TypeError):
                 BrowserDevice._overlap_ok = False
         shot = (base64.b64decode(self._cdp.send("Page.captureScreenshot", shot_opts)["data"])
                 if fast else self.page.screenshot(**shot_opts))
         tree = (self.page.locator("body").aria_snapshot(timeout=self.config.navigation_timeout_ms)
                 if want_tree else None)
-        return shot, tree
+        return shot, tree, self._read_marks() if want_marks else None
+
+    def _read_marks(self) -> tuple[Mark, ...]:
+        ax = self._cdp.send("Accessibility.getFullAXTree")
+        snap = self._cdp.send("DOMSnapshot.captureSnapshot", _SNAPSHOT_OPTS)
+        return build_marks(ax["nodes"], snap, self.config.viewport)
+
+    def marks(self) -> tuple[Mark, ...]:
+        """The page's marks as it stands now (what :meth:`observe` adds with ``marks`` on; for suites,
+        oracles and checks: an agent sees the observation's)."""
+        self._guard()
+        from playwright.sync_api import Error as PlaywrightError
+        try:
+            return self._read_marks()
+        except PlaywrightError as e:
+            raise self._wrap(e) from e
 
     # --- execute ----------------------------------------------------------------------------
 
@@ -623,6 +661,7 @@ class BrowserDevice(Device):
         """Carry out ``action`` and settle. See :class:`BrowserDevice` for each kind."""
         self._guard()
         from playwright.sync_api import Error as PlaywrightError
+        action = self._resolve(action)
         self._blocked.clear()
         self._popup_url = None
         url_before = self.page.url
@@ -644,12 +683,25 @@ class BrowserDevice(Device):
         if self._popup_url and not self._url_ok(self._popup_url):
             raise ActionError(f"navigation to {self._popup_url} was blocked")
 
+    def _resolve(self, action: Action) -> Action:
+        """An element action as the point action at its mark's centre (the last observation's marks);
+        an id those marks do not hold is an :class:`ActionError`."""
+        if not isinstance(action, ELEMENT_ACTION_TYPES):
+            return action
+        try:
+            return resolve_element(action, self._marks)
+        except ElementNotFound as e:
+            raise ActionError(str(e)) from None
+
     def target_box(self, action: Action) -> tuple[float, float, float, float] | None:
         """The box ``(x0, y0, x1, y1)``, normalised to the viewport, of the element a point action is
         about to land on (its nearest interactive ancestor: a link, button, input, an ARIA control), as
         the page stands before the action; ``None`` for other actions, an empty spot, or a container
         covering over a quarter of the screen. Recorded with each step (``Step.metadata["target_box"]``),
         it lets a replay of the episode count any point on the same element as the same action."""
+        if isinstance(action, ELEMENT_ACTION_TYPES):  # the element's own box, as the agent saw it
+            found = [m for m in self._marks or () if m.id == action.element]
+            return found[0].box if found and found[0].area <= _MAX_TARGET_AREA else None
         x, y = getattr(action, "x", None), getattr(action, "y", None)
         if not isinstance(action, (Click, LongPress, DoubleClick, RightClick)) or x is None or y is None:
             return None

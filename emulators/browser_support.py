@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 __all__ = [
     "ChromiumNotFound", "find_chromium", "BrowserHandle", "launch", "connect_over_cdp", "normalise_key",
     "origin_of", "url_allowed", "run_concurrently", "SETTLE_INIT_SCRIPT", "SETTLE_POLL_JS", "CHROMIUM_ARGS",
+    "build_marks", "INTERACTIVE_ROLES", "NAMED_ROLES",
 ]
 
 #: flags that work headless on a plain Linux box without a GPU or a sandbox
@@ -409,3 +410,165 @@ async (remaining) => {
   }
 }
 """
+
+
+# --------------------------------------------------------------------------------------------- marks
+# The numbered elements of a page (guiagent.types.Mark), from two CDP calls made beside the
+# screenshot: ``Accessibility.getFullAXTree`` (Chromium's own roles and accessible names, and which
+# nodes are hidden) and ``DOMSnapshot.captureSnapshot`` (every node's layout box, and whether it
+# responds to clicks, listeners added from script included, which no role shows: MiniWoB's links are
+# spans with d3 click handlers). ~2-4 ms each once warm on a phone-sized page (docs/grounding.md).
+
+#: roles a person acts on: always marked when visible
+INTERACTIVE_ROLES = frozenset({
+    "button", "link", "textbox", "searchbox", "checkbox", "radio", "switch", "tab", "option", "menuitem",
+    "menuitemcheckbox", "menuitemradio", "combobox", "listbox", "slider", "spinbutton", "treeitem",
+    "DisclosureTriangle", "MenuListOption", "ListBoxOption", "ColorWell", "Date", "DateTime", "InputTime",
+    "PopUpButton", "ToggleButton",
+})
+#: roles marked only with a name: what one reads on a screen to find one's way
+NAMED_ROLES = frozenset({"heading", "image", "img", "figure", "dialog", "alertdialog"})
+#: roles that never make a mark of their own, even when the DOM node takes clicks (the page itself)
+_NEVER = frozenset({"RootWebArea", "WebArea", "InlineTextBox", "LineBreak", "StaticText", "Canvas", "none",
+                    "presentation", "Iframe", "IframePresentational"})
+#: a mark that is there only because its node takes clicks and that covers more of the screen than
+#: this is a page-wide handler (MiniWoB's task area, a delegated listener on a container), not a target
+_MAX_CLICKABLE_AREA = 0.5
+_MAX_NAME = 200
+
+
+def _norm_name(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_NAME else text[:_MAX_NAME - 1] + "…"
+
+
+def _ax_value(node: dict, key: str) -> str:
+    v = node.get(key) or {}
+    value = v.get("value") if isinstance(v, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def build_marks(ax_nodes: Sequence[dict], snapshot: dict, viewport: tuple[int, int]) -> "tuple[Any, ...]":
+    """The page's marks from CDP's full AX tree (its ``nodes``) and a DOM snapshot, numbered in
+    document order from 0, boxes normalised to the ``viewport`` (CSS pixels) and clipped to it.
+
+    Marked: each node Chromium exposes (not ``ignored``) whose box meets the viewport and that
+    has an interactive role (:data:`INTERACTIVE_ROLES`), or a readable one with a name
+    (:data:`NAMED_ROLES`), or whose DOM node responds to clicks. A node marked only because it takes
+    clicks is dropped when it holds another mark (a row around its checkbox: the checkbox is the
+    target) or covers over half the screen; it is named after its text when it has no name. An
+    interactive node inside another of the same name and nearly the same box (a tab's link inside
+    the tab) is the same target and is not marked twice. Only the main frame's nodes are marked.
+    """
+    from guiagent.types import Mark
+
+    vw, vh = viewport
+    docs = snapshot.get("documents") or []
+    if not ax_nodes or not docs:
+        return ()
+    doc = docs[0]
+    nodes, layout = doc["nodes"], doc["layout"]
+    backend = nodes.get("backendNodeId") or []
+    sx, sy = float(doc.get("scrollOffsetX", 0.0)), float(doc.get("scrollOffsetY", 0.0))
+    rects: dict[int, tuple[float, float, float, float]] = {}
+    for j, ni in enumerate(layout.get("nodeIndex") or []):
+        bid = backend[ni]
+        if bid not in rects:  # the first layout object of a node is its box (later ones: text fragments)
+            x, y, w, h = layout["bounds"][j]
+            rects[bid] = (x - sx, y - sy, x - sx + w, y - sy + h)
+    clickable = {backend[i] for i in ((nodes.get("isClickable") or {}).get("index") or [])}
+
+    by_id = {n.get("nodeId"): n for n in ax_nodes}
+    root = ax_nodes[0]
+    # candidates in document order: (ax node, role, name, box, why, parent candidate index)
+    cands: list[list[Any]] = []
+    children_of: dict[int, list[int]] = {}
+
+    def box_of(bid: Any) -> tuple[float, float, float, float] | None:
+        r = rects.get(bid)
+        if r is None:
+            return None
+        x0, y0 = max(0.0, r[0] / vw), max(0.0, r[1] / vh)
+        x1, y1 = min(1.0, r[2] / vw), min(1.0, r[3] / vh)
+        if x1 - x0 <= 1e-6 or y1 - y0 <= 1e-6:
+            return None  # off-screen or empty
+        return (round(x0, 5), round(y0, 5), round(x1, 5), round(y1, 5))
+
+    def text_of(node: dict, depth: int = 0) -> str:
+        """The text under an unnamed node (its StaticText descendants)."""
+        if depth > 50:
+            return ""
+        out = []
+        for cid in node.get("childIds") or ():
+            c = by_id.get(cid)
+            if c is None or c.get("ignored"):
+                continue
+            role = _ax_value(c, "role")
+            if role == "StaticText":
+                out.append(_ax_value(c, "name"))
+            elif role != "InlineTextBox":
+                out.append(text_of(c, depth + 1))
+        return " ".join(t for t in out if t)
+
+    stack: list[tuple[dict, int]] = [(root, -1)]
+    seen: set[Any] = set()
+    while stack:
+        node, parent = stack.pop()
+        nid = node.get("nodeId")
+        if nid in seen:  # a malformed tree with a cycle: each node once
+            continue
+        seen.add(nid)
+        here = parent
+        if not node.get("ignored"):
+            role, name = _ax_value(node, "role"), _norm_name(_ax_value(node, "name"))
+            bid = node.get("backendDOMNodeId")
+            why = None
+            if role in INTERACTIVE_ROLES:
+                why = "role"
+            elif role in NAMED_ROLES and name:
+                why = "named"
+            elif bid in clickable and role not in _NEVER:
+                why = "clicks"
+            box = box_of(bid) if why else None
+            if box is not None:
+                cands.append([node, role, name, box, why, parent])
+                here = len(cands) - 1
+                if parent >= 0:
+                    children_of.setdefault(parent, []).append(here)
+        for cid in reversed(node.get("childIds") or ()):
+            c = by_id.get(cid)
+            if c is not None:
+                stack.append((c, here))
+
+    def inside(i: int) -> bool:
+        """Whether candidate ``i`` has a marked candidate anywhere below it."""
+        return bool(children_of.get(i))
+
+    keep: list[bool] = [True] * len(cands)
+    for i, (node, role, name, box, why, parent) in enumerate(cands):
+        if why == "clicks":
+            area = (box[2] - box[0]) * (box[3] - box[1])
+            if inside(i) or area > _MAX_CLICKABLE_AREA:
+                keep[i] = False
+                continue
+            if not name:
+                cands[i][2] = _norm_name(text_of(node))
+        if why == "role" and parent >= 0 and keep[parent] and cands[parent][4] == "role" \
+                and cands[parent][2] == name and _iou(cands[parent][3], box) > 0.6:
+            keep[i] = False  # the same target as the mark around it
+        if why == "named" and parent >= 0 and keep[parent] and cands[parent][4] != "named":
+            keep[i] = False  # an icon or label inside a control: part of that control's mark
+    marks = []
+    for (node, role, name, box, why, parent), k in zip(cands, keep):
+        if k:
+            marks.append(Mark(len(marks), role if why != "clicks" or role not in ("generic", "") else "clickable",
+                              name, box))
+    return tuple(marks)
+
+
+def _iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0

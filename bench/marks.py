@@ -1,0 +1,87 @@
+"""What numbering a page's elements costs an observation: ``observe()`` with marks off and on.
+
+Run::
+
+    python bench/marks.py                 # 40 observations per page and setting
+    python bench/marks.py --rounds 100
+
+Two devices on one Chromium, one with ``BrowserConfig.marks`` off and one with it on (ARIA tree
+text on in both, as the suites' default), look at the same pages in turn: the webapps launcher,
+its Settings screen and its contacts list (a long scrolled list), and the MiniWoB ``click-widget``
+page. Observations alternate off/on so both see the same machine load. Reported per page: the
+median ``observe()`` wall time of each and the difference, the number of marks, and the CPU time of
+:func:`emulators.browser_support.build_marks` alone (parsing the two CDP replies). The last
+stdout line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from emulators.browser_support import build_marks  # noqa: E402
+from emulators.suites import get_suite  # noqa: E402
+from emulators.suites.registration import shared_browser  # noqa: E402
+
+
+def _median_ms(xs: list[float]) -> float:
+    return round(statistics.median(xs) * 1e3, 2)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=40, help="observations per page and setting")
+    args = ap.parse_args()
+    browser = shared_browser()
+    web, wob = get_suite("webapps"), get_suite("miniwob")
+    pages = {
+        "webapps launcher": ("webapps", "open_app", None),
+        "webapps settings": ("webapps", "settings_turn_on", None),
+        "webapps contacts list": ("webapps", "contacts_delete", "contacts"),
+        "miniwob click-widget": ("miniwob", "click-widget", None),
+    }
+    out: dict[str, dict[str, float]] = {}
+    for label, (suite_name, task, path) in pages.items():
+        suite = web if suite_name == "webapps" else wob
+        envs = [suite.make_env(task, device=suite.make_device(browser=browser, marks=m)) for m in (False, True)]
+        for env in envs:
+            env.reset(seed=3)
+            if path is not None:  # open the page the label names in this episode's session
+                env.device.goto(env.device.home_url + path)
+        times: list[list[float]] = [[], []]
+        for _ in range(args.rounds):
+            for k, env in enumerate(envs):
+                t0 = time.perf_counter()
+                obs = env.device.observe()
+                times[k].append(time.perf_counter() - t0)
+        dev = envs[1].device
+        cdp = dev._cdp
+        ax = cdp.send("Accessibility.getFullAXTree")
+        snap = cdp.send("DOMSnapshot.captureSnapshot", {"computedStyles": []})
+        t0 = time.process_time()
+        for _ in range(args.rounds):
+            marks = build_marks(ax["nodes"], snap, dev.config.viewport)
+        parse_ms = (time.process_time() - t0) / args.rounds * 1e3
+        off, on = _median_ms(times[0]), _median_ms(times[1])
+        out[label] = {"observe_ms_off": off, "observe_ms_on": on, "extra_ms": round(on - off, 2),
+                      "marks": len(marks), "build_marks_cpu_ms": round(parse_ms, 3), "ax_nodes": len(ax["nodes"])}
+        assert obs.marks is not None and len(obs.marks) == len(marks)
+        print(f"{label:24s} observe {off:6.1f} ms off, {on:6.1f} ms on (+{on - off:5.1f}); "
+              f"{len(marks):3d} marks from {len(ax['nodes'])} AX nodes; build_marks {parse_ms:.2f} ms CPU",
+              flush=True)
+        for env in envs:
+            env.close()
+    web.close()
+    browser.close()
+    worst = max(v["extra_ms"] for v in out.values())
+    print(json.dumps({"bench": "marks", "rounds": args.rounds, "pages": out, "worst_extra_ms": worst}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+"""Marks in the browser: built from Chromium's AX tree and DOM snapshot (real Chromium on a local page),
+element actions resolved by the device, and the suites' oracles solving their tasks through element
+actions alone (so every mark's box is where its element is)."""
+
+from __future__ import annotations
+
+import pytest
+
+from emulators.base import GuiEnv, Task
+from emulators.browser import BrowserConfig, BrowserDevice
+from emulators.browser_support import build_marks
+from grounding.marks import to_element_action
+from guiagent.types import (
+    ELEMENT_ACTION_TYPES, Click, ClickElement, Finish, LongPressElement, Mark, TypeElement,
+)
+
+
+# ----------------------------------------------------------------------------- build_marks on CDP JSON
+
+
+def _ax(node_id, role, name="", backend=None, children=(), ignored=False):
+    n = {"nodeId": str(node_id), "role": {"value": role}, "name": {"value": name},
+         "childIds": [str(c) for c in children], "ignored": ignored}
+    if backend is not None:
+        n["backendDOMNodeId"] = backend
+    return n
+
+
+def _snap(rects, clickable=(), scroll=(0, 0)):
+    """A DOMSnapshot reply: ``rects`` maps backend id -> (x, y, w, h) in document pixels."""
+    ids = list(rects)
+    return {"documents": [{
+        "nodes": {"backendNodeId": ids, "isClickable": {"index": [ids.index(b) for b in clickable]}},
+        "layout": {"nodeIndex": list(range(len(ids))), "bounds": [list(rects[b]) for b in ids]},
+        "scrollOffsetX": scroll[0], "scrollOffsetY": scroll[1]}], "strings": []}
+
+
+def test_build_marks_keeps_visible_interactive_and_named_nodes_in_document_order():
+    ax = [
+        _ax(1, "RootWebArea", "page", 1, children=(2, 3, 4, 5, 6, 7, 8, 9)),
+        _ax(2, "heading", "Title", 2),
+        _ax(3, "link", "Home", 3, children=(31,)),
+        _ax(31, "image", "home icon", 31),          # inside the link: part of its mark
+        _ax(4, "button", "Hidden", 4, ignored=True),
+        _ax(5, "button", "Off screen", 5),
+        _ax(6, "generic", "", 6, children=(61, 62)),  # a clickable row around its checkbox
+        _ax(61, "checkbox", "Remember", 61),
+        _ax(62, "StaticText", "Remember", 62),
+        _ax(7, "generic", "", 7, children=(71,)),     # a span taking clicks: named after its text
+        _ax(71, "StaticText", "  read   more ", 71),
+        _ax(8, "tab", "Tab 1", 8, children=(81,)),    # a tab's link with the same name and box
+        _ax(81, "link", "Tab 1", 81),
+        _ax(9, "generic", "", 9),                     # a page-wide click handler: not a target
+        _ax(10, "paragraph", "not a child of anything"),  # unreachable from the root: never listed
+    ]
+    snap = _snap({1: (0, 0, 100, 200), 2: (0, 0, 100, 10), 3: (0, 10, 50, 10), 31: (0, 10, 10, 10),
+                  4: (0, 20, 50, 10), 5: (0, 300, 50, 10), 6: (0, 40, 100, 20), 61: (2, 42, 10, 10),
+                  62: (14, 42, 50, 10), 7: (0, 70, 40, 10), 71: (0, 70, 40, 10), 8: (0, 90, 30, 10),
+                  81: (1, 90, 28, 10), 9: (0, 0, 100, 200)},
+                 clickable=(1, 6, 7, 9, 81))
+    marks = build_marks(ax, snap, (100, 200))
+    assert [(m.id, m.role, m.name) for m in marks] == [
+        (0, "heading", "Title"), (1, "link", "Home"), (2, "checkbox", "Remember"),
+        (3, "clickable", "read more"), (4, "tab", "Tab 1")]
+    assert marks[1].box == (0.0, 0.05, 0.5, 0.1)
+
+
+def test_build_marks_subtracts_the_scroll_and_clips_to_the_viewport():
+    ax = [_ax(1, "RootWebArea", "", 1, children=(2, 3, 4)), _ax(2, "button", "a", 2), _ax(3, "button", "b", 3),
+          _ax(4, "button", "c", 4)]
+    snap = _snap({1: (0, 0, 100, 1000), 2: (10, 500, 20, 20), 3: (90, 590, 20, 40), 4: (0, 0, 10, 10)},
+                 scroll=(0, 500))
+    marks = build_marks(ax, snap, (100, 100))
+    assert [(m.name, m.box) for m in marks] == [("a", (0.1, 0.0, 0.3, 0.2)), ("b", (0.9, 0.9, 1.0, 1.0))]
+
+
+@pytest.mark.parametrize("ax, snap", [
+    ([], _snap({})),
+    ([_ax(1, "RootWebArea", "", 1)], {"documents": []}),
+    ([_ax(1, "RootWebArea", "", 1, children=(2,)), _ax(2, "button", "x", 2, children=(1,))],  # a cycle
+     _snap({1: (0, 0, 10, 10), 2: (0, 0, 5, 5)})),
+    ([_ax(1, "RootWebArea", "", 1, children=(2, 99)), {"nodeId": "2", "role": 5, "name": None}],
+     _snap({1: (0, 0, 10, 10)})),
+])
+def test_build_marks_survives_odd_replies(ax, snap):
+    marks = build_marks(ax, snap, (10, 10))
+    assert all(isinstance(m, Mark) for m in marks)
+
+
+# ----------------------------------------------------------------------------- a real page
+
+
+@pytest.fixture()
+def marked(shared_browser, page_server):
+    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/marks.html", marks=True),
+                        browser=shared_browser)
+    dev.reset()
+    yield dev
+    dev.close()
+
+
+def _by_name(marks):
+    return {m.name: m for m in marks}
+
+
+def test_page_marks(marked):
+    obs = marked.observe()
+    assert [(m.role, m.name) for m in obs.marks] == [
+        ("heading", "Marks page"), ("button", "Send"), ("link", "Inbox"), ("textbox", "Recipient"),
+        ("checkbox", "Remember me"), ("clickable", "a span with a listener"), ("radio", "Pick row"),
+        ("button", "New")]  # not: display:none, visibility:hidden, aria-hidden, below the fold, the row
+    assert [m.id for m in obs.marks] == list(range(8))
+    assert marked.observe().marks == obs.marks  # the same screen numbers the same way
+    assert _by_name(obs.marks)["Send"].box == pytest.approx((10 / 400, 50 / 600, 130 / 400, 90 / 600), abs=1e-4)
+
+
+@pytest.mark.parametrize("name, hit", [("Send", "hit b1"), ("Inbox", "hit l1"),
+                                       ("a span with a listener", "hit s1"), ("New", "hit fab")])
+def test_element_actions_land_on_their_element(marked, name, hit):
+    m = _by_name(marked.observe().marks)[name]
+    marked.execute(ClickElement(m.id))
+    assert marked.evaluate("() => document.getElementById('out').textContent") == hit
+
+
+def test_after_scrolling_marks_follow_the_page(marked):
+    marked.evaluate("() => window.scrollTo(0, 1100)")
+    marked.settle()
+    marks = _by_name(marked.observe().marks)
+    assert set(marks) == {"Far below", "New"}  # the fixed button stays, the rest scrolled away
+    assert marks["Far below"].box == pytest.approx((10 / 400, 100 / 600, 130 / 400, 140 / 600), abs=1e-4)
+    marked.execute(ClickElement(marks["Far below"].id))
+    assert marked.evaluate("() => document.getElementById('out').textContent") == "hit far"
+
+
+def test_type_and_long_press_on_elements(marked):
+    marks = _by_name(marked.observe().marks)
+    marked.execute(TypeElement(marks["Recipient"].id, "Ann"))
+    assert marked.evaluate("() => document.getElementById('t1').value") == "Ann"
+    marked.execute(LongPressElement(marks["Send"].id, duration_ms=100))  # a held mouse press still clicks
+    assert marked.evaluate("() => document.getElementById('out').textContent") == "hit b1"
+
+
+def test_unknown_element_is_an_action_error_and_the_episode_goes_on(shared_browser, page_server):
+    class _Page(Task):
+        suite, task_id, template = "test", "marks", "press send"
+
+        @classmethod
+        def sample_params(cls, rng):
+            return {}
+
+        def setup(self, device):
+            return self.goal
+
+        def evaluate(self, device, answer=None):
+            return float(device.evaluate("() => document.getElementById('out').textContent") == "hit b1")
+
+        def oracle(self, device):
+            return Finish()
+
+    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/marks.html", marks=True),
+                        browser=shared_browser)
+    env = GuiEnv(dev, _Page, max_steps=5)
+    try:
+        obs, _ = env.reset_typed(seed=0)
+        obs, term, trunc, info = env.step_typed(ClickElement(99))
+        assert "no element 99 on this screen; its elements are numbered 0-7" in obs.last_action_error
+        assert info.action_error and not term and not trunc
+        send = _by_name(obs.marks)["Send"]
+        obs, term, trunc, info = env.step_typed(ClickElement(send.id))
+        assert info.action_error is None and info.target_box == send.box  # the mark's own box is recorded
+        obs, term, trunc, info = env.step_typed(Finish())
+        assert term and info.success == 1.0
+    finally:
+        env.close()
+
+
+def test_marks_are_off_by_default_and_element_actions_then_fail(shared_browser, page_server):
+    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/marks.html"),
+                        browser=shared_browser)
+    try:
+        dev.reset()
+        assert dev.observe().marks is None
+        from emulators.base import ActionError
+        with pytest.raises(ActionError, match="marks are off"):
+            dev.execute(ClickElement(0))
+        assert len(dev.marks()) == 8  # suites and checks may still ask for them
+    finally:
+        dev.close()
+    assert BrowserConfig(marks="true").marks is True  # from the command line (--device marks true)
+    with pytest.raises(ValueError, match="marks must be true or false"):
+        BrowserConfig(marks="maybe")
+
+
+# ----------------------------------------------------------------------------- suites through element actions
+
+
+def _solve_with_elements(env, seed):
+    """Run the oracle with each point action turned into the element action on the mark it lands on."""
+    obs, info = env.reset(seed=seed)
+    obs, elements = info["observation"], 0
+    for _ in range(env.max_steps):
+        action = to_element_action(env.oracle_action(), obs.marks)
+        elements += isinstance(action, ELEMENT_ACTION_TYPES)
+        assert not isinstance(action, Click), f"a tap on no mark: {action}"
+        _, reward, term, trunc, info = env.step(action)
+        obs = info["observation"]
+        assert info["step"].action_error is None, info["step"].action_error
+        if term or trunc:
+            return reward, elements
+    return 0.0, elements
+
+
+@pytest.mark.parametrize("task", ["open_app", "files_open_folder", "contacts_delete", "settings_device_name"])
+def test_webapps_oracles_solve_through_element_actions(task):
+    from emulators.suites import get_suite
+
+    suite = get_suite("webapps")
+    env = suite.make_env(task, device=suite.make_device(marks=True))
+    try:
+        for seed in (0, 1):
+            reward, elements = _solve_with_elements(env, seed)
+            assert reward == 1.0 and elements >= 1
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("task", ["click-button", "click-link", "click-tab", "click-option", "click-widget"])
+def test_miniwob_oracles_solve_through_element_actions(task):
+    from emulators.suites import get_suite
+
+    suite = get_suite("miniwob")
+    env = suite.make_env(task, device=suite.make_device(marks=True))
+    try:
+        for seed in (0, 1, 2):
+            reward, elements = _solve_with_elements(env, seed)
+            assert reward == 1.0 and elements >= 1
+    finally:
+        env.close()
