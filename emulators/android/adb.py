@@ -211,11 +211,14 @@ class AdbTransport(Transport):
             raise DeviceError(f"adb: screencap returned no PNG ({png[:80]!r})")
         return png
 
-    def ui_tree(self) -> str | None:
+    def ui_xml(self) -> str | None:
         out = self.run(["exec-out", f"uiautomator dump {UI_DUMP_PATH} >/dev/null && cat {UI_DUMP_PATH}"],
                        check_output=False)
+        return out if isinstance(out, str) else out.decode("utf-8", "replace")
+
+    def ui_tree(self) -> str | None:
         try:
-            return ui_tree_text(out)
+            return ui_tree_text(self.ui_xml() or "")
         except UITreeError:
             return None  # e.g. "could not get idle state" during an animation: no tree this step
 

@@ -148,15 +148,22 @@ class AndroidEnvTransport(Transport):
             raise DeviceError(f"android_env: unexpected pixels shape {pixels.shape}")
         return encode_png(np.ascontiguousarray(pixels.astype(np.uint8, copy=False)))
 
-    def ui_tree(self) -> str | None:
+    def ui_xml(self) -> str | None:
         from android_env.proto import adb_pb2
 
         path = "/sdcard/guiagent_ui.xml"
         try:
             out = self.adb(adb_pb2.AdbRequest(generic=adb_pb2.AdbRequest.GenericRequest(
                 args=["exec-out", f"uiautomator dump {path} >/dev/null && cat {path}"])), "ui dump")
-            return ui_tree_text(out.generic.output)
-        except (ActionError, UITreeError):
+        except ActionError:
+            return None
+        raw = out.generic.output
+        return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+
+    def ui_tree(self) -> str | None:
+        try:
+            return ui_tree_text(self.ui_xml() or "")
+        except UITreeError:
             return None
 
     def tap(self, x: int, y: int) -> None:

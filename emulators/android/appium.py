@@ -116,10 +116,12 @@ class AppiumTransport(Transport):
             raise DeviceError(f"appium: screenshot is not PNG ({png[:16]!r})")
         return png
 
+    def ui_xml(self) -> str | None:
+        return self._call("page_source", lambda: self.driver.page_source)
+
     def ui_tree(self) -> str | None:
-        source = self._call("page_source", lambda: self.driver.page_source)
         try:
-            return ui_tree_text(source)
+            return ui_tree_text(self.ui_xml() or "")
         except UITreeError:
             return None
 

@@ -24,6 +24,8 @@ NavigateBack/Home  the system back / home keys
 OpenApp            keys.resolve_app: label table, package name or package/activity
 Wait               sleep
 Answer/Finish      nothing: they end the episode in the environment, never touch the screen
+*Element           the same action at the centre of the numbered element of the last
+                   observation's marks (``with_marks``); an unknown number is an ActionError
 =================  ==============================================================
 """
 
@@ -34,10 +36,11 @@ import time
 
 from emulators.android.keys import KeyChord, parse_key, resolve_app
 from emulators.android.transport import Transport, png_size
+from emulators.android.uitree import UITreeError, format_ui_tree, parse_ui_tree, ui_marks
 from emulators.base import ActionError, Device
 from guiagent.types import (
-    Action, Answer, Click, DoubleClick, Drag, Finish, Hover, Key, LongPress, NavigateBack, NavigateHome,
-    Observation, OpenApp, RightClick, Scroll, Swipe, Type, Wait,
+    ELEMENT_ACTION_TYPES, Action, Answer, Click, DoubleClick, Drag, ElementNotFound, Finish, Hover, Key, LongPress,
+    Mark, NavigateBack, NavigateHome, Observation, OpenApp, RightClick, Scroll, Swipe, Type, Wait, resolve_element,
 )
 
 __all__ = ["AndroidDevice", "to_pixels", "scroll_path"]
@@ -87,7 +90,10 @@ class AndroidDevice(Device):
     ``settle_s`` waits after each action; with ``stable_timeout_s > 0`` the
     device also polls screenshots until two in a row are identical (cheap on
     the gRPC transport, ~20 ms a frame). ``with_tree`` adds the accessibility
-    tree to observations (0.8–2 s on adb; off for pure-pixel agents).
+    tree to observations (0.8–2 s on adb; off for pure-pixel agents). ``with_marks`` numbers
+    the screen's controls and texts from the same dump (``Observation.marks``, for element actions
+    and the ``marks`` action format; :func:`~emulators.android.uitree.ui_marks`): one dump a step
+    gives both, so marks cost only their parsing when the tree is on anyway.
 
     Example::
 
@@ -98,8 +104,14 @@ class AndroidDevice(Device):
 
     def __init__(self, transport: Transport, *, with_tree: bool = True, with_activity: bool = False,
                  settle_s: float = 0.3, stable_timeout_s: float = 0.0, home_on_reset: bool = True,
-                 scroll_ms: int = 400, drag_ms: int = 1200):
+                 scroll_ms: int = 400, drag_ms: int = 1200, with_marks: bool = False):
+        if isinstance(with_marks, str):  # from the command line (--device with_marks true)
+            if with_marks.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(f"with_marks must be true or false, got {with_marks!r}")
+            with_marks = with_marks.lower() in ("true", "1", "yes")
         self.transport = transport
+        self.with_marks = bool(with_marks)
+        self._marks: tuple[Mark, ...] | None = None
         self.with_tree = with_tree
         self.with_activity = with_activity
         self.settle_s = settle_s
@@ -113,6 +125,7 @@ class AndroidDevice(Device):
     # Device --------------------------------------------------------------------------------------
     def reset(self) -> None:
         self._size = None
+        self._marks = None
         if self.home_on_reset:
             self.transport.home()
             self._settle()
@@ -123,11 +136,33 @@ class AndroidDevice(Device):
         size = self.screen_size
         if (width > height) != (size[0] > size[1]):
             self._size = None  # the screen rotated since we asked
-        tree = self.transport.ui_tree() if self.with_tree else None
+        marks = None
+        if self.with_marks:
+            tree, marks = self._tree_and_marks()
+        else:
+            tree = self.transport.ui_tree() if self.with_tree else None
         url = self.transport.current_activity() if self.with_activity else None
-        return Observation(screenshot=png, width=width, height=height, tree=tree, url=url)
+        self._marks = marks
+        return Observation(screenshot=png, width=width, height=height, tree=tree, url=url, marks=marks)
+
+    def _tree_and_marks(self) -> tuple[str | None, tuple[Mark, ...] | None]:
+        """Tree text (when ``with_tree``) and marks from one dump; a screen without a dump this step
+        (``uiautomator`` fails while an animation runs) has neither: no marks, not an empty table."""
+        xml = self.transport.ui_xml()
+        if xml is None:  # a back end without a dump of its own
+            return (self.transport.ui_tree() if self.with_tree else None), None
+        try:
+            nodes = parse_ui_tree(xml)
+        except UITreeError:
+            return None, None
+        return (format_ui_tree(nodes) if self.with_tree else None), ui_marks(nodes, self.screen_size)
 
     def execute(self, action: Action) -> None:
+        if isinstance(action, ELEMENT_ACTION_TYPES):
+            try:
+                action = resolve_element(action, self._marks)
+            except ElementNotFound as e:
+                raise ActionError(str(e)) from None
         self._dispatch(action)
         if not isinstance(action, (Wait, Answer, Finish)):
             self._settle()

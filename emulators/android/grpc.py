@@ -112,6 +112,9 @@ class EmulatorGrpcTransport(Transport):
     def ui_tree(self) -> str | None:
         return self.adb.ui_tree() if self.adb is not None else None
 
+    def ui_xml(self) -> str | None:
+        return self.adb.ui_xml() if self.adb is not None else None
+
     def _touch(self, x: int, y: int, down: bool) -> None:
         touch = self._pb.Touch(x=x, y=y, identifier=0, pressure=1 if down else 0)
         self._call("sendTouch", self.stub.sendTouch, self._pb.TouchEvent(touches=[touch]))

@@ -38,6 +38,12 @@ class Transport(ABC):
     def ui_tree(self) -> str | None:
         """The accessibility hierarchy as compact text (see :mod:`~emulators.android.uitree`), or ``None``."""
 
+    def ui_xml(self) -> str | None:
+        """The accessibility hierarchy as the XML the back end dumps (``uiautomator dump``, Appium's page
+        source), or ``None`` when it has none this time: what marks are built from (one dump gives the
+        device both the text and the marks). Back ends without a dump keep this default."""
+        return None
+
     @abstractmethod
     def tap(self, x: int, y: int) -> None: ...
 

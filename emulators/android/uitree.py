@@ -11,6 +11,10 @@ and drops pure layout containers, indenting by the depth of kept ancestors::
       [2] Switch "Wi-Fi" checkable checked clickable bounds=[880,1300][1036,1390]
 
 Bounds are device pixels; ``[i]`` indexes :func:`parse_ui_tree`'s list.
+
+:func:`ui_marks` numbers the same nodes as marks (:class:`guiagent.types.Mark`) for element
+actions: the controls one acts on and the text one reads, with roles from the widget classes
+(``Button`` -> ``button``, ``EditText`` -> ``textbox``) and boxes normalised to the screen.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
-__all__ = ["UINode", "parse_ui_tree", "format_ui_tree", "ui_tree_text", "UITreeError"]
+__all__ = ["UINode", "parse_ui_tree", "format_ui_tree", "ui_tree_text", "UITreeError", "ui_marks", "role_of"]
 
 _BOUNDS = re.compile(r"\[(-?\d+),(-?\d+)\]\[(-?\d+),(-?\d+)\]")
 _FLAGS = ("clickable", "long-clickable", "checkable", "checked", "scrollable", "focused", "selected",
@@ -147,3 +151,130 @@ def format_ui_tree(nodes: list[UINode]) -> str:
 def ui_tree_text(xml_text: str | bytes) -> str:
     """``format_ui_tree(parse_ui_tree(xml_text))``."""
     return format_ui_tree(parse_ui_tree(xml_text))
+
+
+# --------------------------------------------------------------------------------------------- marks
+
+#: widget class (short name, or its ending) -> role, the web's ARIA names where one fits
+_ROLES = (
+    ("RadioButton", "radio"), ("CheckedTextView", "checkbox"), ("CheckBox", "checkbox"),
+    ("SwitchCompat", "switch"), ("SwitchMaterial", "switch"), ("Switch", "switch"), ("ToggleButton", "switch"),
+    ("ImageButton", "button"), ("Button", "button"), ("EditText", "textbox"), ("AutoCompleteTextView", "textbox"),
+    ("SearchView", "searchbox"), ("SeekBar", "slider"), ("RatingBar", "slider"), ("Spinner", "combobox"),
+    ("TabView", "tab"), ("ImageView", "image"), ("TextView", "text"), ("WebView", "webview"),
+)
+_ACTS = frozenset({"clickable", "long-clickable", "checkable"})
+_MAX_NAME = 200
+
+
+def role_of(node: UINode) -> str:
+    """The node's role: from its widget class, else ``clickable`` for a node that takes taps, else ``text``."""
+    short = node.short_class
+    for ending, role in _ROLES:
+        if short == ending or short.endswith(ending):
+            return role
+    return "clickable" if node.flags & _ACTS else "text"
+
+
+def _interactive(node: UINode) -> bool:
+    return bool(node.flags & _ACTS) or role_of(node) in ("textbox", "searchbox", "slider", "combobox")
+
+
+def ui_marks(nodes: list[UINode], screen_size: tuple[int, int]) -> "tuple[Mark, ...]":
+    """The screen's marks from :func:`parse_ui_tree`'s nodes, numbered in document order from 0.
+
+    Marked: nodes with bounds on the screen that one acts on (clickable, long-clickable or checkable,
+    or a text field, slider or spinner) or that carry text or a description. As on the web
+    (:func:`emulators.browser_support.build_marks`): a tappable container holding another control is
+    dropped for that control (a settings row around its switch), and lends its text to a control
+    without a name of its own; text inside a marked control is part of that control's name, not a
+    mark of its own. ``screen_size`` is the screen in device pixels (bounds are normalised by it).
+    """
+    from guiagent.types import Mark
+
+    w, h = screen_size
+    if w <= 0 or h <= 0:
+        raise ValueError(f"screen size must be positive, got {screen_size}")
+    # parents from the depth sequence (document order)
+    parent: list[int] = []
+    stack: list[int] = []
+    for n in nodes:
+        while stack and nodes[stack[-1]].depth >= n.depth:
+            stack.pop()
+        parent.append(stack[-1] if stack else -1)
+        stack.append(n.index)
+    kids: dict[int, list[int]] = {}
+    for i, p in enumerate(parent):
+        kids.setdefault(p, []).append(i)
+
+    def box(n: UINode) -> tuple[float, float, float, float] | None:
+        if n.bounds is None:
+            return None
+        x1, y1, x2, y2 = n.bounds
+        b = (max(0.0, x1 / w), max(0.0, y1 / h), min(1.0, x2 / w), min(1.0, y2 / h))
+        return None if b[2] - b[0] <= 1e-6 or b[3] - b[1] <= 1e-6 else tuple(round(v, 5) for v in b)  # type: ignore
+
+    def own_name(n: UINode) -> str:
+        return " ".join((n.text or n.content_desc).split())
+
+    def text_below(i: int, skip: int = -1) -> str:
+        """The texts of the nodes under ``i`` (not ``skip``'s subtree), in document order."""
+        out: list[str] = []
+        todo = list(reversed(kids.get(i, ())))
+        while todo:
+            j = todo.pop()
+            if j == skip:
+                continue
+            t = own_name(nodes[j])
+            if t:
+                out.append(t)
+            todo.extend(reversed(kids.get(j, ())))
+        return " ".join(out)
+
+    def cut(t: str) -> str:
+        return t if len(t) <= _MAX_NAME else t[:_MAX_NAME - 1] + "…"
+
+    interactive = [_interactive(n) and box(n) is not None for n in nodes]
+
+    below = [False] * len(nodes)  # a control somewhere under the node (children follow their parent)
+    for i in range(len(nodes) - 1, -1, -1):
+        below[i] = any(interactive[k] or below[k] for k in kids.get(i, ()))
+    container = [interactive[i] and below[i] for i in range(len(nodes))]
+
+    def control_above(i: int) -> int:
+        """The nearest kept control (interactive, not a container) above node ``i``, or -1."""
+        j = parent[i]
+        while j >= 0:
+            if interactive[j] and not container[j]:
+                return j
+            j = parent[j]
+        return -1
+
+    def container_above(i: int) -> int:
+        j = parent[i]
+        while j >= 0:
+            if container[j]:
+                return j
+            if interactive[j]:
+                return -1
+            j = parent[j]
+        return -1
+
+    marks: list[Mark] = []
+    for i, n in enumerate(nodes):
+        b = box(n)
+        if b is None or container[i]:
+            continue
+        if interactive[i]:
+            name = own_name(n) or text_below(i)
+            if not name:
+                c = container_above(i)
+                name = text_below(c, skip=i) if c >= 0 else ""
+            if not name and n.resource_id:
+                name = n.resource_id.rsplit("/", 1)[-1]
+        elif own_name(n) and control_above(i) < 0:
+            name = own_name(n)
+        else:
+            continue
+        marks.append(Mark(len(marks), role_of(n), cut(name), b))
+    return tuple(marks)

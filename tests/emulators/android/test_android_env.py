@@ -165,3 +165,47 @@ def test_fake_transport_speed():
     tap_ms = (time.perf_counter() - t0) / 10 * 1e3
     t.close()
     assert load_s < 10 and tap_ms < 500, (load_s, tap_ms)
+
+
+class _DumpingAdb(_RecordingAdb):
+    """Answers ``uiautomator dump`` with a real settings dump scaled to this screen."""
+
+    def execute_command(self, args, timeout=None, device_specific=True):
+        if any("uiautomator dump" in str(a) for a in args):
+            return (b'<?xml version="1.0"?><hierarchy rotation="0">'
+                    b'<node class="android.widget.TextView" text="Wi-Fi" bounds="[20,100][200,140]"/>'
+                    b'<node class="android.widget.Switch" text="" checkable="true" clickable="true" '
+                    b'bounds="[280,100][340,140]"/></hierarchy>')
+        return super().execute_command(args, timeout, device_specific)
+
+
+class DumpingSimulator(RecordingSimulator):
+    def create_adb_controller(self):
+        from android_env.components import config_classes
+        return _DumpingAdb(self.adb_log, config_classes.AdbControllerConfig())
+
+
+def test_marks_from_the_dump_and_element_taps_through_android_env():
+    from guiagent.types import ClickElement
+
+    env = ae.make_fake_env((W, H), simulator_cls=DumpingSimulator)
+    try:
+        dev = AndroidDevice(ae.AndroidEnvTransport(env), with_tree=True, with_marks=True, settle_s=0,
+                            home_on_reset=False)
+        obs = dev.observe()
+        assert [(m.role, m.name) for m in obs.marks] == [("text", "Wi-Fi"), ("switch", "")]
+        switch = next(m for m in obs.marks if m.role == "switch")
+        assert switch.box == pytest.approx((280 / W, 100 / H, 340 / W, 140 / H), abs=1e-5)
+        assert "Switch clickable checkable bounds=[280,100][340,140]" in obs.tree  # one dump, both
+        sim = env._simulator
+        sim.touches.clear()
+        dev.execute(ClickElement(switch.id))
+        x, y, down = sim.touches[0][:3]
+        assert abs(x - 310) <= 1 and abs(y - 120) <= 1 and down  # the centre, through android_env's rounding
+    finally:
+        env.close()
+
+
+def test_a_transport_without_a_dump_gives_no_marks(device):
+    device.with_marks = True
+    assert device.observe().marks is None  # the fake's adb answers no dump: no table, not an empty one

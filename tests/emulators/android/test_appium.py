@@ -135,3 +135,22 @@ def test_dead_session_is_a_device_error(appium_server, fake_caps):
     with pytest.raises(DeviceError, match="session is gone"):
         t.screenshot()
     t.close()
+
+
+def test_marks_from_the_page_source_and_element_taps(transport):
+    from guiagent.types import ClickElement
+
+    dev = AndroidDevice(transport, settle_s=0, home_on_reset=False, with_marks="true")
+    obs = dev.observe()
+    assert [(m.role, m.name) for m in obs.marks] == [("text", "Notes"), ("textbox", "note_body"),
+                                                      ("button", "Save"), ("checkbox", "Pin note")]
+    assert obs.tree and "Save" in obs.tree  # the same dump gives the tree text
+    save = next(m for m in obs.marks if m.name == "Save")
+    n = len(transport.driver.get_log("actions"))
+    dev.execute(ClickElement(save.id))
+    (entry,) = _new_actions(transport, n)
+    move = _pointer(entry)[0]
+    assert abs(move["x"] - 920) <= 1 and abs(move["y"] - 2260) <= 1  # the Save button's centre
+    with pytest.raises(ActionError, match="no element 9 on this screen; its elements are numbered 0-3"):
+        dev.execute(ClickElement(9))
+    assert AndroidDevice(transport, settle_s=0, home_on_reset=False).observe().marks is None  # off by default

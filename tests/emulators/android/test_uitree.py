@@ -73,3 +73,60 @@ def test_dump_with_shell_noise_before_xml():
     xml = (FIXTURES / "markor_editor.xml").read_text()
     noisy = "UI hierchary dumped to: /dev/tty\n" + xml
     assert parse_ui_tree(noisy) == parse_ui_tree(xml)
+
+
+# ----------------------------------------------------------------------------- marks
+
+from emulators.android.uitree import role_of, ui_marks  # noqa: E402
+
+
+def test_marks_of_a_real_settings_dump():
+    marks = ui_marks(parse_ui_tree((FIXTURES / "settings_home.xml").read_bytes()), (1080, 2400))
+    assert [(m.id, m.role, m.name) for m in marks] == [
+        (0, "text", "Settings"), (1, "button", "Search settings"),
+        (2, "clickable", "Network & internet Mobile, Wi‑Fi, hotspot"),
+        (3, "clickable", "Connected devices Bluetooth, pairing"), (4, "clickable", "Apps Recent apps, default apps"),
+        (5, "clickable", "Display Dark theme, font size, brightness"),
+        (6, "text", "Wi-Fi"),
+        (7, "switch", "Wi-Fi"),  # the row around it holds a control: the switch is the mark, named by the row
+    ]
+    assert marks[1].box == pytest.approx((912 / 1080, 374 / 2400, 1044 / 1080, 506 / 2400), abs=1e-5)
+    # the title/summary texts inside the tappable rows are those rows' names, not marks of their own
+    assert "Network & internet" not in [m.name for m in marks]
+
+
+def test_marks_of_the_appium_fake_app_and_markor():
+    marks = ui_marks(parse_ui_tree((FIXTURES / "appium_fake_app.xml").read_text()), (1080, 2400))
+    assert [(m.role, m.name) for m in marks] == [("text", "Notes"), ("textbox", "note_body"), ("button", "Save"),
+                                                  ("checkbox", "Pin note")]
+    markor = ui_marks(parse_ui_tree((FIXTURES / "markor_editor.xml").read_text()), (1080, 2400))
+    assert ("button", "Navigate up") in [(m.role, m.name) for m in markor]
+    assert all(0 <= v <= 1 for m in markor for v in m.box)
+
+
+@pytest.mark.parametrize("cls, flags, role", [
+    ("android.widget.Button", (), "button"), ("com.google.android.material.button.MaterialButton", (), "button"),
+    ("android.widget.ImageButton", (), "button"), ("android.widget.EditText", (), "textbox"),
+    ("androidx.appcompat.widget.AppCompatEditText", (), "textbox"), ("android.widget.RadioButton", (), "radio"),
+    ("android.widget.Switch", (), "switch"), ("androidx.appcompat.widget.SwitchCompat", (), "switch"),
+    ("android.widget.CheckBox", (), "checkbox"), ("android.widget.SeekBar", (), "slider"),
+    ("android.widget.TextView", (), "text"), ("android.widget.LinearLayout", ("clickable",), "clickable"),
+    ("android.view.View", (), "text"),
+])
+def test_roles_from_widget_classes(cls, flags, role):
+    from emulators.android.uitree import UINode
+
+    assert role_of(UINode(0, 0, cls, flags=frozenset(flags))) == role
+
+
+def test_marks_skip_off_screen_and_boundless_nodes_and_survive_deep_trees():
+    xml = ('<hierarchy><node class="android.widget.Button" text="Off" clickable="true" bounds="[0,3000][100,3100]"/>'
+           '<node class="android.widget.Button" text="No bounds" clickable="true"/>'
+           '<node class="android.widget.Button" text="On" clickable="true" bounds="[-50,0][100,100]"/></hierarchy>')
+    assert [(m.name, m.box) for m in ui_marks(parse_ui_tree(xml), (1000, 2000))] == [("On", (0.0, 0.0, 0.1, 0.05))]
+    deep = "<hierarchy>" + '<node class="android.widget.FrameLayout" bounds="[0,0][10,10]">' * 600 \
+        + '<node class="android.widget.Button" text="Deep" clickable="true" bounds="[0,0][10,10]"/>' \
+        + "</node>" * 600 + "</hierarchy>"
+    assert [m.name for m in ui_marks(parse_ui_tree(deep), (10, 10))] == ["Deep"]
+    with pytest.raises(ValueError):
+        ui_marks([], (0, 10))
