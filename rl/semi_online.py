@@ -20,18 +20,12 @@ step + episode group advantages for them.
 The G samples of every active episode are answered in one ``act_batch`` call per
 turn index: no device, no waiting on screens, which is what makes semi-online fast.
 
-Matching rules follow UI-S1's reference ``check_response_match``: a tap matches
-inside the target element's box enlarged 1.2x, or within 0.04 (normalised
-distance) of the recorded point; typed text, app names and answers by
-case-insensitive containment, here also by a ``difflib`` similarity ratio; scrolls
-and swipes by the direction the content moves; back/home/wait/finish by kind.
+The matcher and its rules live in :mod:`rl.match` (re-exported here): each recorded step's
+typed :class:`~guiagent.types.StepTarget` against the policy's action.
 """
 
 from __future__ import annotations
 
-import difflib
-import math
-import re
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -40,12 +34,11 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 import torch
 
 from guiagent.types import (
+    STEP_TARGET_KEY,
     Action,
     Observation,
     ParseError,
-    Scroll,
     Step,
-    Swipe,
     Trajectory,
     action_to_dict,
 )
@@ -56,6 +49,14 @@ from rl.advantages import (
     semi_online_step_rewards,
 )
 from rl.agents import PolicyTurn, TurnContext, TurnPolicy
+from rl.match import (  # the matcher lives in rl.match; these names stay importable from here
+    MatchConfig,
+    MatchResult,
+    content_direction,
+    match_action,
+    step_target,
+    text_similarity,
+)
 from rl.rollout import RolloutResult, TrainTurn
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "match_action",
     "text_similarity",
     "content_direction",
+    "step_target",
     "PatchConfig",
     "PATCH_MODES",
     "Explainer",
@@ -78,187 +80,6 @@ __all__ = [
     "sop_from_outcomes",
     "semi_online_eval",
 ]
-
-# -- matcher ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MatchConfig:
-    """Tolerances of :func:`match_action`.
-
-    ``point_tolerance``: the largest distance between the policy's point and the
-    recorded one, in normalised screen units (UI-S1: 0.04); ``point_tolerance_px``
-    replaces it with a distance in screen pixels (normalised coordinates times the
-    screen size). ``box_enlarge``: the target box is scaled about its centre by this
-    factor before the inside test (UI-S1: 1.2). ``text_threshold``: the smallest
-    ``difflib`` ratio of two normalised texts that counts as the same;
-    ``text_containment``: one text inside the other also counts (UI-S1's rule).
-    """
-
-    point_tolerance: float = 0.04
-    point_tolerance_px: float | None = None
-    box_enlarge: float = 1.2
-    text_threshold: float = 0.8
-    text_containment: bool = True
-
-    def __post_init__(self) -> None:
-        if self.point_tolerance < 0 or (self.point_tolerance_px is not None and self.point_tolerance_px < 0):
-            raise ValueError("point tolerances must be >= 0")
-        if self.box_enlarge <= 0:
-            raise ValueError("box_enlarge must be > 0")
-        if not 0.0 <= self.text_threshold <= 1.0:
-            raise ValueError("text_threshold must lie in [0, 1]")
-
-
-@dataclass(frozen=True)
-class MatchResult:
-    """How the policy's action compares with the recorded one.
-
-    ``kind_match``: the same kind of action (scroll and swipe count as one kind);
-    ``matched``: within the tolerances (what the episode goes on with; UI-S1's
-    "extract match"); ``exact``: the same action up to normalisation (identical text,
-    the same point within a pixel, the same direction); ``reason``: one line.
-    """
-
-    matched: bool
-    kind_match: bool
-    exact: bool
-    reason: str
-    distance: float | None = None
-    """point actions: the normalised distance from the policy's point to the recorded target (0
-    inside the target box, else to the box's edge, or to the recorded point without a box)"""
-
-
-_WS = re.compile(r"\s+")
-
-
-def _norm_text(text: str) -> str:
-    return _WS.sub(" ", str(text).casefold()).strip()
-
-
-def text_similarity(a: str, b: str) -> float:
-    """``difflib`` ratio of the casefolded, whitespace-collapsed texts (1.0 when both are empty).
-
-    difflib (standard library) is enough for the short strings compared here; no
-    extra dependency is needed.
-    """
-    a, b = _norm_text(a), _norm_text(b)
-    if not a and not b:
-        return 1.0
-    return difflib.SequenceMatcher(None, a, b).ratio()
-
-
-def _text_match(pred: str, gold: str, cfg: MatchConfig) -> tuple[bool, bool, str]:
-    p, g = _norm_text(pred), _norm_text(gold)
-    ratio = text_similarity(p, g)
-    contained = cfg.text_containment and bool(p) and bool(g) and (p in g or g in p)
-    ok = ratio >= cfg.text_threshold or contained
-    return ok, p == g, f"text similarity {ratio:.2f}{' (contained)' if contained else ''}"
-
-
-_OPPOSITE = {"up": "down", "down": "up", "left": "right", "right": "left"}
-
-
-def content_direction(action: Action) -> str | None:
-    """Which way a scroll or swipe reveals content, in :class:`~guiagent.types.Scroll`'s terms.
-
-    A swipe whose finger moves up reveals what lies below (``down``); the larger of
-    the horizontal and vertical moves decides (UI-S1's ``predict_direction``).
-    """
-    if isinstance(action, Scroll):
-        return action.direction
-    if isinstance(action, Swipe):
-        dx, dy = action.x2 - action.x1, action.y2 - action.y1
-        finger = ("right" if dx > 0 else "left") if abs(dx) > abs(dy) else ("down" if dy > 0 else "up")
-        return _OPPOSITE[finger]
-    return None
-
-
-def _point_close(
-    px: float, py: float, gx: float, gy: float, size: tuple[int, int], cfg: MatchConfig
-) -> tuple[bool, float]:
-    w, h = size
-    if cfg.point_tolerance_px is not None:
-        d = math.hypot((px - gx) * w, (py - gy) * h)
-        return d <= cfg.point_tolerance_px, d
-    d = math.hypot(px - gx, py - gy)
-    return d <= cfg.point_tolerance, d
-
-
-def _in_box(x: float, y: float, box: Sequence[float], enlarge: float) -> bool:
-    x0, y0, x1, y1 = (float(v) for v in box)
-    cx, cy, hw, hh = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) * enlarge / 2, (y1 - y0) * enlarge / 2
-    return cx - hw <= x <= cx + hw and cy - hh <= y <= cy + hh
-
-
-def _box_gap(x: float, y: float, box: Sequence[float], enlarge: float) -> float:
-    """Normalised distance from a point to the (enlarged) box; 0 inside."""
-    x0, y0, x1, y1 = (float(v) for v in box)
-    cx, cy, hw, hh = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) * enlarge / 2, (y1 - y0) * enlarge / 2
-    return math.hypot(max(0.0, abs(x - cx) - hw), max(0.0, abs(y - cy) - hh))
-
-
-_KIND_FAMILY = {"swipe": "scroll"}
-
-
-def match_action(
-    pred: Action | ParseError | None,
-    recorded: Action,
-    *,
-    size: tuple[int, int],
-    target_box: Sequence[float] | None = None,
-    config: MatchConfig = MatchConfig(),
-) -> MatchResult:
-    """Compare the policy's action ``pred`` with the ``recorded`` one on a screen of ``size`` pixels.
-
-    ``target_box``: the recorded target element's box, normalised ``(x0, y0, x1, y1)``.
-    A :class:`~guiagent.types.ParseError` (or ``None``) never matches.
-    """
-    if pred is None or isinstance(pred, ParseError):
-        return MatchResult(False, False, False, "no action (the reply did not parse)")
-    pk, rk = _KIND_FAMILY.get(pred.kind, pred.kind), _KIND_FAMILY.get(recorded.kind, recorded.kind)
-    if pk != rk:
-        return MatchResult(False, False, False, f"kind {pred.kind} != recorded {recorded.kind}")
-    kind = recorded.kind
-    if kind in ("click", "long_press"):
-        px, py, gx, gy = pred.x, pred.y, recorded.x, recorded.y  # type: ignore[union-attr]
-        close, d = _point_close(px, py, gx, gy, size, config)
-        exact = math.hypot((px - gx) * size[0], (py - gy) * size[1]) <= 1.0
-        if target_box is not None and _in_box(px, py, target_box, config.box_enlarge):
-            return MatchResult(True, True, exact, "point inside the target box", 0.0)
-        unit = "px" if config.point_tolerance_px is not None else "(normalised)"
-        gap = math.hypot(px - gx, py - gy) if target_box is None else _box_gap(px, py, target_box, config.box_enlarge)
-        return MatchResult(
-            close,
-            True,
-            exact and close,
-            f"point distance {d:.3f} {unit}" + ("" if target_box is None else ", outside the target box"),
-            0.0 if close else gap,
-        )
-    if kind == "drag":
-        c1, d1 = _point_close(pred.x1, pred.y1, recorded.x1, recorded.y1, size, config)  # type: ignore[union-attr]
-        c2, d2 = _point_close(pred.x2, pred.y2, recorded.x2, recorded.y2, size, config)  # type: ignore[union-attr]
-        return MatchResult(
-            c1 and c2, True, c1 and c2 and max(d1, d2) == 0, f"end point distances {d1:.3f}, {d2:.3f}"
-        )
-    if kind in ("scroll", "swipe"):
-        dp, dr = content_direction(pred), content_direction(recorded)
-        return MatchResult(dp == dr, True, dp == dr and pred.kind == recorded.kind, f"direction {dp} vs {dr}")
-    if kind in ("type", "answer"):
-        ok, exact, why = _text_match(pred.text, recorded.text, config)  # type: ignore[union-attr]
-        return MatchResult(ok, True, exact, why)
-    if kind == "open_app":
-        ok, exact, why = _text_match(pred.app, recorded.app, config)  # type: ignore[union-attr]
-        return MatchResult(ok, True, exact, why)
-    if kind == "key":
-        same = _norm_text(pred.key) == _norm_text(recorded.key)  # type: ignore[union-attr]
-        return MatchResult(same, True, same, f"key {pred.key!r} vs {recorded.key!r}")  # type: ignore[union-attr]
-    if kind == "finish":
-        same = pred.status == recorded.status  # type: ignore[union-attr]
-        return MatchResult(same, True, same, f"status {pred.status} vs {recorded.status}")  # type: ignore[union-attr]
-    # back, home, wait: the kind is the whole action
-    return MatchResult(True, True, True, f"same kind {kind}")
-
 
 # -- patches ----------------------------------------------------------------------------------
 
@@ -373,6 +194,7 @@ class _Sample:
     episode: Trajectory
     group_id: str
     episode_id: str
+    targets: Sequence[Any] = ()  # the recorded steps' StepTargets
     cursor: int = 0
     patches: int = 0
     done: bool = False
@@ -384,18 +206,11 @@ class _Sample:
     written: bool = False
 
 
-def _target_box(step: Step) -> Sequence[float] | None:
-    box = step.metadata.get("target_box") if step.metadata else None
-    if box is None:
-        return None
-    if not (isinstance(box, (list, tuple)) and len(box) == 4):
-        raise ValueError(f"step {step.index}: target_box must be [x0, y0, x1, y1], got {box!r}")
-    return box
-
-
-def _check_episode(t: Trajectory) -> None:
+def _check_episode(t: Trajectory) -> list[Any]:
+    """The episode's step targets; ``ValueError`` names a step that cannot be replayed."""
     if not t.steps:
         raise ValueError(f"recorded episode {t.episode_id} has no steps")
+    targets = []
     for s in t.steps:
         if s.action is None:
             raise ValueError(f"recorded episode {t.episode_id} step {s.index} has no action to compare with")
@@ -404,6 +219,11 @@ def _check_episode(t: Trajectory) -> None:
                 f"recorded episode {t.episode_id} step {s.index} has no screenshot bytes "
                 "(load it with pixels=True)"
             )
+        try:
+            targets.append(step_target(s))
+        except ValueError as e:
+            raise ValueError(f"recorded episode {t.episode_id}: {e}") from None
+    return targets
 
 
 def load_recorded_episodes(run_dir: Any, filter: Any = None, *, limit: int | None = None) -> list[Trajectory]:
@@ -472,7 +292,7 @@ def run_semi_online(
     """Replay every recorded episode ``group_size`` times with ``policy`` (semi-online rollout).
 
     ``episodes``: recorded trajectories with screenshot bytes and an action on every
-    step (``target_box`` in a step's metadata, when known, is used by the matcher).
+    step (the matcher compares with each step's :func:`~rl.match.step_target`).
     Every sample's steps are the policy's own replies at the recorded screens; each
     carries metadata ``matched``, ``kind_match``, ``exact``, ``match_reason``,
     ``recorded_action``, ``recorded_index``, and ``patched`` (with ``patch_thought``)
@@ -489,8 +309,7 @@ def run_semi_online(
         raise ValueError("group_size must be >= 1")
     if patch.mode == "policy" and explainer is None:
         raise ValueError("patch mode 'policy' needs an explainer (e.g. ModelExplainer(model_policy))")
-    for t in episodes:
-        _check_episode(t)
+    targets = [_check_episode(t) for t in episodes]
     name = agent_name or f"semi:{getattr(policy, 'name', 'policy')}"
     res = RolloutResult()
     t_wall = time.perf_counter()
@@ -498,7 +317,7 @@ def run_semi_online(
     prefix = tag if tag is not None else uuid.uuid4().hex[:8]
     for k, t in enumerate(episodes):
         gid = f"semi:{prefix}-{k}:{t.episode_id}"
-        samples += [_Sample(t, gid, uuid.uuid4().hex) for _ in range(group_size)]
+        samples += [_Sample(t, gid, uuid.uuid4().hex, targets[k]) for _ in range(group_size)]
 
     while True:
         live = [(i, s) for i, s in enumerate(samples) if not s.done]
@@ -519,7 +338,8 @@ def run_semi_online(
             rec = s.episode.steps[s.cursor]
             size = rec.observation.size
             parse_failed = isinstance(turn.action, ParseError)
-            m = match_action(turn.action, rec.action, size=size, target_box=_target_box(rec), config=match)
+            target = s.targets[s.cursor]
+            m = match_action(turn.action, target, size=size, config=match, marks=rec.observation.marks)
             # UI-S1 counts the format as valid when the reply has a thought; here a parsed
             # reply, plus a thought when the config asks for one
             has_thought = bool(turn.thought.strip())
@@ -544,6 +364,7 @@ def run_semi_online(
                 "recorded_index": rec.index,
                 "recorded_episode": s.episode.episode_id,
             }
+            meta[STEP_TARGET_KEY] = target.to_dict()
             if "target_box" in rec.metadata:
                 meta["target_box"] = list(rec.metadata["target_box"])
             if turn.rejected:

@@ -86,8 +86,8 @@ CASES = [
     # typed text: casefold, whitespace, containment, difflib ratio
     (Type("Hello World"), Type("hello   world"), None, MatchConfig(), True, True, True),
     (Type("hello"), Type("hello world"), None, MatchConfig(), True, True, False),
-    (Type("hello"), Type("hello world"), None, MatchConfig(text_containment=False), False, True, False),
-    (Type("welsh cake"), Type("Welsh cakes"), None, MatchConfig(text_containment=False), True, True, False),
+    (Type("hello"), Type("hello world"), None, MatchConfig(text_rule="similarity"), False, True, False),
+    (Type("welsh cake"), Type("Welsh cakes"), None, MatchConfig(text_rule="similarity"), True, True, False),
     (Type("pizza"), Type("Welsh cakes"), None, MatchConfig(), False, True, False),
     (Type(""), Type("abc"), None, MatchConfig(), False, True, False),
     (Type("abc", 0.1, 0.1), Type("abc"), None, MatchConfig(), True, True, True),
@@ -116,7 +116,8 @@ CASES = [
     (Key("enter"), Key("Enter"), None, MatchConfig(), True, True, True),
     (Key("Tab"), Key("Enter"), None, MatchConfig(), False, True, False),
     (NavigateBack(), NavigateBack(), None, MatchConfig(), True, True, True),
-    (NavigateHome(), NavigateBack(), None, MatchConfig(), False, False, False),
+    (NavigateHome(), NavigateBack(), None, MatchConfig(), False, True, False),  # system buttons: kind credit
+    (NavigateHome(), NavigateBack(), None, MatchConfig(button_kind=False), False, False, False),
     (Wait(2), Wait(1), None, MatchConfig(), True, True, True),
     (Finish("success"), Finish("success", "done"), None, MatchConfig(), True, True, True),
     (Finish("failure"), Finish("success"), None, MatchConfig(), False, True, False),
