@@ -404,11 +404,52 @@ def parse_config(cls: type[T], argv: Sequence[str] | None = None, *, prog: str |
     desc = (description or (cls.__doc__ or "")).strip()
     desc += "\n\nAlso: --config FILE.yaml loads the same fields from YAML (flags override it)."
     try:
-        cfg = tyro.cli(cls, args=rest, default=default, prog=prog, description=desc)
+        with _one_line_parse_errors():
+            cfg = tyro.cli(cls, args=rest, default=default, prog=prog, description=desc)
     except (TypeError, ValueError, OverflowError) as e:  # __post_init__ checks
         raise ConfigError(" ".join(str(e).split()) or type(e).__name__) from e
     check_numbers("", cfg)  # flags: the ranges YAML values are held to
     return cfg
+
+
+def _flag_name(argument: Any) -> str:
+    try:
+        if argument.is_positional():
+            return str(argument.lowered.metavar)
+        return "/".join(argument.lowered.name_or_flags)
+    except AttributeError:
+        return ""
+
+
+def _parse_error_as_config_error(event: Any) -> None:
+    """tyro's parse-error hook: the rejections a user causes, as one ConfigError line (tyro would draw
+    a box of several lines); anything else falls through to tyro's own output."""
+    import tyro._errors as te
+
+    if isinstance(event, te.InstantiationFailure):  # __post_init__ checks, values of the wrong type
+        name = _flag_name(event.argument) if event.argument is not None else ""
+        raise ConfigError(" ".join(f"{name + ': ' if name else ''}{event.message}".split()))
+    if isinstance(event, te.UnrecognizedArgs):
+        raise ConfigError(f"unrecognized option(s) {' '.join(event.tokens)} (see {event.prog} --help)")
+    if isinstance(event, te.InvalidChoice):
+        raise ConfigError(f"{_flag_name(event.argument)} {event.value!r}: choose one of {', '.join(event.choices)}")
+    if isinstance(event, te.BadValue):
+        what = f"does not take {event.offending_value!r}" if event.offending_value is not None else "needs a value"
+        raise ConfigError(f"{_flag_name(event.argument)} {what} (see {event.prog} --help)")
+    if isinstance(event, te.MissingArgs):
+        names = ", ".join(_flag_name(a.arg) for a in event.missing_arguments)
+        raise ConfigError(f"missing {names} (see {event.prog} --help)")
+
+
+def _one_line_parse_errors() -> Any:
+    """tyro's hook for rejected input (``tyro._errors.on_parse_error``, tyro >= 1.0), where it exists."""
+    import contextlib
+
+    try:
+        from tyro._errors import on_parse_error
+    except ImportError:  # pragma: no cover - an older tyro: its own boxes
+        return contextlib.nullcontext()
+    return on_parse_error(_parse_error_as_config_error)
 
 
 # -- checks of path-valued settings, made before anything is created ----------------------------

@@ -21,12 +21,16 @@ from typing import Any, Iterator, Literal
 
 from guiagent.config import to_mapping
 
-__all__ = ["EVAL_SEED_BASE", "EvalConfig", "EvalResult", "pick_tasks", "make_policy", "episode_plan",
+__all__ = ["EVAL_SEED_BASE", "MAX_EPISODES", "EvalConfig", "EvalResult", "pick_tasks", "make_policy", "episode_plan",
            "run_eval", "suite_of", "success_by_suite", "warm_start"]
 
 log = logging.getLogger(__name__)
 
 EVAL_SEED_BASE = 1_000_000
+#: most episodes one evaluation (or one training iteration) runs: every finished trajectory is kept
+#: in memory for the run's figures, so a larger count is refused up front instead of growing until
+#: the machine runs out (several evaluations may share one --out)
+MAX_EPISODES = 100_000
 
 
 @dataclass
@@ -81,8 +85,9 @@ class EvalConfig:
     """extra device options passed to the suite (e.g. chromium_path)"""
 
     def __post_init__(self) -> None:
-        if self.episodes <= 0:
-            raise ValueError("--episodes must be positive")
+        if not 0 < self.episodes <= MAX_EPISODES:
+            raise ValueError(f"--episodes must lie in 1..{MAX_EPISODES:,} (a run keeps every finished episode in "
+                             "memory); run several evaluations into the same --out for more")
         if self.slots <= 0:
             raise ValueError("--slots must be positive")
         if self.resample_unparseable < 0:
