@@ -7,12 +7,12 @@ from typing import Any, Mapping
 
 from guiagent.store.blobs import BlobStore, check_hash
 from guiagent.store.errors import StoreError
-from guiagent.types import Observation, ParseError, Step, action_from_dict, action_to_dict
+from guiagent.types import Mark, Observation, ParseError, Step, action_from_dict, action_to_dict
 
 STEP_COLUMNS = (
     "idx", "screenshot", "width", "height", "tree", "url", "last_action_error", "response", "thought",
     "action", "parse_error", "action_error", "reward", "reward_parts", "milestones", "terminated",
-    "truncated", "policy_version", "latency_ms", "metadata",
+    "truncated", "policy_version", "latency_ms", "metadata", "marks",
 )
 
 
@@ -67,8 +67,23 @@ def step_row(step: Step, blobs: BlobStore) -> tuple[Any, ...]:
         step.action_error, number(step.reward, "reward"), dumps(parts, "reward_parts"),
         dumps([bool(m) for m in step.milestones], "milestones"), int(bool(step.terminated)),
         int(bool(step.truncated)), int(step.policy_version), number(step.latency_ms, "latency_ms"),
-        json_mapping(step.metadata, "step metadata"),
+        json_mapping(step.metadata, "step metadata"), marks_json(obs),
     )
+
+
+def marks_json(obs: Observation) -> str | None:
+    """The observation's mark table as JSON (``NULL`` when it has none; ``[]`` is an empty table)."""
+    return None if obs.marks is None else dumps([m.to_dict() for m in obs.marks], "observation marks")
+
+
+def parse_marks(text: str | None) -> tuple[Mark, ...] | None:
+    """Inverse of :func:`marks_json`; a value another tool mangled reads as no marks."""
+    if text is None:
+        return None
+    try:
+        return tuple(Mark.from_dict(d) for d in json.loads(text))
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def obs_json(obs: Observation | None, blobs: BlobStore) -> str | None:

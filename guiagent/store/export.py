@@ -31,7 +31,7 @@ STEP_ROW_FIELDS: tuple[tuple[str, str], ...] = (
     ("response", "str"), ("thought", "str"), ("action", "str"), ("action_kind", "str"),
     ("parse_error", "str"), ("action_error", "str"), ("reward", "float"), ("reward_parts", "str"),
     ("milestones", "bools"), ("terminated", "bool"), ("truncated", "bool"), ("policy_version", "int"),
-    ("latency_ms", "float"), ("step_metadata", "str"),
+    ("latency_ms", "float"), ("step_metadata", "str"), ("marks", "str"),
 )
 
 
@@ -70,6 +70,7 @@ def iter_step_rows(run_dir: str | os.PathLike[str], filter: EpisodeFilter | None
                     "terminated": st.terminated, "truncated": st.truncated,
                     "policy_version": st.policy_version, "latency_ms": st.latency_ms,
                     "step_metadata": json.dumps(dict(st.metadata)),
+                    "marks": None if st.marks is None else json.dumps([m.to_dict() for m in st.marks]),
                 }
     finally:
         reader.close()

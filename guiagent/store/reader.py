@@ -53,7 +53,8 @@ _EPISODE_COLS = (
 )
 _STEP_COLS = ", ".join(f"s.{c}" for c in _codec.STEP_COLUMNS)
 # A store written before steps.metadata existed and not opened for writing since (a
-# read-only reader cannot migrate it) reads as empty step metadata.
+# read-only reader cannot migrate it) reads as empty step metadata; one written before
+# steps.marks existed (schema 2) reads as steps without marks.
 _STEP_COLS_NO_META = _STEP_COLS.replace("s.metadata", "'{}'")
 _RUN_COLS = "r.id, r.name, r.env, r.algo, r.model, r.config, r.status, r.created_at, r.updated_at"
 MAX_LIMIT = 10_000
@@ -69,9 +70,10 @@ class StoreReader:
             # a store not yet migrated by a writer has no writer columns: read NULLs instead
             self._runs_sql = _RUNS_SQL if schema_version(con) >= 2 else _RUNS_SQL_V1
             # nor (before steps.metadata existed) step metadata: it reads as empty
-            self._step_cols_sql = (_STEP_COLS if any(r[1] == "metadata" for r in
-                                                     con.execute("PRAGMA table_info(steps)"))
-                                   else _STEP_COLS_NO_META)
+            columns = {r[1] for r in con.execute("PRAGMA table_info(steps)")}
+            self._step_cols_sql = _STEP_COLS if "metadata" in columns else _STEP_COLS_NO_META
+            if "marks" not in columns:
+                self._step_cols_sql = self._step_cols_sql.replace("s.marks", "NULL")
         except sqlite3.Error as e:
             raise StoreError(f"{self.run_dir} is not a readable trajectory store ({e})") from None
         finally:
@@ -332,7 +334,7 @@ class StoreReader:
         obs = Observation(screenshot=self.read_blob(r.screenshot_ref) if with_bytes else None,
                           width=r.width, height=r.height,
                           screenshot_ref=None if with_bytes else r.screenshot_ref,
-                          tree=r.tree, url=r.url, last_action_error=r.last_action_error)
+                          tree=r.tree, url=r.url, last_action_error=r.last_action_error, marks=r.marks)
         return Step(index=r.index, observation=obs, action=r.action, response=r.response, thought=r.thought,
                     parse_error=r.parse_error, action_error=r.action_error, reward=r.reward,
                     reward_parts=dict(r.reward_parts), milestones=r.milestones, terminated=r.terminated,
@@ -428,6 +430,7 @@ def _step(episode_id: str, r: tuple) -> StepRecord:
         parse_error=_codec.parse_error(r[10]), action_error=r[11], reward=r[12],
         reward_parts=_json(r[13], {}), milestones=tuple(_json(r[14], [])), terminated=bool(r[15]),
         truncated=bool(r[16]), policy_version=r[17], latency_ms=r[18], metadata=_json(r[19], {}),
+        marks=_codec.parse_marks(r[20]),
     )
 
 

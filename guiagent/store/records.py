@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
-from guiagent.types import Action, Observation, ParseError
+from guiagent.types import Action, Mark, Observation, ParseError
 
 __all__ = [
     "RunInfo", "EpisodeSummary", "StepRecord", "StepCredit", "JudgementRecord", "EpisodeDetail", "MetricPoint",
@@ -119,6 +119,8 @@ class StepRecord:
     policy_version: int
     latency_ms: float
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    marks: tuple[Mark, ...] | None = None
+    """the observation's numbered elements (``Observation.marks``), ``None`` when it had none"""
 
 
 @dataclass(frozen=True)

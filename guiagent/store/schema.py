@@ -39,7 +39,8 @@ __all__ = ["SCHEMA_VERSION", "DB_NAME", "BLOBS_DIR", "connect_rw", "connect_ro",
 
 #: 1: first release. 2: runs know their writer (host, pid, process start, heartbeat) and may be
 #: ``interrupted``; episodes record their writer's process start (a recycled PID is not "alive").
-SCHEMA_VERSION = 2
+#: 3: steps hold their observation's mark table (``steps.marks``, JSON; NULL: the screen had none).
+SCHEMA_VERSION = 3
 DB_NAME = "store.sqlite"
 BLOBS_DIR = "blobs"
 BUSY_TIMEOUT_MS = 30_000
@@ -135,6 +136,7 @@ CREATE TABLE IF NOT EXISTS steps (
     policy_version      INTEGER NOT NULL,
     latency_ms          REAL NOT NULL,
     metadata            TEXT NOT NULL DEFAULT '{}',   -- step extras JSON (target_box, patched, ...)
+    marks               TEXT,               -- the observation's marks [{id, role, name, box}] JSON, or NULL
     PRIMARY KEY (episode_pk, idx)
 );
 CREATE INDEX IF NOT EXISTS steps_screenshot ON steps (screenshot);
@@ -274,6 +276,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE runs_v2 RENAME TO runs",
         "CREATE INDEX IF NOT EXISTS runs_created ON runs (created_at)",
         "ALTER TABLE episodes ADD COLUMN writer_start INTEGER",
+    ),
+    # the numbered elements an element action names travel with the step (NULL in older rows: no marks)
+    3: (
+        "ALTER TABLE steps ADD COLUMN marks TEXT",
     ),
 }
 
