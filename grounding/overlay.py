@@ -9,6 +9,12 @@ with PIL for documentation and debugging.
 Scroll arrows point in the scroll ``direction`` (towards the content that comes
 into view), start at the scroll point (or the screen centre) and are
 ``amount / 2`` of the screen long.
+
+Element actions (``ClickElement`` ...) are drawn where the device carries them out: a point
+at the centre of their mark, with the mark's box and a label naming it. They need the step's
+mark table (``marks``); without it, or with an id it does not hold, only the label says what
+was asked. :func:`marks_overlay` gives every mark of a screen (box and number), for a layer a
+viewer can switch on.
 """
 
 from __future__ import annotations
@@ -16,14 +22,16 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from typing import Sequence
+
 from guiagent.types import (
-    Action, Answer, Click, DoubleClick, Drag, Finish, Hover, Key, LongPress, NavigateBack, NavigateHome,
-    OpenApp, ParseError, RightClick, Scroll, Swipe, Type, Wait,
+    Action, Answer, Click, ClickElement, DoubleClick, Drag, Finish, Hover, Key, LongPress, LongPressElement,
+    Mark, NavigateBack, NavigateHome, OpenApp, ParseError, RightClick, Scroll, Swipe, Type, TypeElement, Wait,
 )
 
 from grounding.spec import check_image_size
 
-__all__ = ["overlay", "draw"]
+__all__ = ["overlay", "draw", "marks_overlay"]
 
 _LABEL_MAX = 80
 
@@ -37,20 +45,27 @@ def _short(text: str) -> str:
     return text if len(text) <= _LABEL_MAX else text[:_LABEL_MAX - 1] + "…"
 
 
-def overlay(action: Action | ParseError | None, image_size: tuple[int, int]) -> dict[str, Any]:
+def overlay(action: Action | ParseError | None, image_size: tuple[int, int],
+            marks: Sequence[Mark] | None = None) -> dict[str, Any]:
     """Overlay primitives for ``action`` on a screenshot of ``image_size`` (width, height).
 
     Returns ``{"kind", "width", "height", "points": [{"x", "y", "style"}],
-    "arrows": [{"x1", "y1", "x2", "y2", "style"}], "label": str | None}`` where
-    ``style`` is the action kind (``click``, ``long_press``, ``type``, ``swipe``,
-    ``drag``, ``scroll``; double clicks, right clicks and hovers use ``click`` plus a label).
-    A :class:`ParseError` or ``None`` gives no shapes and a label.
+    "arrows": [{"x1", "y1", "x2", "y2", "style"}], "boxes": [{"x0", "y0", "x1", "y1", "style"}],
+    "label": str | None}`` where ``style`` is the action kind (``click``, ``long_press``, ``type``,
+    ``swipe``, ``drag``, ``scroll``; double clicks, right clicks and hovers use ``click`` plus a
+    label). An element action gives its mark's box and a point at its centre, in the style of the
+    same action at a point, when ``marks`` (the step's mark table) holds its id. A
+    :class:`ParseError` or ``None`` gives no shapes and a label.
 
     >>> overlay(Click(0.5, 0.25), (200, 400))["points"]
     [{'x': 100.0, 'y': 100.0, 'style': 'click'}]
+    >>> ov = overlay(ClickElement(3), (200, 400), [Mark(3, "link", "Files", (0.1, 0.1, 0.3, 0.2))])
+    >>> ov["points"], ov["boxes"], ov["label"]
+    ([{'x': 40.0, 'y': 60.0, 'style': 'click'}], [{'x0': 20.0, 'y0': 40.0, 'x1': 60.0, 'y1': 80.0, 'style': 'click'}], '[3] link "Files"')
     """
     w, h = check_image_size(image_size)
-    out: dict[str, Any] = {"kind": None, "width": w, "height": h, "points": [], "arrows": [], "label": None}
+    out: dict[str, Any] = {"kind": None, "width": w, "height": h, "points": [], "arrows": [], "boxes": [],
+                           "label": None}
 
     def point(x: float, y: float, style: str) -> None:
         px, py = _px(x, y, w, h)
@@ -106,6 +121,37 @@ def overlay(action: Action | ParseError | None, image_size: tuple[int, int]) -> 
         out["label"] = f"answer: {_short(action.text)}"
     elif isinstance(action, Finish):
         out["label"] = f"finish ({action.status})" + (f": {_short(action.message)}" if action.message else "")
+    elif isinstance(action, (ClickElement, LongPressElement, TypeElement)):
+        style = {"click_element": "click", "long_press_element": "long_press", "type_element": "type"}[action.kind]
+        mark = next((m for m in marks or () if m.id == action.element), None)
+        if mark is None:
+            out["label"] = (f"element {action.element} (" + ("not on this screen" if marks is not None
+                                                             else "no marks stored") + ")")
+        else:
+            x0, y0, x1, y1 = mark.box
+            (a, b), (c, d) = _px(x0, y0, w, h), _px(x1, y1, w, h)
+            out["boxes"].append({"x0": a, "y0": b, "x1": c, "y1": d, "style": style})
+            point(*mark.center, style)
+            out["label"] = _short(f"[{mark.id}] {mark.role}" + (f" \"{mark.name}\"" if mark.name else ""))
+        if isinstance(action, TypeElement):
+            out["label"] += " · type: " + _short(action.text) + (" ⏎" if action.submit else "")
+        elif isinstance(action, LongPressElement):
+            out["label"] += f" · long press {action.duration_ms} ms"
+    return out
+
+
+def marks_overlay(marks: Sequence[Mark] | None, image_size: tuple[int, int]) -> list[dict[str, Any]]:
+    """Every mark of a screen in its pixel frame: ``[{"id", "role", "name", "x0", "y0", "x1", "y1"}]``
+    (``[]`` for no marks), for a layer that numbers the screen's elements as the model saw them.
+
+    >>> marks_overlay([Mark(0, "button", "OK", (0.5, 0.5, 1.0, 1.0))], (100, 50))
+    [{'id': 0, 'role': 'button', 'name': 'OK', 'x0': 50.0, 'y0': 25.0, 'x1': 100.0, 'y1': 50.0}]
+    """
+    w, h = check_image_size(image_size)
+    out = []
+    for m in marks or ():
+        (a, b), (c, d) = _px(m.box[0], m.box[1], w, h), _px(m.box[2], m.box[3], w, h)
+        out.append({"id": m.id, "role": m.role, "name": m.name, "x0": a, "y0": b, "x1": c, "y1": d})
     return out
 
 
@@ -113,14 +159,26 @@ _COLOURS = {"click": (255, 40, 40), "long_press": (255, 140, 0), "type": (40, 12
             "swipe": (160, 40, 255), "drag": (0, 170, 120), "scroll": (0, 150, 220)}
 
 
-def draw(png_bytes: bytes, action: Action | ParseError | None) -> bytes:
-    """Render :func:`overlay` onto an image (PNG or JPEG bytes) and return PNG bytes."""
+def draw(png_bytes: bytes, action: Action | ParseError | None, marks: Sequence[Mark] | None = None, *,
+         show_marks: bool = False) -> bytes:
+    """Render :func:`overlay` onto an image (PNG or JPEG bytes) and return PNG bytes; ``show_marks`` also
+    outlines every mark with its number (set-of-marks, as a marks-format model is prompted)."""
     from PIL import Image, ImageDraw
 
     img = Image.open(io.BytesIO(png_bytes)).convert("RGB")
-    data = overlay(action, img.size)
+    data = overlay(action, img.size, marks)
     d = ImageDraw.Draw(img)
     r = max(4, min(img.size) // 40)
+    if show_marks:
+        for m in marks_overlay(marks, img.size):
+            d.rectangle([m["x0"], m["y0"], m["x1"], m["y1"]], outline=(255, 200, 0), width=1)
+            tag = str(m["id"])
+            box = d.textbbox((m["x0"] + 1, m["y0"] + 1), tag)
+            d.rectangle([box[0] - 1, box[1] - 1, box[2] + 1, box[3] + 1], fill=(255, 200, 0))
+            d.text((m["x0"] + 1, m["y0"] + 1), tag, fill=(0, 0, 0))
+    for b in data["boxes"]:
+        d.rectangle([b["x0"], b["y0"], b["x1"], b["y1"]], outline=_COLOURS.get(b["style"], (255, 0, 0)),
+                    width=max(2, r // 3))
     for a in data["arrows"]:
         col = _COLOURS.get(a["style"], (255, 0, 0))
         d.line([(a["x1"], a["y1"]), (a["x2"], a["y2"])], fill=col, width=max(2, r // 2))

@@ -17,7 +17,7 @@ from guiagent.store.records import (
 )
 from guiagent.types import action_from_dict, action_to_dict
 
-from webui.overlay import overlay_shapes
+from webui.overlay import mark_shapes, overlay_shapes
 
 __all__ = [
     "BadQuery", "ListQuery", "parse_list_query", "run_json", "summary_json", "step_json",
@@ -83,7 +83,9 @@ def step_json(r: StepRecord, screenshot_url: str | None) -> dict[str, Any]:
         "reward_parts": {k: num(v) for k, v in r.reward_parts.items()},
         "milestones": list(r.milestones), "terminated": r.terminated, "truncated": r.truncated,
         "policy_version": r.policy_version, "latency_ms": num(r.latency_ms),
-        "overlay": overlay_shapes(r.action if r.parse_error is None else r.parse_error, r.width, r.height),
+        "overlay": overlay_shapes(r.action if r.parse_error is None else r.parse_error, r.width, r.height,
+                                  r.marks),
+        "marks": mark_shapes(r.marks, r.width, r.height),
         "metadata": dict(r.metadata),
         "semi": semi_online_json(r),
         "rejected_replies": rejected_replies(r.metadata),
@@ -110,7 +112,7 @@ def semi_online_json(r: StepRecord) -> dict[str, Any] | None:
             "kind_match": bool(meta.get("kind_match")), "patched": bool(meta.get("patched")),
             "reason": str(meta.get("match_reason", "")), "patch_thought": str(meta.get("patch_thought", "")),
             "recorded_index": meta.get("recorded_index"),
-            "overlay": overlay_shapes(recorded, r.width, r.height)}
+            "overlay": overlay_shapes(recorded, r.width, r.height, r.marks)}
 
 
 def credit_by_step(rows: Any) -> dict[int, list[dict[str, Any]]]:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from guiagent.types import Action, ParseError
+from typing import Sequence
 
-from grounding.overlay import overlay
+from guiagent.types import Action, Mark, ParseError
 
-__all__ = ["overlay_shapes"]
+from grounding.overlay import marks_overlay, overlay
+
+__all__ = ["overlay_shapes", "mark_shapes"]
 
 
 def _label_box(text: str, w: int, h: int, near: tuple[float, float] | None, unit: float) -> dict[str, Any]:
@@ -38,20 +40,25 @@ def _label_box(text: str, w: int, h: int, near: tuple[float, float] | None, unit
             "tx": round(x + pad, 1), "ty": round(y + pad + fs * 0.82, 1), "font_size": fs, "text": text}
 
 
-def overlay_shapes(action: Action | ParseError | None, width: int, height: int) -> dict[str, Any]:
+def overlay_shapes(action: Action | ParseError | None, width: int, height: int,
+                   marks: Sequence[Mark] | None = None) -> dict[str, Any]:
     """``{"kind", "width", "height", "label", "shapes": [...]}`` for one step.
 
-    Shapes: ``circle`` (cx, cy, r, style, ring: bool), ``line`` (x1, y1, x2, y2),
-    ``polygon`` (points as "x,y x,y ..." text) and ``label`` (box x, y, width,
-    height; text anchor tx, ty; font_size; text). ``style`` is the action kind; the
-    stroke width is ``stroke``.
+    Shapes: ``rect`` (x, y, width, height: an element action's target), ``circle`` (cx, cy, r,
+    style, ring: bool), ``line`` (x1, y1, x2, y2), ``polygon`` (points as "x,y x,y ..." text) and
+    ``label`` (box x, y, width, height; text anchor tx, ty; font_size; text). ``style`` is the
+    action kind; the stroke width is ``stroke``. ``marks``: the step's mark table, which places an
+    element action on its element.
     """
-    data = overlay(action, (int(width), int(height)))
+    data = overlay(action, (int(width), int(height)), marks)
     w, h = data["width"], data["height"]
     unit = float(min(w, h))
     r = max(7.0, round(unit * 0.05, 1))
     stroke = max(2.0, round(unit * 0.011, 1))
     shapes: list[dict[str, Any]] = []
+    for b in data["boxes"]:
+        shapes.append({"type": "rect", "x": b["x0"], "y": b["y0"], "width": round(b["x1"] - b["x0"], 1),
+                       "height": round(b["y1"] - b["y0"], 1), "style": b["style"]})
     for a in data["arrows"]:
         x1, y1, x2, y2 = a["x1"], a["y1"], a["x2"], a["y2"]
         length = math.hypot(x2 - x1, y2 - y1)
@@ -82,3 +89,27 @@ def overlay_shapes(action: Action | ParseError | None, width: int, height: int) 
         shapes.append(_label_box(data["label"], w, h, near, unit))
     return {"kind": data["kind"], "width": w, "height": h, "label": data["label"], "stroke": stroke,
             "shapes": shapes}
+
+
+def mark_shapes(marks: Sequence[Mark] | None, width: int, height: int) -> dict[str, Any] | None:
+    """The layer numbering a screen's marks: ``{"width", "height", "stroke", "marks": [{"id", "x", "y",
+    "width", "height", "tag": {x, y, width, height, tx, ty, font_size}, "title"}]}``, or ``None`` when the
+    step has no mark table. ``title`` (``[id] role "name"``) is for a tooltip; like every string
+    from a page or a model, the template escapes it."""
+    if marks is None:
+        return None
+    w, h = int(width), int(height)
+    unit = float(min(w, h))
+    fs = max(8.0, round(unit * 0.03, 1))
+    out = []
+    for m in marks_overlay(marks, (w, h)):
+        text = str(m["id"])
+        tw, th = len(text) * fs * 0.62 + fs * 0.4, fs * 1.2
+        tx = min(max(m["x0"], 0.0), w - tw)
+        ty = min(max(m["y0"], 0.0), h - th)
+        out.append({"id": m["id"], "x": m["x0"], "y": m["y0"], "width": round(m["x1"] - m["x0"], 1),
+                    "height": round(m["y1"] - m["y0"], 1),
+                    "tag": {"x": round(tx, 1), "y": round(ty, 1), "width": round(tw, 1), "height": round(th, 1),
+                            "tx": round(tx + fs * 0.2, 1), "ty": round(ty + fs * 0.95, 1), "font_size": fs},
+                    "title": f"[{m['id']}] {m['role']}" + (f" \"{m['name']}\"" if m["name"] else "")})
+    return {"width": w, "height": h, "stroke": max(1.0, round(unit * 0.004, 1)), "marks": out}

@@ -79,3 +79,23 @@ def test_draw_marks_the_point():
     labelled = Image.open(io.BytesIO(draw(buf.getvalue(), Key("Enter"))))
     corner = [labelled.getpixel((x, y)) for x in range(30) for y in range(20)]
     assert (0, 0, 0) in corner  # the label's background box at the top left
+
+
+def test_element_actions_and_the_marks_layer():
+    from guiagent.types import ClickElement, Mark, TypeElement
+    from grounding.overlay import marks_overlay
+
+    marks = (Mark(0, "link", "Files", (0.1, 0.1, 0.3, 0.2)), Mark(1, "textbox", "To", (0.0, 0.5, 1.0, 0.6)))
+    ov = overlay(ClickElement(0), (200, 400), marks)
+    assert ov["points"] == [{"x": 40.0, "y": 60.0, "style": "click"}]
+    assert ov["boxes"] == [{"x0": 20.0, "y0": 40.0, "x1": 60.0, "y1": 80.0, "style": "click"}]
+    assert ov["label"] == '[0] link "Files"'
+    ty = overlay(TypeElement(1, "hi", submit=True), (200, 400), marks)
+    assert ty["points"][0]["style"] == "type" and ty["label"] == '[1] textbox "To" · type: hi ⏎'
+    assert overlay(ClickElement(5), (200, 400), marks)["label"] == "element 5 (not on this screen)"
+    assert overlay(ClickElement(5), (200, 400))["points"] == []
+    assert [m["id"] for m in marks_overlay(marks, (200, 400))] == [0, 1] and marks_overlay(None, (5, 5)) == []
+    buf = io.BytesIO()
+    Image.new("RGB", (200, 400), (255, 255, 255)).save(buf, format="PNG")
+    out = Image.open(io.BytesIO(draw(buf.getvalue(), ClickElement(0), marks, show_marks=True)))
+    assert out.size == (200, 400) and out.getpixel((20, 70)) != (255, 255, 255)  # the box was drawn

@@ -31,7 +31,23 @@
       });
     });
     this.onNav = function (what, i) { controller.nav(self, what, i); };
+    // the marks layer: every numbered element of the screen, as the model saw them
+    this.marksBox = el.querySelector('.toggle-marks');
+    if (this.marksBox) {
+      var on = false;
+      try { on = window.localStorage.getItem('guiagent.marks') === '1'; } catch (e) { /* storage off */ }
+      this.setMarks(on);
+      this.marksBox.addEventListener('change', function () { self.setMarks(self.marksBox.checked, true); });
+    }
   }
+
+  Player.prototype.setMarks = function (on, remember) {
+    this.el.classList.toggle('show-marks', on);
+    if (this.marksBox) { this.marksBox.checked = on; }
+    if (remember) {
+      try { window.localStorage.setItem('guiagent.marks', on ? '1' : '0'); } catch (e) { /* storage off */ }
+    }
+  };
 
   /* Show step i; index count is the final screen (when stored); past that, in the
      compare view, "episode ended". */
@@ -110,7 +126,16 @@
   document.addEventListener('keydown', function (ev) {
     if (ev.altKey || ev.ctrlKey || ev.metaKey) { return; }
     var tag = (ev.target && ev.target.tagName) || '';
-    if (tag === 'INPUT' || tag === 'SELECT' || tag === 'TEXTAREA') { return; }
+    var onToggle = ev.target && ev.target.classList && ev.target.classList.contains('toggle-marks');
+    if ((tag === 'INPUT' && !onToggle) || tag === 'SELECT' || tag === 'TEXTAREA') { return; }
+    if (ev.key === 'm' || ev.key === 'M') {  // every player follows the active one's marks toggle
+      var act = controller.active;
+      if (act && act.marksBox) {
+        var on = !act.el.classList.contains('show-marks');
+        controller.players.forEach(function (p) { if (p.marksBox) { p.setMarks(on, true); } });
+      }
+      return;
+    }
     var what = { ArrowLeft: 'prev', ArrowRight: 'next', Home: 'first', End: 'last' }[ev.key];
     if (!what) { return; }
     ev.preventDefault();
