@@ -9,7 +9,12 @@ Layout of ``RUN_DIR/checkpoint/``::
     COMPLETE                              written last: the folder is whole
 
 Nothing in a checkpoint is unpickled as arbitrary objects: a crafted ``optimizer.pt`` is
-refused with :class:`CheckpointError`, never executed.
+refused with :class:`CheckpointError`, never executed. ``trainer_state.json`` is checked field by
+field against :class:`TrainerState` (types strictly, counts non-negative) before a resume uses it.
+
+A new run's ``--out`` (:func:`check_out`) is missing or empty; one that holds a training run is
+continued with ``--resume`` or started again with ``--overwrite``, which first deletes what a
+training run writes there (:data:`RUN_OUTPUTS`) and nothing else.
 
 A save writes ``checkpoint.tmp/``, moves the old ``checkpoint/`` to ``checkpoint.old/`` and the
 new one into place. A kill between those two moves leaves no ``checkpoint/``;
@@ -21,10 +26,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import random
 import shutil
 import signal
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -32,7 +39,8 @@ from typing import Any, Callable
 import torch
 
 __all__ = ["TrainerState", "CheckpointError", "checkpoint_dir", "save_checkpoint", "find_checkpoint",
-           "load_checkpoint", "save_config", "load_config"]
+           "load_checkpoint", "read_state", "save_config", "load_config", "check_out", "clear_previous_run",
+           "RUN_OUTPUTS"]
 
 log = logging.getLogger(__name__)
 
@@ -134,15 +142,67 @@ class Restored:
     python_rng: tuple[Any, ...]
 
 
-def load_checkpoint(folder: Path) -> Restored:
-    """Read a checkpoint folder written by :func:`save_checkpoint`, as plain data only."""
+def _state_from(raw: Any) -> TrainerState:
+    """A TrainerState from the JSON of ``trainer_state.json``, every field type-checked strictly and
+    every count in range; ValueError (one line) names the field otherwise."""
+    from pydantic import TypeAdapter, ValidationError
+
+    if not isinstance(raw, dict):
+        raise ValueError(f"state: expected a mapping, got {type(raw).__name__}")
+    hints = typing.get_type_hints(TrainerState)
+    unknown = sorted(k for k in raw if k not in hints)
+    if unknown:
+        raise ValueError(f"unknown field(s) {unknown} (written by a newer guiagent?)")
+    values: dict[str, Any] = {}
+    for name, value in raw.items():
+        try:
+            values[name] = TypeAdapter(hints[name]).validate_python(value, strict=True)
+        except ValidationError:
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            expected = str(hints[name]).replace("<class '", "").replace("'>", "").replace("typing.", "")
+            raise ValueError(f"{name}: {shown} is not valid (expected {expected})") from None
+    state = TrainerState(**values)
+    for name in ("iteration", "rollbacks", "best_iteration", "data_cursor"):
+        v = getattr(state, name)
+        if v is not None and not 0 <= v < 2**63:
+            raise ValueError(f"{name}: {v} is out of range (a count, 0 or more)")
+    if state.data_cursor is not None and state.data_cursor < state.iteration:
+        raise ValueError(f"data_cursor {state.data_cursor} lies before iteration {state.iteration}")
+    if state.best_iteration is not None and state.best_iteration > state.iteration:
+        raise ValueError(f"best_iteration {state.best_iteration} lies after iteration {state.iteration}")
+    for name in ("eval_before", "best_success"):  # NaN: an evaluation that did not run
+        v = getattr(state, name)
+        if v is not None and not math.isnan(v) and not 0.0 <= v <= 1.0:
+            raise ValueError(f"{name}: {v} is not a success rate in [0, 1]")
+    if state.kl_coef is not None and not (math.isfinite(state.kl_coef) and state.kl_coef >= 0):
+        raise ValueError(f"kl_coef: {state.kl_coef} is not a finite β >= 0")
+    if not all(isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r) for r in state.replay):
+        raise ValueError("replay: expected [run directory, episode id] pairs of strings")
+    return state
+
+
+def read_state(folder: Path) -> tuple[TrainerState, tuple[Any, ...]]:
+    """The trainer state and Python's RNG state of a checkpoint folder, checked (no tensors read):
+    :class:`CheckpointError` in one line when the file is torn, foreign or out of range."""
+    path = folder / STATE_FILE
     try:
-        raw = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
-        state = TrainerState(**raw["state"])
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(raw, dict):
+            raise ValueError(f"expected a JSON object, got {type(raw).__name__}")
+        state = _state_from(raw.get("state"))
         version, internal, gauss = raw["python_rng"]
         python_rng = (int(version), tuple(int(v) for v in internal), gauss)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise CheckpointError(f"{folder / STATE_FILE} is not a valid trainer state ({type(e).__name__}: {e})") from None
+        random.Random().setstate(python_rng)  # the shape random.setstate takes, before a resume relies on it
+    except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError) as e:
+        msg = " ".join(str(e).split())[:200]
+        why = msg if type(e) is ValueError else f"{type(e).__name__}: {msg}"
+        raise CheckpointError(f"{path} is not a valid trainer state ({why})") from None
+    return state, python_rng
+
+
+def load_checkpoint(folder: Path) -> Restored:
+    """Read a checkpoint folder written by :func:`save_checkpoint`, as plain data only."""
+    state, python_rng = read_state(folder)
     try:
         blob = torch.load(folder / OPTIM_FILE, weights_only=True, map_location="cpu")
     except Exception as e:  # UnpicklingError for foreign objects, RuntimeError/EOFError for torn files
@@ -158,7 +218,11 @@ def save_config(out: Path, cfg: Any) -> None:
 
     from guiagent.config import to_mapping
 
-    (out / "config.yaml").write_text(yaml.safe_dump(to_mapping(cfg), sort_keys=False))
+    class Dumper(yaml.SafeDumper):  # every value written out: the config loader refuses YAML aliases
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    (out / "config.yaml").write_text(yaml.dump(to_mapping(cfg), Dumper=Dumper, sort_keys=False))
 
 
 def load_config(cls: type, run_dir: Path, **overrides: Any) -> Any:
@@ -170,3 +234,59 @@ def load_config(cls: type, run_dir: Path, **overrides: Any) -> Any:
         raise CheckpointError(f"{run_dir} holds no config.yaml: is it a training run directory?")
     cfg = load_yaml(cls, path)
     return dataclasses.replace(cfg, **overrides)
+
+
+#: what a training run writes in its folder (besides the trajectory store, which it shares with
+#: other runs and which keeps every run's episodes): ``--overwrite`` deletes these, nothing else
+RUN_OUTPUTS = ("config.yaml", "summary.json", "checkpoint", "checkpoint.tmp", "checkpoint.old", "model", "model-best",
+               "model-best.tmp", "reference", "reference.tmp", "base", "sft", "demos", "tensorboard", "wandb")
+
+
+def _holds_run(out: Path) -> bool:
+    return (out / "config.yaml").is_file() or any((out / n).is_dir() for n in ("checkpoint", "checkpoint.old"))
+
+
+def check_out(out: str, *, resume: str | None, overwrite: bool) -> None:
+    """A new run's ``--out`` is missing or empty, or ``--overwrite`` is given; a ConfigError (one line,
+    saying how to go on) otherwise. Creates and deletes nothing; ``--resume`` runs are not checked."""
+    from guiagent.config import ConfigError
+
+    p = Path(out)
+    if resume or overwrite or not p.is_dir():
+        return
+    try:
+        empty = next(p.iterdir(), None) is None
+    except OSError as e:
+        raise ConfigError(f"--out {out}: cannot be read ({e.strerror or e})") from None
+    if empty:
+        return
+    if _holds_run(p):
+        raise ConfigError(f"--out {out} holds a training run: continue it with --resume {out}, start it "
+                          f"again with --overwrite, or give another --out")
+    raise ConfigError(f"--out {out} is not empty and holds no training run: give a new or empty folder, or "
+                      "--overwrite to write the run into it (nothing already there is deleted)")
+
+
+def clear_previous_run(out: Path, keep: tuple[str, ...] = ()) -> list[str]:
+    """``--overwrite``: delete what an earlier training run wrote in ``out`` (:data:`RUN_OUTPUTS` and
+    its ``eval-*`` stores) when ``out`` holds one; the store and anything else stay. Entries that hold a
+    path in ``keep`` (the new run's --model or --data) stay too. Returns the names deleted."""
+    if not out.is_dir() or not _holds_run(out):
+        return []
+    kept = [Path(k).resolve() for k in keep if k]
+    names = [n for n in RUN_OUTPUTS if (out / n).exists() or (out / n).is_symlink()]
+    names += sorted(p.name for p in out.glob("eval-*") if p.is_dir() and not p.is_symlink())
+    gone = []
+    for name in names:
+        entry = out / name
+        if any(k == entry.resolve() or entry.resolve() in k.parents for k in kept):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+        gone.append(name)
+    if gone:
+        log.info("--overwrite: deleted the earlier run's %s in %s (its episodes stay in the store)",
+                 ", ".join(gone), out)
+    return gone

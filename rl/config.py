@@ -187,6 +187,10 @@ class TrainConfig:
     """run directory (store, checkpoints, final model)"""
     resume: str | None = None
     """continue the run in this directory from its last checkpoint (its saved config is used)"""
+    overwrite: bool = False
+    """start a new run in an --out that is not empty: what an earlier training run wrote there (its
+    config, checkpoints, models, warm start and evaluations) is deleted first; its episodes stay in
+    the store, and other files stay. Without it, such an --out is refused (--resume continues a run)"""
     iterations: int = 8
     """total training iterations (with --resume: the total to reach)"""
     groups_per_iteration: int = 6
@@ -197,8 +201,9 @@ class TrainConfig:
     """envs stepping side by side"""
     pool: Literal["inprocess", "ray"] = "ray"
     """ray: a Ray actor fleet (a local Ray, or --ray-address), which keeps browsers and app servers
-    out of the learner's process (measured ~3x faster rollouts on 2 cores, docs/benchmarks.md);
-    inprocess: envs in this process (no Ray; for debugging)"""
+    out of the learner's process and spreads slots over machines (on one 2-core machine its env
+    steps/s are about those of inprocess, docs/benchmarks.md); inprocess: envs in this process (no
+    Ray; sync runs exactly repeatable)"""
     ray_address: str | None = None
     """join this Ray cluster (e.g. auto or host:6379); default: start a local Ray"""
     workers: int = 2
@@ -279,8 +284,9 @@ class TrainConfig:
     """success-adaptive scaling of negative advantages: scale = m + (1-m)·group success (1: off)"""
     precision: Literal["auto", "fp32", "bf16-mixed", "bf16"] = "auto"
     """auto: fp32 on CPU, bf16-mixed on CUDA; bf16-mixed: fp32 weights and optimiser state with bf16
-    compute (autocast), so small updates are not rounded away; bf16: bf16 weights with an fp32
-    master copy in the optimiser (least memory)"""
+    compute (autocast), so small updates are not rounded away; bf16: bf16 weights and AdamW state
+    with no fp32 master copy (least memory; an update below ~0.4% of a weight rounds away, and a
+    warning says so)"""
     lora_rank: int = 0
     """LoRA rank of adapters on the language model (peft; 0: full fine-tuning); the KL reference is
     then the same model with its adapters switched off, so no second copy is loaded"""
@@ -351,8 +357,17 @@ class TrainConfig:
                       "semi": semi or replace(base, **EMBEDDED_RECIPE.get("semi", {}))})
 
     def __post_init__(self) -> None:
+        from rl.evaluate import MAX_EPISODES
+
         if self.group_size < 2:
             raise ValueError("--group-size must be >= 2: group advantages compare episodes of one task")
+        if self.resume and self.overwrite:
+            raise ValueError("--resume continues a run and --overwrite starts one again: give one of them")
+        for name, n in (("--groups-per-iteration x --group-size", self.groups_per_iteration * self.group_size),
+                        ("--eval-episodes", self.eval_episodes), ("--warm-start-demos", self.warm_start_demos)):
+            if n > MAX_EPISODES:
+                raise ValueError(f"{name} is {n:,}: at most {MAX_EPISODES:,} episodes a round (each is kept in "
+                                 "memory)")
         if (self.iterations < 0 or self.groups_per_iteration <= 0 or self.slots <= 0 or self.eval_every < 0
                 or self.mini_batch_size < 0 or self.micro_batch_size <= 0 or self.epochs <= 0
                 or self.min_informative_groups < 0 or self.max_sampling_rounds <= 0):

@@ -35,7 +35,8 @@ from typing import Any
 import torch
 
 from rl.checkpoint import (
-    TrainerState, find_checkpoint, load_checkpoint, load_config, save_checkpoint, save_config,
+    TrainerState, check_out, clear_previous_run, find_checkpoint, load_checkpoint, load_config, save_checkpoint,
+    save_config,
 )
 from rl.config import TINY_MAX_PIXELS, TRAIN_SEED_RANGE, WARM_START_TASKS, TrainConfig, sample_tasks
 from judge.settings import make_judge
@@ -202,7 +203,8 @@ class Trainer:
         restored = None
         if cfg.resume:
             run_dir = Path(cfg.resume)
-            cfg = load_config(TrainConfig, run_dir, iterations=cfg.iterations, resume=str(run_dir), out=str(run_dir))
+            cfg = load_config(TrainConfig, run_dir, iterations=cfg.iterations, resume=str(run_dir), out=str(run_dir),
+                              overwrite=False)
             ckpt = find_checkpoint(run_dir)
             restored = load_checkpoint(ckpt) if ckpt is not None else None
         self.cfg = cfg
@@ -213,6 +215,10 @@ class Trainer:
             raise KeyError(f"none of the recorded tasks is a {cfg.env} task to evaluate on: "
                            "give --eval-episodes 0, or --tasks of the suite")
         self.out = out = Path(cfg.out)
+        if not cfg.resume:  # a new run: an --out holding another is refused, or (--overwrite) cleared first
+            check_out(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite)
+            if cfg.overwrite:
+                clear_previous_run(out, keep=(cfg.model, *cfg.data))
         out.mkdir(parents=True, exist_ok=True)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
@@ -543,8 +549,11 @@ class Trainer:
             keep = torch.tensor([u.group_id in live for u in turns], dtype=torch.bool)
             turns, adv = [u for u, k in zip(turns, keep.tolist()) if k], adv[keep]
         kept = {u.group_id for u in turns}
-        return turns, adv, {"groups": float(len(groups)), "groups_kept": float(len(kept)),
-                            "groups_equal": float(len(groups - kept))}
+        stats = {"groups": float(len(groups)), "groups_kept": float(len(kept)), "groups_equal": float(len(groups - kept))}
+        if turns:  # --adv-norm and --entropy-modulation, as on an online iteration
+            adv = self.credit._shape(turns, adv.double(), result).float()
+            stats.update({"adv_mean": float(adv.mean()), "adv_abs_mean": float(adv.abs().mean())})
+        return turns, adv, stats
 
     def _guards(self, m: dict[str, float]) -> str | None:
         """The first stability guard this iteration trips (None: all within bounds); alarms are
@@ -566,7 +575,13 @@ class Trainer:
 
         ckpt = find_checkpoint(self.out)
         src = str(ckpt) if ckpt is not None else self.state.model_dir
-        self.policy.load_state_dict(load_transformers(src).state_dict())
+        if self.policy.lora is not None:
+            # a LoRA learner holds its trainable weights in adapters: the checkpoint's adapters on the
+            # starting base (before the first checkpoint: fresh ones, which leave the base as it was)
+            saved = self._load_policy(src, resumed=ckpt is not None)
+            self.policy.model.load_state_dict(saved.model.state_dict())
+        else:
+            self.policy.load_state_dict(load_transformers(src).state_dict())
         if ckpt is not None:
             self.opt.load_state_dict(load_checkpoint(ckpt).optimizer)
         else:  # no checkpoint yet: back to a fresh optimiser too

@@ -12,7 +12,7 @@ from guiagent.config import (  # the path checks, re-exported for the commands
 )
 
 __all__ = ["emit_json", "log", "not_built", "CLIError", "validate_out_dir", "check_model_path", "hub_offline",
-           "looks_local", "check_run_dirs", "check_suite_tasks"]
+           "looks_local", "check_run_dirs", "check_suite_tasks", "quiet_library_bars"]
 
 
 def emit_json(obj: Any) -> None:
@@ -29,6 +29,20 @@ def not_built(command: str, issue: str) -> int:
 def log(msg: str) -> None:
     """Progress lines go to stderr so stdout stays machine-readable with --json."""
     print(msg, file=sys.stderr, flush=True)
+
+
+def quiet_library_bars() -> None:
+    """One progress display: the command's own lines. transformers draws a "Loading weights" and a
+    "Writing model shards" bar for every model it loads or saves (a training run: every checkpoint),
+    which would interleave with the iteration lines; huggingface_hub draws download bars."""
+    import os
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover - transformers is a core dependency
+        return
+    hf_logging.disable_progress_bar()
 
 
 # -- checks made before a command creates anything ----------------------------------------------

@@ -21,9 +21,11 @@ from guiagent.logs import show_progress
 
 def preflight(cfg) -> None:
     """Every check that needs no model or environment, before anything is created: the run to
-    resume and its saved config, the suite and tasks (and the suite's package), the model path,
-    the output folder. Raises ConfigError (one line, exit code 2)."""
+    resume (its saved config and its checkpoint's trainer state), a new run's output folder (empty,
+    or --overwrite), the suite and tasks (and the suite's package), the model path. Raises
+    ConfigError (one line, exit code 2)."""
     from guiagent.cli._common import CLIError, check_model_path, check_suite_tasks, validate_out_dir
+    from rl.checkpoint import CheckpointError, check_out, find_checkpoint, read_state
 
     if cfg.resume:
         from rl.checkpoint import load_config
@@ -34,7 +36,17 @@ def preflight(cfg) -> None:
             raise CLIError(f"--resume {cfg.resume}: no such run directory")
         if not (run_dir / "config.yaml").is_file():
             raise CLIError(f"--resume {cfg.resume}: holds no config.yaml (not a training run directory)")
-        cfg = load_config(TrainConfig, run_dir, iterations=cfg.iterations, resume=str(run_dir), out=str(run_dir))
+        cfg = load_config(TrainConfig, run_dir, iterations=cfg.iterations, resume=str(run_dir), out=str(run_dir),
+                          overwrite=False)
+        try:
+            ckpt = find_checkpoint(run_dir)
+            if ckpt is not None:
+                read_state(ckpt)  # a torn or edited trainer_state.json: one line now, not a traceback later
+        except CheckpointError as e:
+            raise CLIError(f"--resume {cfg.resume}: {e}") from None
+    else:
+        validate_out_dir(cfg.out)
+        check_out(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite)
     if "androidworld" in suite_names(cfg.env):  # the model, adb, the emulators, android_world: one line each
         check_android(cfg)
     # in --mode semi-online, --tasks may name tasks of imported data that the suite lacks
@@ -81,19 +93,29 @@ def _names_a_start(argv: list[str]) -> bool:
     return any(a.split("=", 1)[0] in ("--model", "--resume", "--config") for a in argv)
 
 
-def main(argv: list[str]) -> int:
-    from rl.checkpoint import CheckpointError
-    from rl.trainer import TrainConfig, train, write_summary
+def parse_args(argv: list[str]):
+    """The run's TrainConfig: the embedded default's recipe under the flags, unless a model, a run
+    to resume or a config file is named (then the class defaults)."""
+    from rl.trainer import TrainConfig
 
-    cfg = parse_config(TrainConfig, argv, prog="guiagent train",
-                       default=None if _names_a_start(argv) else TrainConfig.embedded())
+    return parse_config(TrainConfig, argv, prog="guiagent train",
+                        default=None if _names_a_start(argv) else TrainConfig.embedded())
+
+
+def main(argv: list[str]) -> int:
+    from guiagent.cli._common import quiet_library_bars
+    from rl.checkpoint import CheckpointError
+    from rl.trainer import train, write_summary
+
+    cfg = parse_args(argv)
     preflight(cfg)
     show_progress()
+    quiet_library_bars()
     try:
         result = train(cfg)
-    except (KeyError, CheckpointError) as e:
+    except (KeyError, CheckpointError) as e:  # an unknown task, a torn checkpoint: bad input
         print(f"guiagent train: {e.args[0] if e.args else e}", file=sys.stderr)
-        return 1
+        return 2
     write_summary(result)
     best = (f"; best {result.best_success:.1%} at iteration {result.best_iteration} -> {result.best_model}"
             if result.best_model else "")
