@@ -493,6 +493,28 @@ def looks_local(model: str) -> bool:
             or model.count("/") > 1 or os.sep != "/" and os.sep in model or Path(model).exists())
 
 
+def _check_pickled_weights(folder: Path, what: str) -> None:
+    """A folder whose weights are PyTorch pickles only (``pytorch_model*.bin``, no safetensors): each
+    read as transformers reads it (``torch.load(weights_only=True)``, memory-mapped onto the ``meta``
+    device, so only the pickle itself is read), and a pickle holding anything but tensors refused now
+    rather than as a traceback after the command has started writing."""
+    bins = sorted(folder.glob("pytorch_model*.bin"))
+    if not bins or any(folder.glob("*.safetensors")):
+        return
+    import pickle
+
+    import torch
+
+    for f in bins:
+        try:
+            torch.load(f, weights_only=True, mmap=True, map_location="meta")
+        except pickle.UnpicklingError:
+            raise ConfigError(f"{what}: {f.name} holds pickled objects other than tensors; not loaded, for "
+                              "safety (save the weights as safetensors)") from None
+        except (OSError, RuntimeError, ValueError, EOFError) as e:
+            raise ConfigError(f"{what}: {f.name} cannot be read ({' '.join(str(e).split())[:160]})") from None
+
+
 def check_model_path(model: str, *, flag: str = "--model") -> None:
     """Fail at once, in one line, on a model that cannot load: a local-looking path that does
     not exist or is not a model folder, a malformed hub id, or (``HF_HUB_OFFLINE``) a hub id
@@ -509,6 +531,7 @@ def check_model_path(model: str, *, flag: str = "--model") -> None:
             raise ConfigError(f"{flag} {model}: not a folder (a model folder holds config.json and weights)")
         if not (p / "config.json").is_file():
             raise ConfigError(f"{flag} {model}: not a model folder (no config.json)")
+        _check_pickled_weights(p, f"{flag} {model}")
         return
     try:
         from huggingface_hub.utils import HFValidationError, validate_repo_id

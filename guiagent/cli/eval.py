@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-from guiagent.cli._common import check_suite_tasks, emit_json
+from guiagent.cli._common import check_suite_tasks, emit_json, quiet_library_bars
 from guiagent.config import ConfigError, parse_config
 from guiagent.logs import show_progress
 from rl.evaluate import EvalConfig, run_eval
@@ -30,6 +30,7 @@ def main(argv: list[str]) -> int:
         _check_android(cfg)  # the agent, adb, the emulators, android_world: one line each, nothing written
     check_suite_tasks(cfg.env, cfg.tasks)  # the suite, its package and the tasks, before anything is created
     show_progress()
+    quiet_library_bars()
     try:
         r = run_eval(cfg)
     except (KeyError, ValueError) as e:  # an unknown suite or task, a malformed env id: bad input

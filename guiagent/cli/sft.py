@@ -57,6 +57,9 @@ def main(argv: list[str]) -> int:
     check_run_dirs(cfg.data)  # every check before any model loads or file is written
     check_model_path(cfg.model)
     validate_out_dir(cfg.out)
+    from guiagent.cli._common import quiet_library_bars
+
+    quiet_library_bars()
     from guiagent.policy import load_policy
     import dataclasses
 

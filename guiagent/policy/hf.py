@@ -35,11 +35,12 @@ from typing import Any, Iterator, Literal, Sequence
 
 import torch
 
+from guiagent.config import ConfigError
 from guiagent.policy.base import (
     Chat, ChatError, Generation, SamplingParams, ScoreBatch, chat_images, check_chat, to_pil,
 )
 
-__all__ = ["TransformersPolicy", "load_transformers", "image_processor_for", "ChatEncoder", "Encoded",
+__all__ = ["TransformersPolicy", "load_transformers", "ModelLoadError", "image_processor_for", "ChatEncoder", "Encoded",
            "PRECISIONS", "PrecisionPlan", "resolve_precision", "LoraSettings", "apply_lora"]
 
 IMAGE_TOKEN = "<|image_pad|>"
@@ -194,6 +195,23 @@ def _chat_template_file(path: str) -> str | None:
     return None
 
 
+class ModelLoadError(ConfigError):
+    """A model folder or hub id that transformers cannot load; the message is one line."""
+
+
+def _load_failure(e: BaseException) -> str:
+    """Why a model did not load, in one line (transformers' own messages run to several paragraphs)."""
+    import pickle
+    import re
+
+    if isinstance(e, pickle.UnpicklingError):
+        return ("its pickled weights (pytorch_model.bin) hold objects other than tensors and were not loaded, "
+                "for safety (save the weights as safetensors)")
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(e).__name__}: {first[:200]}" if first else type(e).__name__
+
+
 def load_transformers(path: str, *, device: str | None = None, dtype: str | None = None,
                       min_pixels: int | None = None, max_pixels: int | None = None,
                       threads: int | None = None, attn_implementation: str | None = None,
@@ -226,16 +244,21 @@ def load_transformers(path: str, *, device: str | None = None, dtype: str | None
         torch_dtype = plan.frozen_dtype if lora is not None else plan.param_dtype
     else:
         torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if dev.type == "cuda" else torch.float32)
-    config = AutoConfig.from_pretrained(path)
-    kwargs: dict[str, Any] = {"dtype": torch_dtype}
-    if attn_implementation:
-        kwargs["attn_implementation"] = attn_implementation
-    model = _model_class(config.model_type).from_pretrained(path, **kwargs).to(dev).eval()
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    tokenizer.padding_side = "left"
-    limits = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v}
-    image_processor = Qwen2VLImageProcessorPil.from_pretrained(path, **limits)
-    template = tokenizer.chat_template or _chat_template_file(path)
+    try:  # a folder that does not load (torn or pickled weights, a broken config): one line, no traceback
+        config = AutoConfig.from_pretrained(path)
+        kwargs: dict[str, Any] = {"dtype": torch_dtype}
+        if attn_implementation:
+            kwargs["attn_implementation"] = attn_implementation
+        model = _model_class(config.model_type).from_pretrained(path, **kwargs).to(dev).eval()
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer.padding_side = "left"
+        limits = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v}
+        image_processor = Qwen2VLImageProcessorPil.from_pretrained(path, **limits)
+        template = tokenizer.chat_template or _chat_template_file(path)
+    except (ImportError, MemoryError):
+        raise
+    except Exception as e:
+        raise ModelLoadError(f"the model {path} cannot be loaded: {_load_failure(e)}") from e
     policy = TransformersPolicy(model, tokenizer, image_processor, chat_template=template, name=str(path))
     if plan is not None or lora is not None or gradient_checkpointing:
         configure_training(policy, plan=plan, lora=lora, adapter=adapter,
