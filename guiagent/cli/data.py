@@ -12,7 +12,7 @@ from guiagent.config import parse_config
 
 USAGE = (
     "usage: guiagent data import --format {androidcontrol,uis1,guiodyssey,parquet,hf} SRC --out RUN_DIR "
-    "[--images DIR] [--run-name NAME] [--json]"
+    "[--images DIR] [--placeholders WxH|auto] [--swipe-convention auto|finger|scroll] [--run-name NAME] [--json]"
 )
 
 
@@ -28,6 +28,13 @@ class DataImportConfig:
     """a new run directory (refused when it exists and is not empty)"""
     images: str | None = None
     """folder of the screenshots when the data's paths do not resolve (uis1, guiodyssey)"""
+    placeholders: str | None = None
+    """WxH or auto: a blank screenshot of that size stands in for each missing one (uis1, guiodyssey; auto:
+    the size the episode's coordinates imply, or GUI-Odyssey's device_info); for matching and offline
+    metrics on files published without their screenshots"""
+    swipe_convention: str | None = None
+    """uis1: how action_content swipe coordinates run: finger (the finger's path), scroll (the way the view
+    scrolls), auto (finger for steps with check_options, scroll without: UI-S1's two files)"""
     run_name: str | None = None
     """the run's name (default import:FORMAT)"""
     json: bool = False
@@ -58,10 +65,18 @@ def main(argv: list[str]) -> int:
         print("guiagent data import: --out RUN_DIR is required", file=sys.stderr)
         return 2
     try:
-        res = import_dataset(cfg.format, cfg.src, cfg.out, run_name=cfg.run_name, images_dir=cfg.images)
-    except (DatasetError, StoreError) as e:
-        print(f"guiagent data import: {e}", file=sys.stderr)
+        res = import_dataset(cfg.format, cfg.src, cfg.out, run_name=cfg.run_name, images_dir=cfg.images,
+                             placeholders=cfg.placeholders, swipe_convention=cfg.swipe_convention)
+    except DatasetError as e:  # bad input: one line, nothing written
+        print(f"guiagent data import: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except StoreError as e:
+        print(f"guiagent data import: {_one_line(e)}", file=sys.stderr)
         return 1
+    for line in res.notes.warnings:
+        print(f"guiagent data import: warning: {_one_line(line)}", file=sys.stderr)
+    if res.notes.placeholders:
+        log(f"{res.notes.placeholders} steps have blank placeholder screenshots")
     log(
         f"imported {res.episodes} episodes ({res.steps} steps) from {cfg.src} "
         f"into {res.out_dir} (run {res.run_id})"
@@ -69,3 +84,7 @@ def main(argv: list[str]) -> int:
     if cfg.json:
         emit_json(res.to_dict())
     return 0
+
+
+def _one_line(e: object) -> str:
+    return " ".join(str(e).split())

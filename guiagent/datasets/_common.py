@@ -1,36 +1,133 @@
-"""What every importer shares: errors, coordinate checks, image sizes, and the atomic import."""
+"""What every importer shares: errors, coordinate checks, image sizes and placeholders, the swipe
+check against step instructions, bounded reading, and the atomic import."""
 
 from __future__ import annotations
 
+import functools
 import io
+import json
 import os
+import re
 import shutil
 import uuid
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from guiagent.types import Trajectory
 
-__all__ = ["DatasetError", "ImportResult", "unit", "image_size", "write_atomically", "box_unit"]
+__all__ = ["DatasetError", "ImportResult", "ImportNotes", "SwipeCheck", "unit", "image_size", "write_atomically",
+           "box_unit", "boxes_unit", "placeholder_png", "parse_size", "json_record", "MAX_SCREENSHOT_PIXELS",
+           "MAX_RECORD_BYTES"]
+
+#: the largest screenshot an import takes, in pixels (40 Mpx: an 8K screen is 33 Mpx, a phone 2-5 Mpx).
+#: A larger image is refused with one line: decoding it later (the web UI, a model's processor) would
+#: take gigabytes, and a header can declare any size (a 50000x50000 PNG is a few kilobytes).
+MAX_SCREENSHOT_PIXELS = 40_000_000
+#: the longest JSON record (a JSONL line, a JSON annotation file) an import reads: 64 MiB
+MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 
 class DatasetError(ValueError):
     """A recorded-data file that cannot be imported; the message names the file and record."""
 
 
+@dataclass
+class SwipeCheck:
+    """Recorded swipes against their step instructions ("swipe up ..."), per axis.
+
+    For each swipe step whose instruction names a finger direction with the verb *swipe* ("scroll"
+    is left out: people say "scroll down" for both ways), the check counts whether the recorded
+    action's finger path (``action``) and the step target (``target``, read by its convention) go the
+    way the instruction says, and whether the two disagree with each other (``conflicts``, counted on
+    every swipe step). ``{"action": {"vertical": [agree, disagree], ...}, ...}``.
+    """
+
+    action: dict[str, list[int]] = field(default_factory=lambda: {"vertical": [0, 0], "horizontal": [0, 0]})
+    target: dict[str, list[int]] = field(default_factory=lambda: {"vertical": [0, 0], "horizontal": [0, 0]})
+    conflicts: dict[str, int] = field(default_factory=lambda: {"vertical": 0, "horizontal": 0})
+    swipes: int = 0
+
+    _VERB = re.compile(r"\bswip(?:e|es|ed|ing)\b(?:\s+(?:the|on|to|towards?|screen|page|it|your|finger|a|bit|"
+                       r"little))*\s+(up|down|left|right)(?:wards?)?\b", re.I)
+
+    @classmethod
+    def said(cls, instruction: str) -> str | None:
+        """The finger direction a step instruction names ("swipe up on the screen" -> ``up``), else None."""
+        m = cls._VERB.search(instruction or "")
+        return m.group(1).lower() if m else None
+
+    def add(self, action_finger: str | None, target_finger: str | None, instruction: str) -> None:
+        if action_finger is None and target_finger is None:
+            return
+        self.swipes += 1
+        ref = action_finger or target_finger
+        axis = "vertical" if ref in ("up", "down") else "horizontal"
+        if action_finger and target_finger and action_finger != target_finger:
+            self.conflicts[axis] += 1
+        said = self.said(instruction)
+        if said is None:
+            return
+        axis = "vertical" if said in ("up", "down") else "horizontal"
+        for counts, got in ((self.action, action_finger), (self.target, target_finger)):
+            if got is not None and (got in ("up", "down")) == (axis == "vertical"):
+                counts[axis][0 if got == said else 1] += 1
+
+    def warnings(self, source: str, *, action_field: str = "the recorded swipe",
+                 target_field: str = "the step target") -> list[str]:
+        """One line for each axis where most checked swipes go against their instructions, and one for
+        swipes whose action and target disagree."""
+        out = []
+        for axis, pair in (("vertical", "up/down"), ("horizontal", "left/right")):
+            for what, counts in ((action_field, self.action), (target_field, self.target)):
+                agree, disagree = counts[axis]
+                if agree + disagree >= 5 and disagree > agree:
+                    out.append(f"{source}: {what} goes against its step instruction ('swipe {pair}') on "
+                               f"{disagree} of {agree + disagree} {axis} swipes: its {pair} look reversed")
+            if self.conflicts[axis]:
+                out.append(f"{source}: {self.conflicts[axis]} {axis} swipes: {action_field} and {target_field} "
+                           "go opposite ways (the matcher scores against the target)")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"swipes": self.swipes, "action_vs_instruction": self.action,
+                "target_vs_instruction": self.target, "action_vs_target": self.conflicts}
+
+
+@dataclass
+class ImportNotes:
+    """What an importer has to say besides the episodes: warnings (one line each), the swipe check,
+    placeholder screenshots used."""
+
+    warnings: list[str] = field(default_factory=list)
+    swipes: SwipeCheck = field(default_factory=SwipeCheck)
+    placeholders: int = 0
+
+    def warn(self, line: str) -> None:
+        if line not in self.warnings:
+            self.warnings.append(line)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"warnings": list(self.warnings), "swipe_check": self.swipes.to_dict(),
+                "placeholder_screenshots": self.placeholders}
+
+
 @dataclass(frozen=True)
 class ImportResult:
-    """What an import wrote: the run directory, the run id, how many episodes and steps."""
+    """What an import wrote: the run directory, the run id, how many episodes and steps, and the
+    importer's notes (warnings, the swipe check, placeholders)."""
 
     out_dir: str
     run_id: str
     episodes: int
     steps: int
     format: str
+    notes: ImportNotes = field(default_factory=ImportNotes)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        d = {k: v for k, v in self.__dict__.items() if k != "notes"}
+        return {**d, **self.notes.to_dict()}
 
 
 #: coordinates this far outside the screen are rounding of the recorder, clamped; further is an error
@@ -40,34 +137,151 @@ _SLACK = 0.02
 def unit(value: Any, scale: float, where: str, what: str) -> float:
     """``value / scale`` as a normalised coordinate in [0, 1] (small overshoots clamped)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise DatasetError(f"{where}: {what} must be a number, got {value!r}")
+        raise DatasetError(f"{where}: {what} must be a number, got {_short(value)}")
     if scale <= 0:
         raise DatasetError(f"{where}: screen size must be positive, got {scale!r}")
-    v = float(value) / float(scale)
+    try:
+        v = float(value) / float(scale)
+    except OverflowError:
+        v = float("inf")
     if not (-_SLACK <= v <= 1.0 + _SLACK):
-        raise DatasetError(f"{where}: {what}={value!r} lies outside the screen (size {scale:g})")
+        raise DatasetError(f"{where}: {what}={_short(value)} lies outside the screen (size {scale:g})")
     return min(1.0, max(0.0, v))
 
 
-def box_unit(box: Any, w: float, h: float, where: str) -> list[float]:
-    """A pixel box ``[x0, y0, x1, y1]`` normalised to the screen."""
+def box_unit(box: Any, w: float, h: float, where: str) -> list[float] | None:
+    """A pixel box ``[x0, y0, x1, y1]`` normalised to the screen and clipped to it (accessibility
+    bounds of scrolling containers reach past the screen); ``None`` for a box wholly off the screen."""
     if not (isinstance(box, (list, tuple)) and len(box) == 4):
-        raise DatasetError(f"{where}: a box must be [x0, y0, x1, y1], got {box!r}")
-    x0, y0, x1, y1 = (unit(v, s, where, "box") for v, s in zip(box, (w, h, w, h)))
+        raise DatasetError(f"{where}: a box must be [x0, y0, x1, y1], got {_short(box)}")
+    for v in box:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (-1e9 < v < 1e9):
+            raise DatasetError(f"{where}: a box holds numbers, got {_short(box)}")
+    if w <= 0 or h <= 0:
+        raise DatasetError(f"{where}: screen size must be positive, got {w}x{h}")
+    x0, y0, x1, y1 = (float(v) / s for v, s in zip(box, (w, h, w, h)))
     if x1 < x0 or y1 < y0:
-        raise DatasetError(f"{where}: box {box!r} has its corners swapped")
-    return [x0, y0, x1, y1]
+        raise DatasetError(f"{where}: box {_short(box)} has its corners swapped")
+    if x1 < 0 or y1 < 0 or x0 > 1 or y0 > 1:
+        return None
+    return [min(1.0, max(0.0, v)) for v in (x0, y0, x1, y1)]
+
+
+def boxes_unit(boxes: Any, w: float, h: float, where: str) -> list[list[float]]:
+    """One box or a list of boxes (UI-S1's ``bbox`` / ``candidate_bbox``), normalised; boxes wholly off
+    the screen are left out."""
+    if boxes is None:
+        return []
+    if isinstance(boxes, (list, tuple)) and len(boxes) == 4 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in boxes):
+        boxes = [boxes]
+    if not isinstance(boxes, (list, tuple)):
+        raise DatasetError(f"{where}: boxes must be a list of [x0, y0, x1, y1], got {_short(boxes)}")
+    out = [box_unit(b, w, h, where) for b in boxes]
+    return [b for b in out if b is not None]
+
+
+def _short(v: Any, n: int = 80) -> str:
+    r = repr(v)
+    return r if len(r) <= n else r[:n] + "..."
 
 
 def image_size(data: bytes, where: str) -> tuple[int, int]:
-    """Width and height of PNG/JPEG bytes (header only, via Pillow); a clear error when unreadable."""
+    """Width and height of PNG/JPEG bytes (header only, via Pillow); one clear error when the bytes are
+    not an image or declare more than :data:`MAX_SCREENSHOT_PIXELS` (nothing is decoded)."""
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(io.BytesIO(data)) as im:
-            return im.size
-    except (UnidentifiedImageError, OSError) as e:
+        with warnings.catch_warnings():
+            # our own limit below, in place of Pillow's warning (89 Mpx) and error (179 Mpx)
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as im:
+                w, h = im.size
+    except Image.DecompressionBombError as e:
+        raise DatasetError(f"{where}: the screenshot declares {_pixels_in(str(e))} pixels, more than the "
+                           f"{MAX_SCREENSHOT_PIXELS // 1_000_000} Mpx a screenshot may have") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise DatasetError(f"{where}: the screenshot is not a readable image ({e})") from None
+    if w * h > MAX_SCREENSHOT_PIXELS:
+        raise DatasetError(f"{where}: the screenshot is {w}x{h} ({w * h / 1e6:.0f} Mpx), more than the "
+                           f"{MAX_SCREENSHOT_PIXELS // 1_000_000} Mpx a screenshot may have")
+    if w <= 0 or h <= 0:
+        raise DatasetError(f"{where}: the screenshot has no pixels ({w}x{h})")
+    return w, h
+
+
+def _pixels_in(message: str) -> str:
+    m = re.search(r"\((\d+) pixels\)", message)
+    return f"{int(m.group(1)):,}" if m else "too many"
+
+
+def parse_size(text: str, what: str = "size") -> tuple[int, int]:
+    """``"1080x2400"`` -> ``(1080, 2400)``; :class:`DatasetError` otherwise."""
+    m = re.fullmatch(r"\s*(\d{1,6})\s*[xX]\s*(\d{1,6})\s*", str(text))
+    if not m or int(m.group(1)) <= 0 or int(m.group(2)) <= 0:
+        raise DatasetError(f"{what} must be WIDTHxHEIGHT in pixels (e.g. 1080x2400), got {text!r}")
+    w, h = int(m.group(1)), int(m.group(2))
+    if w * h > MAX_SCREENSHOT_PIXELS:
+        raise DatasetError(f"{what} {w}x{h} is more than the {MAX_SCREENSHOT_PIXELS // 1_000_000} Mpx a "
+                           "screenshot may have")
+    return w, h
+
+
+@functools.lru_cache(maxsize=8)
+def placeholder_png(w: int, h: int) -> bytes:
+    """A blank grey PNG of ``w`` x ``h`` pixels: a placeholder screenshot (matching and the offline
+    metrics read only its size; stored once per size, content-addressed)."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("L", (w, h), 200).save(buf, format="PNG", optimize=False, compress_level=9)
+    return buf.getvalue()
+
+
+def json_record(raw: bytes, where: str, what: str = "") -> Any:
+    """One JSON record from bytes: one line naming the problem for bytes that are not UTF-8, not JSON,
+    or nested deeper than the parser goes (never a traceback)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DatasetError(f"{where}: {what + ' is ' if what else ''}not UTF-8 text (byte {raw[e.start]:#04x} "
+                           f"at offset {e.start})") from None
+    try:
+        return json.loads(text)
+    except ValueError as e:  # JSONDecodeError, and integers longer than Python reads (4300 digits)
+        raise DatasetError(f"{where}: {what + ' is ' if what else ''}not JSON ({str(e)[:200]})") from None
+    except RecursionError:
+        raise DatasetError(f"{where}: {what + ' is ' if what else ''}JSON nested too deeply to read") from None
+
+
+def read_limited(path: Path, where: str, limit: int = MAX_RECORD_BYTES) -> bytes:
+    """A whole file of at most ``limit`` bytes (a JSON annotation), else one clear error."""
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise DatasetError(f"{where}: {size:,} bytes, more than the {limit // 2**20} MiB a record may have")
+        return path.read_bytes()
+    except OSError as e:
+        raise DatasetError(f"{where}: cannot read ({e.strerror or e})") from None
+
+
+def iter_lines(path: Path, limit: int = MAX_RECORD_BYTES) -> Iterator[tuple[int, bytes]]:
+    """``(line number, bytes)`` of a text file, each line at most ``limit`` bytes (a longer one is one
+    clear error, read no further than the limit)."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot read ({e.strerror or e})") from None
+    with f:
+        n = 0
+        while True:
+            line = f.readline(limit + 1)
+            if not line:
+                return
+            n += 1
+            if len(line) > limit:
+                raise DatasetError(f"{path}: line {n} is longer than {limit // 2**20} MiB")
+            yield n, line
 
 
 def write_atomically(

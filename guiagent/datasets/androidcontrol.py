@@ -10,16 +10,29 @@ Records are read by :mod:`guiagent.datasets.tfrecord` (the record framing with i
 CRCs checked, and ``tf.train.Example`` declared from its published field numbers;
 no TensorFlow needed); a truncated or corrupt file is reported with the file and
 record number.
+
+Each step's :class:`~guiagent.types.StepTarget` (metadata ``target``) holds the tap point and the
+element box from the accessibility tree (below), the text, or the scroll direction (AndroidControl
+writes where the view scrolls: convention ``scroll``); the step instruction and the episode id go in
+the step's metadata too.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from guiagent.datasets._common import DatasetError, image_size, iter_files, unit
+from guiagent.datasets._common import (
+    MAX_SCREENSHOT_PIXELS,
+    DatasetError,
+    ImportNotes,
+    image_size,
+    iter_files,
+    json_record,
+    unit,
+)
 from guiagent.types import (
+    STEP_TARGET_KEY,
     Action,
     Click,
     LongPress,
@@ -29,6 +42,7 @@ from guiagent.types import (
     OpenApp,
     Scroll,
     Step,
+    StepTarget,
     TaskSpec,
     Trajectory,
     Type,
@@ -76,10 +90,36 @@ def androidcontrol_action(a: Any, w: int, h: int, where: str) -> Action:
         if t == "wait":
             return Wait(1.0)
     except KeyError as e:
-        raise DatasetError(f"{where}: {t} action without {e.args[0]!r}: {a!r}") from None
-    except (TypeError, ValueError) as e:
-        raise DatasetError(f"{where}: bad {t} action {a!r}: {e}") from None
-    raise DatasetError(f"{where}: unknown action_type {t!r}")
+        raise DatasetError(f"{where}: {t} action without {e.args[0]!r}: {_s(a)}") from None
+    except (TypeError, ValueError, OverflowError) as e:
+        if isinstance(e, DatasetError):
+            raise
+        raise DatasetError(f"{where}: bad {t} action {_s(a)}: {e}") from None
+    raise DatasetError(f"{where}: unknown action_type {_s(t)}")
+
+
+def _s(v: Any, n: int = 80) -> str:
+    r = repr(v)
+    return r if len(r) <= n else r[:n] + "..."
+
+
+def androidcontrol_target(action: Action, box: list[float] | None) -> StepTarget:
+    """The step target of an AndroidControl action: its point and element box, its text, its scroll
+    direction (AndroidControl's ``direction`` is where the view scrolls: convention ``scroll``)."""
+    boxes = () if box is None else (tuple(box),)
+    a: Any = action
+    if isinstance(action, (Click, LongPress)):
+        return StepTarget(action.kind, boxes=boxes, point=(a.x, a.y))
+    if isinstance(action, Scroll):
+        return StepTarget("scroll", direction=action.direction, convention="scroll")
+    if isinstance(action, Type):
+        return StepTarget("type", text=action.text, boxes=boxes,
+                          point=None if action.x is None else (action.x, action.y))
+    if isinstance(action, OpenApp):
+        return StepTarget("open_app", text=action.app)
+    if isinstance(action, (NavigateBack, NavigateHome)):
+        return StepTarget(action.kind, button=action.kind)
+    return StepTarget(action.kind)
 
 
 def target_box(tree: bytes, x: float, y: float, w: int, h: int) -> list[float] | None:
@@ -97,7 +137,7 @@ def target_box(tree: bytes, x: float, y: float, w: int, h: int) -> list[float] |
         return None
     try:
         forest = forest_pb2.AndroidAccessibilityForest.FromString(tree)
-    except DecodeError:
+    except (DecodeError, RecursionError, ValueError):
         return None
     best: tuple[int, int, Any] | None = None
     for win in forest.windows:
@@ -120,13 +160,15 @@ def target_box(tree: bytes, x: float, y: float, w: int, h: int) -> list[float] |
     return [clamp(b.left, w), clamp(b.top, h), clamp(b.right, w), clamp(b.bottom, h)]
 
 
-def _episode(ex: Any, where: str) -> Trajectory:
+def _episode(ex: Any, where: str, notes: ImportNotes) -> Trajectory:
     ids = _feature(ex, "episode_id", "int64_list", where)
     if len(ids) != 1:
         raise DatasetError(f"{where}: episode_id must hold one integer, got {ids!r}")
     eid = int(ids[0])
     where = f"{where} (episode {eid})"
     goal = b"".join(_feature(ex, "goal", "bytes_list", where)).decode("utf-8", "replace")
+    if len(goal) > 100_000:
+        raise DatasetError(f"{where}: the goal is {len(goal):,} characters long")
     shots = _feature(ex, "screenshots", "bytes_list", where)
     widths = _feature(ex, "screenshot_widths", "int64_list", where)
     heights = _feature(ex, "screenshot_heights", "int64_list", where)
@@ -156,18 +198,21 @@ def _episode(ex: Any, where: str) -> Trajectory:
             raise DatasetError(
                 f"{at}: the screenshot is {image_size(shots[i], at)}, the record says {(w, h)}"
             )
-        try:
-            a = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise DatasetError(f"{at}: the action is not JSON ({e})") from None
+        if not 0 < w * h <= MAX_SCREENSHOT_PIXELS:
+            raise DatasetError(f"{at}: the record says the screenshot is {w}x{h}")
+        a = json_record(bytes(raw), at, "the action")
         text = instr[i].decode("utf-8", "replace") if instr else ""
         action = androidcontrol_action(a, w, h, at)
-        meta: dict[str, Any] = {"step_instruction": text} if text else {}
+        box = None
         px = getattr(action, "x", None)
         if px is not None and i < len(trees):
             box = target_box(trees[i], px * w, action.y * h, w, h)  # type: ignore[union-attr]
-            if box is not None:
-                meta["target_box"] = box
+        target = androidcontrol_target(action, box)
+        meta: dict[str, Any] = {STEP_TARGET_KEY: target.to_dict(), "episode_id": eid}
+        if text:
+            meta["step_instruction"] = text
+        if isinstance(action, Scroll):
+            notes.swipes.add(_FINGER[action.direction], target.finger_direction, text)
         steps.append(
             Step(i, Observation(bytes(shots[i]), w, h), action, thought=text, metadata=meta)
         )
@@ -184,10 +229,14 @@ def _episode(ex: Any, where: str) -> Trajectory:
     )
 
 
-def read_androidcontrol(src: str | Path, **_: Any) -> Iterator[Trajectory]:
+_FINGER = {"up": "down", "down": "up", "left": "right", "right": "left"}  # a scroll's finger moves against it
+
+
+def read_androidcontrol(src: str | Path, *, notes: ImportNotes | None = None, **_: Any) -> Iterator[Trajectory]:
     """Every episode in ``src``: a TFRecord file, or a folder of ``android_control*`` / ``*.tfrecord*``."""
     from guiagent.datasets.tfrecord import TFRecordError, iter_records, parse_example
 
+    notes = notes if notes is not None else ImportNotes()
     for path in iter_files(Path(src), ("android_control*", "*.tfrecord*")):
         records = iter_records(path)
         n = 0
@@ -202,5 +251,8 @@ def read_androidcontrol(src: str | Path, **_: Any) -> Iterator[Trajectory]:
                 raise DatasetError(
                     f"{path}: {msg if msg.startswith('record') else f'record {n}: {msg}'}"
                 ) from None
-            yield _episode(ex, f"{path}: record {n}")
+            yield _episode(ex, f"{path}: record {n}", notes)
             n += 1
+    for line in notes.swipes.warnings(str(src), action_field="the recorded scroll",
+                                      target_field="the step target"):
+        notes.warn(line)

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from guiagent.datasets._common import DatasetError
+from guiagent.datasets._common import DatasetError, image_size
 from guiagent.types import Observation, ParseError, Step, TaskSpec, Trajectory, action_from_dict
 
 __all__ = ["read_parquet", "read_hf_dataset", "trajectories_from_rows"]
@@ -40,14 +40,20 @@ def _json(text: Any, where: str, what: str, default: Any) -> Any:
         return default
     try:
         return json.loads(text)
-    except (TypeError, json.JSONDecodeError) as e:
-        raise DatasetError(f"{where}: {what} is not JSON ({e})") from None
+    except (TypeError, ValueError) as e:  # JSONDecodeError, over-long integers
+        raise DatasetError(f"{where}: {what} is not JSON ({str(e)[:200]})") from None
+    except RecursionError:
+        raise DatasetError(f"{where}: {what} is JSON nested too deeply to read") from None
 
 
 def _step(r: dict[str, Any], where: str) -> Step:
     shot = r["screenshot"]
     if isinstance(shot, dict):  # datasets.Image(decode=False) gives {"bytes", "path"}
         shot = shot.get("bytes")
+    if shot is not None:
+        if not isinstance(shot, (bytes, bytearray)):
+            raise DatasetError(f"{where}: the screenshot must be image bytes, got {type(shot).__name__}")
+        image_size(bytes(shot), where)  # an image, and not one that declares billions of pixels
     try:
         action = (
             None if r.get("action") is None else action_from_dict(_json(r["action"], where, "action", None))
@@ -79,10 +85,10 @@ def _step(r: dict[str, Any], where: str) -> Step:
             latency_ms=float(r.get("latency_ms") or 0.0),
             metadata=_json(r.get("step_metadata"), where, "step_metadata", {}),
         )
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
         if isinstance(e, DatasetError):
             raise
-        raise DatasetError(f"{where}: bad step row ({type(e).__name__}: {e})") from None
+        raise DatasetError(f"{where}: bad step row ({type(e).__name__}: {str(e)[:200]})") from None
 
 
 def trajectories_from_rows(rows: Iterable[dict[str, Any]], source: str) -> Iterator[Trajectory]:
@@ -91,6 +97,15 @@ def trajectories_from_rows(rows: Iterable[dict[str, Any]], source: str) -> Itera
     seen: set[str] = set()
 
     def flush() -> Trajectory:
+        try:
+            return _flush()
+        except (KeyError, TypeError, ValueError, OverflowError) as e:
+            if isinstance(e, DatasetError):
+                raise
+            raise DatasetError(f"{source}: episode {str(cur[0][0].get('episode_id'))[:80]!r}: bad episode fields "
+                               f"({type(e).__name__}: {str(e)[:200]})") from None
+
+    def _flush() -> Trajectory:
         r0 = cur[0][0]
         where = f"{source}: episode {r0['episode_id']}"
         steps = tuple(s for _, s in cur)
@@ -119,9 +134,13 @@ def trajectories_from_rows(rows: Iterable[dict[str, Any]], source: str) -> Itera
 
     for n, r in enumerate(rows):
         where = f"{source}: row {n}"
+        if not isinstance(r, dict):
+            raise DatasetError(f"{where}: not a row of named columns")
         missing = [k for k in _NEEDED if k not in r]
         if missing:
             raise DatasetError(f"{where}: missing columns {missing} (not a guiagent export?)")
+        if not isinstance(r["episode_id"], str) or not r["episode_id"]:
+            raise DatasetError(f"{where}: episode_id must be a non-empty text, got {str(r['episode_id'])[:80]!r}")
         if cur and r["episode_id"] != cur[0][0]["episode_id"]:
             seen.add(cur[0][0]["episode_id"])
             yield flush()
@@ -145,7 +164,7 @@ def read_parquet(src: str | Path, **_: Any) -> Iterator[Trajectory]:
     for path in files:
         try:
             pf = pq.ParquetFile(path)
-        except (pa.ArrowInvalid, OSError) as e:
+        except (pa.ArrowException, OSError) as e:
             raise DatasetError(f"{path}: not a readable Parquet file ({e})") from None
 
         yield from trajectories_from_rows(_parquet_rows(pf, path), str(path))
@@ -157,7 +176,7 @@ def _parquet_rows(pf: Any, path: Path) -> Iterator[dict[str, Any]]:
     try:
         for batch in pf.iter_batches(batch_size=256):
             yield from batch.to_pylist()
-    except (pa.ArrowInvalid, OSError) as e:
+    except (pa.ArrowException, OSError) as e:
         raise DatasetError(f"{path}: unreadable data ({e})") from None
 
 

@@ -9,16 +9,30 @@ one of CLICK, LONG_PRESS, SCROLL, TYPE, COMPLETE, IMPOSSIBLE, HOME, BACK and
 coordinates in ``info`` on a [0, 1000] scale (CLICK/LONG_PRESS ``[[x, y]]``,
 SCROLL ``[[x1, y1], [x2, y2]]``: the finger path; TYPE: the text; a CLICK whose
 info is ``HOME`` / ``BACK`` is that key).
+
+Each step's :class:`~guiagent.types.StepTarget` (metadata ``target``) holds the tap point, the swipe's
+path and direction (GUI-Odyssey records the finger's path: convention ``finger``), the text, or the
+button; the episode id goes in each step's metadata. ``placeholders`` (``WxH``, or ``auto``: the
+annotation's ``device_info`` size) stands blank screenshots in for missing files.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from guiagent.datasets._common import DatasetError, image_size, unit
+from guiagent.datasets._common import (
+    DatasetError,
+    ImportNotes,
+    image_size,
+    json_record,
+    parse_size,
+    placeholder_png,
+    read_limited,
+    unit,
+)
 from guiagent.types import (
+    STEP_TARGET_KEY,
     Action,
     Click,
     Finish,
@@ -27,6 +41,7 @@ from guiagent.types import (
     NavigateHome,
     Observation,
     Step,
+    StepTarget,
     Swipe,
     TaskSpec,
     Trajectory,
@@ -73,10 +88,36 @@ def guiodyssey_action(action: Any, info: Any, where: str) -> Action:
     raise DatasetError(f"{where}: unknown action {action!r}")
 
 
+def guiodyssey_target(action: Action) -> StepTarget:
+    """The step target of a GUI-Odyssey action (a SCROLL is the finger's path)."""
+    a: Any = action
+    if isinstance(action, (Click, LongPress)):
+        return StepTarget(action.kind, point=(a.x, a.y))
+    if isinstance(action, Swipe):
+        dx, dy = a.x2 - a.x1, a.y2 - a.y1
+        d = ("right" if dx > 0 else "left") if abs(dx) > abs(dy) else ("down" if dy > 0 else "up")
+        return StepTarget("swipe", point=(a.x1, a.y1), point2=(a.x2, a.y2), direction=d, convention="finger")
+    if isinstance(action, Type):
+        return StepTarget("type", text=action.text)
+    if isinstance(action, Finish):
+        return StepTarget("finish", status=action.status)
+    if isinstance(action, (NavigateBack, NavigateHome)):
+        return StepTarget(action.kind, button=action.kind)
+    return StepTarget(action.kind)
+
+
+def _s(v: Any, n: int = 80) -> str:
+    r = repr(v)
+    return r if len(r) <= n else r[:n] + "..."
+
+
 def read_guiodyssey(
-    src: str | Path, *, images_dir: str | Path | None = None, **_: Any
+    src: str | Path, *, images_dir: str | Path | None = None, placeholders: str | None = None,
+    notes: ImportNotes | None = None, **_: Any
 ) -> Iterator[Trajectory]:
     """Every episode under ``src``: ``annotations/*.json``; screenshots in ``screenshots/`` or images_dir."""
+    notes = notes if notes is not None else ImportNotes()
+    fixed = None if placeholders in (None, "", "auto") else parse_size(placeholders, "--placeholders")
     src = Path(src)
     ann = src / "annotations" if (src / "annotations").is_dir() else src
     shots_dir = Path(images_dir) if images_dir else src / "screenshots"
@@ -85,38 +126,53 @@ def read_guiodyssey(
         raise DatasetError(f"{src}: no annotations/*.json files")
     for path in files:
         where = str(path)
+        d = json_record(read_limited(path, where), where)
+        if not isinstance(d, dict):
+            raise DatasetError(f"{where}: an annotation must be a JSON object")
         try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise DatasetError(f"{where}: not JSON ({e})") from None
-        try:
-            eid, task, steps_in = str(d["episode_id"]), d["task_info"], d["steps"]
-        except (KeyError, TypeError) as e:
-            raise DatasetError(f"{where}: missing {e.args[0] if e.args else 'field'!r}") from None
+            eid, task, steps_in = d["episode_id"], d["task_info"], d["steps"]
+        except KeyError as e:
+            raise DatasetError(f"{where}: missing {e.args[0]!r}") from None
+        if isinstance(eid, bool) or not isinstance(eid, (str, int)) or len(str(eid)) > 200:
+            raise DatasetError(f"{where}: episode_id must be a short text or a number, got {_s(eid)}")
+        eid = str(eid)
+        if not isinstance(task, dict):
+            raise DatasetError(f"{where}: task_info must be an object")
         if not isinstance(steps_in, list) or not steps_in:
             raise DatasetError(f"{where}: 'steps' must be a non-empty list")
         goal = task.get("instruction") or task.get("task")
         if not isinstance(goal, str):
             raise DatasetError(f"{where}: task_info has no instruction or task text")
+        device = d.get("device_info") if isinstance(d.get("device_info"), dict) else {}
         steps = []
         for i, s in enumerate(steps_in):
             at = f"{where} step {i}"
             if not isinstance(s, dict) or "action" not in s or "screenshot" not in s:
                 raise DatasetError(f"{at}: a step needs 'action' and 'screenshot'")
-            p = shots_dir / Path(str(s["screenshot"])).name
-            if not p.is_file():
-                raise DatasetError(f"{at}: screenshot {p} not found")
-            data = p.read_bytes()
+            if not isinstance(s["screenshot"], str) or "\x00" in s["screenshot"]:
+                raise DatasetError(f"{at}: screenshot must be a file name, got {_s(s['screenshot'])}")
+            p = shots_dir / Path(s["screenshot"]).name
+            meta: dict[str, Any] = {}
+            try:
+                found = p.is_file()
+            except OSError:
+                found = False
+            if found:
+                data = p.read_bytes()
+            elif placeholders:
+                size = fixed or _device_size(device, at)
+                data, meta["placeholder"] = placeholder_png(*size), True
+                notes.placeholders += 1
+            else:
+                raise DatasetError(f"{at}: screenshot {p} not found (--placeholders WxH|auto stands blank "
+                                   "screenshots in)")
             w, h = image_size(data, at)
-            meta = {"ps": s["ps"]} if s.get("ps") else {}
-            steps.append(
-                Step(
-                    i,
-                    Observation(data, w, h),
-                    guiodyssey_action(s["action"], s.get("info", ""), at),
-                    metadata=meta,
-                )
-            )
+            action = guiodyssey_action(s["action"], s.get("info", ""), at)
+            target = guiodyssey_target(action)
+            meta.update({STEP_TARGET_KEY: target.to_dict(), "episode_id": eid})
+            if s.get("ps"):
+                meta["ps"] = s["ps"] if isinstance(s["ps"], str) else _s(s["ps"], 2000)
+            steps.append(Step(i, Observation(data, w, h), action, metadata=meta))
         params = {k: task[k] for k in ("category", "app", "meta_task", "task") if k in task}
         spec = TaskSpec(SUITE, eid, 0, goal, max_steps=len(steps), params=params)
         done = isinstance(steps[-1].action, Finish) and steps[-1].action.status == "success"
@@ -126,5 +182,13 @@ def read_guiodyssey(
             tuple(steps),
             success=1.0 if done else 0.0,
             agent=f"import:{SUITE}",
-            metadata={"source": SUITE, "device": d.get("device_info", {}).get("device_name", "")},
+            metadata={"source": SUITE, "device": str(device.get("device_name", ""))[:200], "episode_id": eid},
         )
+
+
+def _device_size(device: dict, where: str) -> tuple[int, int]:
+    w, h = device.get("w"), device.get("h")
+    if isinstance(w, bool) or isinstance(h, bool) or not isinstance(w, int) or not isinstance(h, int) \
+            or w <= 0 or h <= 0:
+        raise DatasetError(f"{where}: --placeholders auto needs the annotation's device_info w and h")
+    return parse_size(f"{w}x{h}", "device_info size")

@@ -203,8 +203,9 @@ def test_androidcontrol_target_box_from_the_accessibility_tree(tmp_path):
     write_tfrecord(src, [ex.SerializeToString()])
     (t,) = list(read_dataset("androidcontrol", src))
     # the clickable element wins over the smaller non-clickable one and the full-screen container
-    assert t.steps[0].metadata["target_box"] == pytest.approx([0.1, 0.4, 0.9, 0.6])
-    assert t.steps[1].metadata["target_box"] == pytest.approx([0.0, 0.0, 1.0, 1.0])  # only the container
+    assert t.steps[0].metadata["target"]["boxes"] == [pytest.approx([0.1, 0.4, 0.9, 0.6])]
+    assert t.steps[1].metadata["target"]["boxes"] == [pytest.approx([0.0, 0.0, 1.0, 1.0])]  # only the container
+    assert t.steps[0].metadata["target"]["point"] == [0.5, 0.5] and t.steps[0].metadata["episode_id"] == 9
 
 
 def test_androidcontrol_truncated_file(tmp_path):
@@ -283,9 +284,9 @@ def test_uis1_jsonl_episodes(tmp_path):
         NavigateBack(),
         Finish("success"),
     ]
-    assert a.steps[1].metadata["target_box"] == pytest.approx(
+    assert a.steps[1].metadata["target"]["boxes"] == [pytest.approx(
         [360 / 1080, 1100 / 2400, 720 / 1080, 1300 / 2400]
-    )
+    )]
     assert a.steps[1].thought == "tap the meeting" and b.steps[0].action == Wait(2.0)
     # the imported swipe is the finger path: it reveals content below, like a "scroll down"
     from rl.semi_online import match_action
@@ -509,7 +510,7 @@ def test_out_dir_is_never_clobbered_and_cli_errors_are_one_line(tmp_path):
         import_dataset("uis1", src, out, images_dir=str(tmp_path / "images"))
     assert (out / "keep.txt").read_text() == "mine" and len(list(out.iterdir())) == 1
     p = _import_cli("--format", "uis1", str(src), "--out", str(tmp_path / "new"))
-    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert p.returncode == 2 and "Traceback" not in p.stderr
     assert p.stderr.strip().count("\n") == 0 and "not found" in p.stderr
     assert not (tmp_path / "new").exists()
     p = _import_cli("--format", "uis1", str(src), "--out", str(tmp_path / "new"), "--images",

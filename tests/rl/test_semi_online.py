@@ -541,7 +541,7 @@ def test_imported_uis1_episodes_replay_through_semi_online(tmp_path):
     (tmp_path / "d.jsonl").write_text(json.dumps({"goal": "g", "is_successful": True, "steps": steps}) + "\n")
     import_dataset("uis1", tmp_path / "d.jsonl", tmp_path / "run")
     eps = load_recorded_episodes(tmp_path / "run")
-    assert len(eps) == 1 and eps[0].steps[0].metadata["target_box"] == pytest.approx([0.4, 0.45, 0.6, 0.55])
+    assert len(eps) == 1 and eps[0].steps[0].metadata["target"]["boxes"] == [pytest.approx([0.4, 0.45, 0.6, 0.55])]
     r = semi_online_eval(ReplayPolicy(eps), eps)
     assert (r.progress, r.success, r.episodes) == (1.0, 1.0, 1)
     # a tap inside the (enlarged) recorded box but 0.05 from the point still matches
