@@ -48,6 +48,10 @@ class Suite(ABC):
     def env_ids(self) -> list[str]:
         return [f"guiagent/{self.name}.{t}" for t in self.task_ids()]
 
+    def task_sets(self) -> dict[str, tuple[str, ...]]:
+        """Named groups of this suite's task ids (training sets), by name; none by default."""
+        return dict(getattr(self, "TASK_SETS", {}))
+
     def close(self) -> None:
         """Stop what the suite started (app servers)."""
 

@@ -174,3 +174,20 @@ def test_every_page_resets_with_a_text_goal(dev):
     for task_id in SUITE.task_ids():
         _, info = env_for(dev, task_id).reset(seed=2)
         assert isinstance(info["task"].goal, str) and info["task"].goal, task_id
+
+
+def test_random_layout_task_set_moves_its_targets(dev):
+    """The named set: every task exists, has an oracle, and its target is somewhere else across seeds."""
+    from emulators.suites.miniwob import RANDOM_LAYOUT_TASKS
+
+    assert SUITE.task_sets()["random-layout"] == RANDOM_LAYOUT_TASKS and len(RANDOM_LAYOUT_TASKS) == 5
+    assert set(RANDOM_LAYOUT_TASKS) <= set(SUITE.oracle_task_ids())
+    for task_id in RANDOM_LAYOUT_TASKS:
+        points = set()
+        for seed in range(6):
+            env = GuiEnv(dev, SUITE.task_class(task_id))
+            env.reset_typed(seed=seed)
+            first = env.oracle_action()
+            assert isinstance(first, Click), (task_id, first)
+            points.add((round(first.x, 2), round(first.y, 2)))
+        assert len(points) >= 2, f"{task_id}: the first tap landed on only {points} over 6 seeds"

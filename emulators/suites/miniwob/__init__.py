@@ -22,10 +22,19 @@ from emulators.base import Device
 from emulators.suites import Suite
 from emulators.suites.miniwob.tasks import MiniWobTask, TASK_CLASSES, html_dir, page_names
 
-__all__ = ["MiniWobSuite", "SUITE", "MiniWobTask", "TASK_AREA", "device_config"]
+__all__ = ["MiniWobSuite", "SUITE", "MiniWobTask", "TASK_AREA", "device_config", "RANDOM_LAYOUT_TASKS",
+           "TASK_SETS"]
 
 #: width, height of a MiniWoB++ task area in CSS pixels
 TASK_AREA = (160, 210)
+
+#: tasks whose goal names the target and whose page puts it somewhere new each seed (buttons at random
+#: places, link words at random in random text, the named tab among several, radio options in random
+#: order, widgets of random kinds in random order): finding the element the goal names, wherever it is.
+#: Each has an oracle; with ``marks`` on, each is solved through element actions (tests/emulators/test_marks.py).
+RANDOM_LAYOUT_TASKS: tuple[str, ...] = ("click-button", "click-link", "click-tab", "click-option", "click-widget")
+#: named training task sets of this suite (``Suite.task_sets``)
+TASK_SETS: dict[str, tuple[str, ...]] = {"random-layout": RANDOM_LAYOUT_TASKS}
 
 
 def device_config(*, scale: float = 1.0, tree: str = "aria", image_format: str = "png",
@@ -42,6 +51,7 @@ class MiniWobSuite(Suite):
     """Every page of ``miniwob/html/miniwob`` as a task; ids are the page names."""
 
     name = "miniwob"
+    TASK_SETS = TASK_SETS
 
     def task_ids(self) -> list[str]:
         return list(page_names())

@@ -26,13 +26,24 @@ from emulators.suites import Suite
 
 from .tasks import TASKS, WebTask
 
-__all__ = ["SUITE", "WebAppsSuite", "TASKS", "WebTask", "AppServer", "AppClient"]
+__all__ = ["SUITE", "WebAppsSuite", "TASKS", "WebTask", "AppServer", "AppClient", "SHUFFLED_TASKS", "TASK_SETS"]
+
+#: the easy tasks whose target each episode moves (docs/webapps.md, "Shuffled layouts")
+SHUFFLED_TASKS: tuple[str, ...] = tuple(sorted(t for t, cls in TASKS.items() if cls.shuffle))
+#: named training task sets of this suite (``Suite.task_sets``): ``fixed-easy`` keeps every target in its
+#: place, ``shuffled`` moves it, ``goal-conditioned`` is both (the route from fixed to shuffled layouts)
+TASK_SETS: dict[str, tuple[str, ...]] = {
+    "fixed-easy": tuple(t.removesuffix("_shuffled") for t in SHUFFLED_TASKS),
+    "shuffled": SHUFFLED_TASKS,
+    "goal-conditioned": tuple(sorted({*SHUFFLED_TASKS, *(t.removesuffix("_shuffled") for t in SHUFFLED_TASKS)})),
+}
 
 
 class WebAppsSuite(Suite):
     """The webapps tasks on a phone-sized :class:`~emulators.browser.BrowserDevice`."""
 
     name = "webapps"
+    TASK_SETS = TASK_SETS
 
     def task_ids(self) -> list[str]:
         return sorted(TASKS)

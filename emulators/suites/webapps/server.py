@@ -47,7 +47,7 @@ from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import WSGIRequestHandler, make_server
 
-from .world import empty_world
+from .world import check_layout, empty_world
 
 __all__ = ["StateError", "SessionStore", "validate_state", "create_app", "AppServer", "AppClient", "LocalClient",
            "shared_server", "stop_shared_server"]
@@ -81,6 +81,10 @@ def validate_state(state: Any) -> dict[str, Any]:
         for item in out[key]:
             if not isinstance(item, dict) or not isinstance(item.get("id"), int):
                 raise StateError(f"every item of state[{key!r}] needs an integer 'id'")
+    try:
+        check_layout(out["layout"])
+    except ValueError as e:
+        raise StateError(str(e)) from None
     return out
 
 

@@ -22,7 +22,8 @@ from typing import Any
 __all__ = [
     "APPS", "APP_TITLES", "SETTINGS_TOGGLES", "SETTINGS_SECTIONS", "FOLDERS", "CATEGORIES",
     "RINGTONES", "FONT_SIZES", "SCREEN_TIMEOUTS", "CLOCK_TABS", "TODAY", "CONTACT_COUNT",
-    "make_world", "empty_world", "money", "pretty_date", "next_id",
+    "make_world", "empty_world", "money", "pretty_date", "next_id", "LAYOUT_LISTS", "shuffled_layout",
+    "check_layout",
 ]
 
 #: app slugs in launcher order (fixed: easy tasks rely on the icons' places)
@@ -123,7 +124,11 @@ def next_id(items: list[dict[str, Any]]) -> int:
 
 
 def empty_world() -> dict[str, Any]:
-    """A world with no user data and default settings (the server's schema in one place)."""
+    """A world with no user data and default settings (the server's schema in one place).
+
+    ``layout`` reorders lists of the screens (:data:`LAYOUT_LISTS`); empty, every list keeps its
+    fixed order.
+    """
     return {
         "today": TODAY.isoformat(),
         "contacts": [], "threads": [], "events": [], "notes": [], "files": [], "expenses": [],
@@ -131,8 +136,32 @@ def empty_world() -> dict[str, Any]:
         "settings": {"wifi": True, "bluetooth": False, "airplane": False, "location": True, "dnd": False,
                      "dark_theme": False, "font_size": "Default", "screen_timeout": "1 minute",
                      "ringtone": "Chime", "vibrate": True, "device_name": "My Phone"},
-        "log": [], "flash": None,
+        "log": [], "flash": None, "layout": {},
     }
+
+
+#: the lists a world's ``layout`` may reorder, by name, each in its fixed order: the launcher's icon
+#: grid, the Settings screen's quick toggles and its sections, and the Files app's folders
+LAYOUT_LISTS: dict[str, tuple[str, ...]] = {
+    "apps": APPS, "toggles": tuple(SETTINGS_TOGGLES), "sections": tuple(SETTINGS_SECTIONS), "folders": FOLDERS,
+}
+
+
+def shuffled_layout(rng: random.Random, lists: tuple[str, ...]) -> dict[str, list[str]]:
+    """A ``layout`` that permutes each of ``lists`` (names of :data:`LAYOUT_LISTS`), drawn from ``rng``."""
+    return {name: rng.sample(list(LAYOUT_LISTS[name]), len(LAYOUT_LISTS[name])) for name in lists}
+
+
+def check_layout(layout: Any) -> None:
+    """Raise ``ValueError`` unless ``layout`` maps names of :data:`LAYOUT_LISTS` to permutations of them."""
+    if not isinstance(layout, dict):
+        raise ValueError(f"layout must be an object, got {type(layout).__name__}")
+    for name, order in layout.items():
+        if name not in LAYOUT_LISTS:
+            raise ValueError(f"unknown layout list {name!r}; known: {sorted(LAYOUT_LISTS)}")
+        if not isinstance(order, list) or sorted(map(str, order)) != sorted(LAYOUT_LISTS[name]) \
+                or not all(isinstance(v, str) for v in order):
+            raise ValueError(f"layout[{name!r}] must list each of {list(LAYOUT_LISTS[name])} once")
 
 
 def _phone(rng: random.Random) -> str:

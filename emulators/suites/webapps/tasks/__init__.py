@@ -7,7 +7,7 @@ from importlib import import_module
 from .base import WebTask
 
 _MODULES = ("easy", "contacts", "messages", "calendar", "notes", "system", "expenses", "clock", "todo",
-            "composite")
+            "composite", "shuffled")
 
 
 def _collect() -> dict[str, type[WebTask]]:

@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 from emulators.base import ActionError, Device, Task
 from guiagent.types import Action, Click, Key, NavigateHome, Scroll, Type
 
-from ..world import APP_TITLES, APPS, make_world
+from ..world import APP_TITLES, APPS, make_world, shuffled_layout
 
 __all__ = ["WebTask", "Route", "app_step", "norm", "digits", "parse_cents", "parse_count", "same_time",
            "visited", "last_view", "resolve_app", "split_rel", "session_id"]
@@ -163,6 +163,9 @@ class WebTask(Task):
     suite: ClassVar[str] = "webapps"
     #: page (relative to the session) where the episode starts; "" is the launcher
     start: ClassVar[str] = ""
+    #: lists of the screens (``world.LAYOUT_LISTS`` names) each episode reorders, drawn from its seed and
+    #: kept in its parameters (``params["layout"]``); empty: the fixed layout
+    shuffle: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params: dict[str, Any]):
         super().__init__(params)
@@ -175,7 +178,10 @@ class WebTask(Task):
     @classmethod
     def sample_params(cls, rng: random.Random) -> dict[str, Any]:
         seed = rng.randrange(2**31)
-        return {"seed": seed, **cls.choose(make_world(seed), rng)}
+        params = {"seed": seed, **cls.choose(make_world(seed), rng)}
+        if cls.shuffle:
+            params["layout"] = shuffled_layout(rng, cls.shuffle)
+        return params
 
     @classmethod
     def choose(cls, world: dict[str, Any], rng: random.Random) -> dict[str, Any]:
@@ -188,6 +194,8 @@ class WebTask(Task):
     def initial_state(self) -> dict[str, Any]:
         world = make_world(int(self.params["seed"]))
         self.prepare(world)
+        if self.params.get("layout"):
+            world["layout"] = {k: list(v) for k, v in dict(self.params["layout"]).items()}
         return world
 
     def start_page(self) -> str:

@@ -1,0 +1,31 @@
+"""The easy tasks with their targets moved: each episode reorders the list its target sits in.
+
+``open_app_shuffled`` shuffles the launcher's icon grid, ``settings_turn_on_shuffled`` /
+``settings_turn_off_shuffled`` / ``settings_open_section_shuffled`` the Settings screen's toggles
+and sections, ``files_open_folder_shuffled`` the Files app's folders. The order is drawn from the
+episode's seed and kept in its parameters (``params["layout"]``, see ``world.LAYOUT_LISTS``); goals,
+oracles, milestones and success are those of the fixed-layout task. A policy that solves these has
+learnt to find the element the goal names wherever the screen puts it, not a map from goal words to
+screen places (docs/webapps.md, "Shuffled layouts").
+"""
+
+from __future__ import annotations
+
+from .base import WebTask
+from .easy import FilesOpenFolder, OpenApp, SettingsOpenSection, SettingsTurnOff, SettingsTurnOn
+
+
+def shuffled(cls: type[WebTask], lists: tuple[str, ...]) -> type[WebTask]:
+    """``cls`` as ``<task_id>_shuffled``, its episodes reordering ``lists`` of the screens."""
+    return type(cls.__name__ + "Shuffled", (cls,), {
+        "task_id": cls.task_id + "_shuffled", "shuffle": lists, "__module__": __name__,
+        "__doc__": f"``{cls.task_id}`` with {', '.join(lists)} in an order drawn from each episode's seed."})
+
+
+TASKS = [
+    shuffled(OpenApp, ("apps",)),
+    shuffled(SettingsTurnOn, ("toggles", "sections")),
+    shuffled(SettingsTurnOff, ("toggles", "sections")),
+    shuffled(SettingsOpenSection, ("toggles", "sections")),
+    shuffled(FilesOpenFolder, ("folders",)),
+]
