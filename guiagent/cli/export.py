@@ -9,13 +9,20 @@ written by :mod:`guiagent.store.export`:
 
 Both get a dataset card, ``DIR/README.md``: tasks, agents, success rate, episode and
 step counts, the schema. Everything is checked before anything is written, the export
-is built in a temporary folder next to ``DIR`` and moved into place at the end, and an
-existing non-empty ``DIR`` is refused unless ``--overwrite`` is given.
+is built in a temporary folder next to ``DIR`` and moved into place at the end.
+
+``DIR`` must lie outside the run directory, and the run directory outside ``DIR``. An
+existing non-empty ``DIR`` is refused unless ``--overwrite`` is given, and ``--overwrite``
+only replaces an earlier export: a folder whose record ``DIR/.guiagent-export.json`` lists
+every file in it. Anything else in it (a run, a file of yours) is never deleted.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import sqlite3
 import sys
 import tempfile
 from collections import Counter, defaultdict
@@ -29,6 +36,8 @@ from guiagent.cli._common import emit_json, log
 from guiagent.config import parse_config
 
 PARQUET_FILE = "steps.parquet"
+#: written last into every export: the files the export wrote (``--overwrite`` deletes these only)
+RECORD_FILE = ".guiagent-export.json"
 
 #: what each exported column holds (the dataset card's schema table)
 COLUMN_DOCS: dict[str, str] = {
@@ -93,10 +102,15 @@ def _check(cfg: ExportConfig):
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise ExportError(f"--out {cfg.out} is a file, not a folder")
-    if out.is_dir() and any(out.iterdir()) and not cfg.overwrite:
-        raise ExportError(f"--out {cfg.out} exists and is not empty (pass --overwrite to replace it)")
     if out.resolve() == run_dir.resolve() or run_dir.resolve() in out.resolve().parents:
         raise ExportError("--out must lie outside the run directory")
+    if out.resolve() in run_dir.resolve().parents:
+        raise ExportError(f"--out {cfg.out} contains the run directory {cfg.run_dir}: give a folder outside it")
+    if out.is_dir() and any(out.iterdir()):
+        if not cfg.overwrite:
+            raise ExportError(f"--out {cfg.out} exists and is not empty (pass --overwrite to replace an earlier "
+                              "export there)")
+        _check_replaceable(out, cfg.out)
     if cfg.format == "hf":
         try:
             import datasets  # noqa: F401
@@ -110,9 +124,38 @@ def _check(cfg: ExportConfig):
             n = reader.count_episodes(f)
     except StoreError as e:
         raise ExportError(f"{cfg.run_dir}: {e.args[0] if e.args else e}") from None
+    except sqlite3.DatabaseError as e:
+        raise ExportError(f"{cfg.run_dir}: the trajectory store is damaged ({' '.join(str(e).split())})") from None
     if n == 0:
         raise ExportError(f"{cfg.run_dir}: no finished episodes match; nothing to export")
     return f, n
+
+
+def _files(folder: Path) -> list[str]:
+    """Every entry under ``folder`` that is not a folder (files, links), relative, sorted."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        base = Path(dirpath)
+        out += [(base / n).relative_to(folder).as_posix() for n in filenames]
+        out += [(base / n).relative_to(folder).as_posix() for n in dirnames if (base / n).is_symlink()]
+    return sorted(out)
+
+
+def _check_replaceable(out: Path, shown: str) -> None:
+    """``--overwrite`` replaces ``out`` only when it holds an earlier export and nothing else."""
+    try:
+        record = json.loads((out / RECORD_FILE).read_text(encoding="utf-8"))
+        listed = set(record["files"]) if isinstance(record, dict) and isinstance(record.get("files"), list) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        listed = None
+    if listed is None:
+        raise ExportError(f"--out {shown} holds no {RECORD_FILE} (it was not written by guiagent export); "
+                          "--overwrite only replaces an earlier export: give another --out")
+    foreign = [f for f in _files(out) if f != RECORD_FILE and f not in listed]
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise ExportError(f"--out {shown} holds files guiagent export did not write ({', '.join(foreign[:3])}{more}); "
+                          "--overwrite never deletes those: move them or give another --out")
 
 
 def card(run_dir: str, fmt: str, filt, rows: int) -> str:
@@ -186,16 +229,30 @@ def main(argv: list[str]) -> int:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
         log(f"exporting {cfg.run_dir} as {cfg.format} ...")
-        if cfg.format == "hf":
-            rows = export_hf_dataset(cfg.run_dir, tmp / "ds", filt)
-            (tmp / "ds" / "README.md").write_text(card(cfg.run_dir, "hf", filt, rows))
-        else:
-            (tmp / "ds").mkdir()
-            rows = export_parquet(cfg.run_dir, tmp / "ds" / PARQUET_FILE, filt)
-            (tmp / "ds" / "README.md").write_text(card(cfg.run_dir, "parquet", filt, rows))
-        if out.exists():
-            shutil.rmtree(out)  # checked above: empty, or --overwrite
-        (tmp / "ds").rename(out)
+        ds = tmp / "ds"
+        try:
+            if cfg.format == "hf":
+                rows = export_hf_dataset(cfg.run_dir, ds, filt)
+            else:
+                ds.mkdir()
+                rows = export_parquet(cfg.run_dir, ds / PARQUET_FILE, filt)
+            (ds / "README.md").write_text(card(cfg.run_dir, cfg.format, filt, rows))
+        except sqlite3.DatabaseError as e:  # a store damaged past the pages the checks read
+            raise ExportError(f"{cfg.run_dir}: the trajectory store is damaged ({' '.join(str(e).split())}); "
+                              f"nothing was written") from None
+        (ds / RECORD_FILE).write_text(json.dumps({"format": cfg.format, "source": str(Path(cfg.run_dir).resolve()),
+                                                  "rows": rows, "files": _files(ds)}, indent=1))
+        if out.exists():  # checked above: empty, or an earlier export (--overwrite); kept until the new one is in
+            out.rename(tmp / "old")
+        try:
+            ds.rename(out)
+        except OSError:
+            if (tmp / "old").exists():
+                (tmp / "old").rename(out)
+            raise
+    except ExportError as e:
+        print(f"guiagent export: {e}", file=sys.stderr)
+        return 2
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     log(f"wrote {rows} rows to {out}")

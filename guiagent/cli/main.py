@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sqlite3
 import sys
 
 #: command -> (module, one-line help)
@@ -56,6 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, StoreError, VLLMUnavailable) as e:
         # bad input (flags, config files, paths, stores): one line, no traceback, exit 2
         print(f"guiagent {name}: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except sqlite3.DatabaseError as e:
+        # a damaged store ("database disk image is malformed", "file is not a database") or one
+        # SQLite cannot open or lock: bad input, one line; a misuse of the API stays a traceback
+        if type(e) not in (sqlite3.DatabaseError, sqlite3.OperationalError) or os.environ.get("GUIAGENT_TRACEBACK"):
+            raise
+        print(f"guiagent {name}: trajectory store: {_one_line(e)}", file=sys.stderr)
         return 2
     except (OSError, OverflowError) as e:
         # what no check foresaw: a path the file system refuses ([Errno ...]: a folder that refuses

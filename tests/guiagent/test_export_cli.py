@@ -68,7 +68,9 @@ def test_parquet_round_trip_successful_only(run, tmp_path, capsys):
     want = [(t, s) for t in trajs if t.success >= 0.5 for s in t.steps]
     assert [(r["episode_id"], r["step_index"]) for r in rows] == [(t.episode_id, s.index) for t, s in want]
     assert rows[0]["screenshot"] == want[0][1].observation.screenshot  # bytes as stored
-    assert sorted(p.name for p in out.iterdir()) == ["README.md", "steps.parquet"]
+    assert sorted(p.name for p in out.iterdir()) == [".guiagent-export.json", "README.md", "steps.parquet"]
+    record = json.loads((out / ".guiagent-export.json").read_text())
+    assert record["files"] == ["README.md", "steps.parquet"] and record["rows"] == len(rows)
     assert "success rate: 100.0%" in (out / "README.md").read_text()
 
 
@@ -108,14 +110,75 @@ def test_bad_input_one_line_nothing_written(run, tmp_path, capsys, case, message
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written, nothing removed
 
 
-def test_overwrite_replaces_and_leaves_no_temp(run, tmp_path, capsys):
+def test_overwrite_replaces_an_earlier_export_and_leaves_no_temp(run, tmp_path, capsys):
     run_dir, _, _ = run
     out = tmp_path / "ds"
-    out.mkdir()
-    (out / "old.txt").write_text("old")
+    assert _run([run_dir, "--format", "hf", "--out", out], capsys)[0] == 0
     assert _run([run_dir, "--format", "parquet", "--out", out, "--overwrite"], capsys)[0] == 0
-    assert sorted(p.name for p in out.iterdir()) == ["README.md", "steps.parquet"]
+    assert sorted(p.name for p in out.iterdir()) == [".guiagent-export.json", "README.md", "steps.parquet"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+    assert _run([run_dir, "--format", "hf", "--out", out, "--overwrite"], capsys)[0] == 0  # and back
+    assert len(datasets.load_from_disk(str(out))) > 0  # the record beside an hf dataset does not disturb it
+
+
+def _listing(root, skip=None):
+    """Every path under ``root`` with its bytes (``skip``: a folder left out, a store SQLite may touch)."""
+    return sorted((str(p.relative_to(root)), p.read_bytes() if p.is_file() else b"") for p in root.rglob("*")
+                  if skip is None or not p.is_relative_to(skip))
+
+
+def test_overwrite_never_deletes_what_export_did_not_write(run, tmp_path, capsys):
+    """`guiagent export runs/x --out runs --overwrite` deleted runs/ and every sibling run: an --out that
+    contains the run is refused, and --overwrite replaces only a folder holding an earlier export
+    and nothing else."""
+    import shutil
+
+    runs = tmp_path / "runs"
+    shutil.copytree(run[0], runs / "x")
+    shutil.copytree(run[0], runs / "y")
+    before = _listing(tmp_path)
+    code, _, err = _run([runs / "x", "--format", "parquet", "--out", runs, "--overwrite"], capsys)
+    assert code == 2 and err.strip() == f"guiagent export: --out {runs} contains the run directory {runs / 'x'}: " \
+                                       "give a folder outside it"
+    mine = tmp_path / "mine"  # a folder of the user's, not an export
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    before = _listing(tmp_path)
+    code, _, err = _run([runs / "x", "--format", "parquet", "--out", mine, "--overwrite"], capsys)
+    assert code == 2 and "holds no .guiagent-export.json" in err and len(err.strip().splitlines()) == 1
+    ex = tmp_path / "ex"  # an earlier export, with a file of the user's added since
+    assert _run([runs / "x", "--format", "parquet", "--out", ex], capsys)[0] == 0
+    (ex / "notes.txt").write_text("keep me too")
+    before = _listing(tmp_path)
+    code, _, err = _run([runs / "y", "--format", "parquet", "--out", ex, "--overwrite"], capsys)
+    assert code == 2 and "did not write (notes.txt)" in err and len(err.strip().splitlines()) == 1
+    assert _listing(tmp_path) == before  # nothing deleted, nothing written, no temporary folder left
+
+
+def test_a_partly_damaged_store_is_one_line_and_leaves_the_earlier_export(run, tmp_path, capsys):
+    """The checks read the runs and episodes tables; a damaged steps table is met only while exporting
+    (sqlite3.DatabaseError): one line, exit 2, the earlier export in --out untouched."""
+    import shutil
+    import sqlite3
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(run[0], damaged)
+    out = tmp_path / "ex"
+    assert _run([damaged, "--format", "parquet", "--out", out], capsys)[0] == 0
+    con = sqlite3.connect(damaged / "store.sqlite")
+    page_size = con.execute("PRAGMA page_size").fetchone()[0]
+    [root] = con.execute("SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = 'steps'").fetchone()
+    con.close()
+    with open(damaged / "store.sqlite", "r+b") as f:  # the steps table's root page, overwritten
+        f.seek((root - 1) * page_size)
+        f.write(b"\xff" * page_size)
+    before = _listing(tmp_path, skip=damaged)
+    code, stdout, err = _run([damaged, "--format", "parquet", "--out", out, "--overwrite"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and stdout == "" and "Traceback" not in err, err
+    assert lines[-1] == f"guiagent export: {damaged}: the trajectory store is damaged (database disk image is " \
+                        "malformed); nothing was written"
+    assert _listing(tmp_path, skip=damaged) == before
 
 
 def test_listed_by_the_dispatcher():
