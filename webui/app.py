@@ -48,8 +48,9 @@ class AppConfig:
     """episodes per page of the episode list"""
 
     def __post_init__(self) -> None:
-        if self.token is not None and len(self.token) < 8:
-            raise ValueError("the access token must be at least 8 characters")
+        if self.token is not None and (len(self.token) < 8 or not self.token.isprintable()
+                                       or any(c.isspace() for c in self.token)):
+            raise ValueError("the access token must be at least 8 printable characters without spaces")
         if self.refresh_s <= 0 or self.rescan_s < 0:
             raise ValueError("refresh_s must be positive and rescan_s >= 0")
         if not 1 <= self.page_size <= 500:

@@ -63,8 +63,8 @@ def is_loopback(host: str) -> bool:
 
 def check_exposure(cfg: UIConfig, token: str | None) -> str | None:
     """Why this host/token combination is refused, in one line (``None``: fine)."""
-    if token is not None and (len(token) < 8 or not token.isprintable() or token != token.strip()):
-        return "the access token must be at least 8 printable characters without surrounding spaces"
+    if token is not None and (len(token) < 8 or not token.isprintable() or any(c.isspace() for c in token)):
+        return "the access token must be at least 8 printable characters without spaces"
     if is_loopback(cfg.host):
         return None
     if not cfg.allow_remote:

@@ -27,8 +27,20 @@ def test_exposure_rules():
     assert "--allow-remote" in check_exposure(UIConfig(host="0.0.0.0"), "x" * 20)
     assert "token" in check_exposure(UIConfig(host="0.0.0.0", allow_remote=True), None)
     assert "16 characters" in check_exposure(UIConfig(host="0.0.0.0", allow_remote=True), "short-123")
-    for bad in ("abc", "", " spaced-token ", "tab\there-token"):  # refused even on loopback
-        assert "at least 8 printable" in check_exposure(UIConfig(), bad)
+    # refused even on loopback: short, surrounding or inner spaces (the docs promise: no spaces), control
+    for bad in ("abc", "", " spaced-token ", "inner space-token", "tab\there-token", "nbsp\u00a0token-x"):
+        assert "at least 8 printable characters without spaces" in check_exposure(UIConfig(), bad), bad
+    assert check_exposure(UIConfig(), "inner-no-space") is None
+
+
+def test_a_token_with_an_inner_space_is_refused_by_the_command_and_the_app(tmp_path, capsys):
+    from webui import AppConfig
+
+    assert guiagent_main(["ui", "--runs", str(tmp_path), "--token", "inner space-token"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "guiagent ui: the access token must be at least 8 printable characters without spaces"]
+    with pytest.raises(ValueError, match="without spaces"):
+        AppConfig(runs=tmp_path, token="inner space-token")
     assert "--debug" in check_exposure(UIConfig(host="0.0.0.0", allow_remote=True, debug=True), "x" * 20)
     assert check_exposure(UIConfig(host="0.0.0.0", allow_remote=True), "x" * 20) is None
 
