@@ -338,3 +338,48 @@ def test_real_server_with_broken_stores_fds_stay_flat_and_token_never_logged(hos
         wlog.setLevel(old_level)
     text = log.getvalue()
     assert "GET /api/runs?token=[redacted]" in text and TOKEN not in text
+
+
+#: reports of the right shape whose fields hold the wrong types; each once made /judge (and its own
+#: page) answer 500, taking every report down with it
+BADLY_TYPED = [
+    {"calibration": {"agreement": "high", "n": 3}},
+    {"calibration": {"n": 3}, "judge": "a string, not a mapping"},
+    {"calibration": {"n": 3}, "judge": {"model": "m", "votes": "3"}},
+    {"calibration": {"n": 3}, "disagreements": 7},
+    {"calibration": {"n": 3}, "disagreements": [{"episode_id": "e", "rule_success": "yes"}]},
+    {"calibration": {"n": 3}, "missing_reasons": ["timeout"], "missing": 1},
+    {"calibration": {"n": 3}, "seconds": "fast"},
+    {"calibration": {"n": 3}, "missing_episodes": {"episode_id": "e"}},
+    {"calibration": [1, 2, 3]},
+]
+
+
+def test_badly_typed_judge_reports_are_listed_with_the_reason_and_never_500(tmp_path):
+    import json
+
+    root = tmp_path / "runs"
+    with Store.open(root / "r") as s:
+        s.create_run("r", run_id="r")
+    good = {"calibration": {"n": 4, "tp": 2, "fp": 1, "tn": 1, "fn": 0, "agreement": 0.75, "precision": 0.667,
+                            "recall": 1.0, "kappa": 0.5},
+            "judge": {"model": "http://judge/v1", "votes": 3, "evidence": "key_screens"}, "episodes": 4,
+            "missing": 0, "missing_reasons": {}, "calls": 12, "seconds": 3.5,
+            "disagreements": [{"episode_id": "nope", "task_id": "todo_add", "seed": 3, "goal": "add",
+                               "rule_success": 0.0, "judge_success": True, "judge_score": 0.9,
+                               "judge_reason": "looks done"}], "missing_episodes": []}
+    (root / "judge_eval_a_good.json").write_text(json.dumps(good))
+    for i, bad in enumerate(BADLY_TYPED):
+        (root / f"judge_eval_b{i}.json").write_text(json.dumps(bad))
+    c = create_app(AppConfig(runs=root)).test_client()
+    page = c.get("/judge")
+    assert page.status_code == 200, page.data[-2000:]
+    text = page.data.decode()
+    assert text.count("not a judge eval report") == len(BADLY_TYPED)
+    assert "judge_eval_a_good.json" in text and "http://judge/v1" in text and "0.75" in text
+    good_page = c.get("/judge/report/0")
+    assert good_page.status_code == 200 and b"looks done" in good_page.data
+    for n in range(1, len(BADLY_TYPED) + 1):
+        r = c.get(f"/judge/report/{n}")
+        assert r.status_code == 404 and b"not a judge eval report" in r.data, (n, r.data[-500:])
+    assert c.get("/").status_code == 200  # the run list (whose template asks for reward weights) too

@@ -7,7 +7,9 @@ tasks' rule outcomes, the missing verdicts by reason, and each disagreement with
 both sides — the judge's reason, the rule outcome — and a link to its replay.
 Only files this scan found are ever opened (a report is addressed by its index
 in the scan, never by a path from the request), and each is read as JSON of at
-most a few megabytes.
+most a few megabytes and checked against the report's schema (:class:`Report`, strictly
+typed with pydantic): a report with a field of the wrong type is listed with the reason
+and its page is a 404 that says it; it never takes the list or the other reports down.
 
 The template global ``reward_weights_of(run_key)`` gives each stored reward part's
 weight from the run's stored config (:func:`judge.compose.reward_weights`), so
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from flask import Blueprint, render_template
+from typing_extensions import Required, TypedDict
 
 from judge.compose import reward_weights
 from webui.registry import NotFound, discover_run_dirs
@@ -46,16 +49,106 @@ def find_reports(root: Path) -> list[Path]:
                   and not any(part.startswith(".") for part in p.parts[-3:]))
 
 
+class JudgeInfo(TypedDict, total=False):
+    model: str
+    served_model: str
+    votes: int
+    aggregation: str
+    temperature: float
+    evidence: str
+    screens: int
+    token_budget: int
+    max_new_tokens: int
+
+
+class Figures(TypedDict, total=False):
+    """:class:`judge.calibration.Calibration` as JSON (``None``: undefined)."""
+
+    n: int
+    tp: int
+    fp: int
+    tn: int
+    fn: int
+    agreement: float | None
+    precision: float | None
+    recall: float | None
+    kappa: float | None
+
+
+class Disagreement(TypedDict, total=False):
+    run_dir: str
+    run_id: str
+    episode_id: str
+    task_id: str
+    seed: int | None
+    goal: str
+    rule_success: float | None
+    judge_success: bool | None
+    judge_score: float | None
+    judge_reason: str | None
+    shown_steps: list[int]
+    cited_steps: list[int]
+
+
+class MissingVerdict(TypedDict, total=False):
+    run_dir: str
+    run_id: str
+    episode_id: str
+    task_id: str
+    seed: int | None
+    goal: str
+    missing: str
+    error: str | None
+
+
+class Report(TypedDict, total=False):
+    """What ``guiagent judge eval`` writes (guiagent/cli/judge.py); unknown keys are ignored."""
+
+    version: int
+    created_at: float
+    runs: list[str]
+    judge: JudgeInfo
+    episodes: int
+    judged: int
+    missing: int
+    missing_reasons: dict[str, int]
+    calls: int
+    seconds: float
+    calibration: Required[Figures]
+    disagreements: list[Disagreement]
+    missing_episodes: list[MissingVerdict]
+
+
+def _report_adapter() -> Any:
+    from pydantic import TypeAdapter
+
+    global _ADAPTER
+    if _ADAPTER is None:
+        _ADAPTER = TypeAdapter(Report)
+    return _ADAPTER
+
+
+_ADAPTER: Any = None
+
+
 def _read(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The report in ``path``, typed (:class:`Report`), or None and why it is not shown."""
+    from pydantic import ValidationError
+
     try:
         if path.stat().st_size > MAX_REPORT_BYTES:
             return None, f"larger than {MAX_REPORT_BYTES // (1024 * 1024)} MB; not opened"
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         return None, f"unreadable: {type(e).__name__}"
-    if not isinstance(data, dict) or not isinstance(data.get("calibration"), dict):
+    if not isinstance(data, dict) or "calibration" not in data:
         return None, "not a judge eval report"
-    return data, None
+    try:
+        return _report_adapter().validate_python(data, strict=True), None
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "report"
+        return None, f"not a judge eval report: {where}: {first.get('msg', 'invalid')}"[:200]
 
 
 def _label(root: Path, path: Path) -> str:
@@ -99,16 +192,16 @@ def report(n: int):
         raise NotFound(f"judge report {_label(root, paths[n])}: {problem}")
     rows = []
     for d in data.get("disagreements", [])[:1000]:
-        if not isinstance(d, dict):
-            continue
         eid = d.get("episode_id")
-        try:
-            registry().find_episode(str(eid))
-            link = True
-        except NotFound:  # its run is not under this UI's runs folder
-            link = False
+        link = False
+        if eid:
+            try:
+                registry().find_episode(eid)
+                link = True
+            except NotFound:  # its run is not under this UI's runs folder
+                link = False
         rows.append({**d, "link": link})
-    missing = [m for m in data.get("missing_episodes", [])[:1000] if isinstance(m, dict)]
+    missing = data.get("missing_episodes", [])[:1000]
     return render_template("judge.html", rows=None, report=data, n=n, label=_label(root, paths[n]),
                            cal=data.get("calibration", {}), disagreements=rows, missing=missing,
                            root=str(root))
