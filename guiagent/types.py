@@ -767,6 +767,9 @@ class StepTarget:
             other way).
         button: a system button's name, lower case (``back``, ``home``, ``enter``, ``menu``).
         status: a finish's status (``success``, ``failure``).
+        element: the recorded element's id in the step's mark table (``Observation.marks``), when the
+            recorded action named one (``ClickElement``...): a prediction naming an element of the same
+            screen matches by id.
 
     >>> t = StepTarget("click", boxes=((0.1, 0.2, 0.3, 0.4),), point=(0.2, 0.3))
     >>> StepTarget.from_dict(t.to_dict()) == t
@@ -784,8 +787,12 @@ class StepTarget:
     convention: str = "finger"
     button: str | None = None
     status: str | None = None
+    element: int | None = None
 
     def __post_init__(self) -> None:
+        if self.element is not None and (isinstance(self.element, bool) or not isinstance(self.element, int)
+                                         or self.element < 0):
+            raise ValueError(f"StepTarget.element must be a mark id >= 0, got {self.element!r:.80}")
         if not isinstance(self.kind, str) or not self.kind:
             raise ValueError(f"StepTarget.kind must be an action kind, got {self.kind!r:.80}")
         if isinstance(self.boxes, (str, bytes, Mapping)) or not hasattr(self.boxes, "__iter__"):
@@ -829,7 +836,7 @@ class StepTarget:
         for name in ("point", "point2"):
             if getattr(self, name) is not None:
                 d[name] = list(getattr(self, name))
-        for name in ("text", "direction", "button", "status"):
+        for name in ("text", "direction", "button", "status", "element"):
             if getattr(self, name) is not None:
                 d[name] = getattr(self, name)
         if self.direction is not None:

@@ -26,8 +26,12 @@ Rules (:class:`MatchConfig`; ``MatchConfig.preset("uis1")`` reproduces UI-S1's r
 - system buttons (back, home, Enter...): another button still has the right kind (``button_kind``);
 - finish: the status must agree (``finish_status``; UI-S1 ignores it); wait, back, home: the kind.
 
-Element actions (``ClickElement``...) are resolved to the point action on their mark first
-(:func:`resolve_pred`), the one place where matching by element plugs in.
+Element actions (``ClickElement``...) are matched by element, on the screen's marks (the table the
+policy saw, which in a replay is the recorded step's): by id when the recorded step named an element
+of that table too (``StepTarget.element``; the same id, or a mark with the same box, matches); else by
+box, the mark's box holding the recorded point (a tap anywhere on the element the recording tapped),
+or else the point action on the mark's centre compared as any tap is (:func:`resolve_pred`). A tap at
+a point matches a recorded element action when it lands inside that element's box.
 """
 
 from __future__ import annotations
@@ -286,16 +290,18 @@ def step_target(step: Step) -> StepTarget:
         raise ValueError(f"step {step.index}: target_box must be [x0, y0, x1, y1], got {box!r:.80}")
     action = step.action
     boxes: tuple = () if box is None else (tuple(box),)
+    element = None
     if isinstance(action, (ClickElement, LongPressElement, TypeElement)):
         marks = step.observation.marks
         mark = next((m for m in marks or () if m.id == action.element), None)
         if mark is None:
             raise ValueError(f"step {step.index}: element {action.element} is not among the screen's marks")
-        action, boxes = resolve_element(action, marks), (mark.box,)
+        action, boxes, element = resolve_element(action, marks), (mark.box,), mark.id
     try:
-        return target_from_action(action, boxes=boxes)
+        target = target_from_action(action, boxes=boxes)
     except (TypeError, ValueError) as e:
         raise ValueError(f"step {step.index}: {e}") from None
+    return target if element is None else replace(target, element=element)
 
 
 def resolve_pred(pred: Action, marks: Sequence[Mark] | None) -> Action | None:
@@ -405,7 +411,8 @@ def match_action(
         same = t_button == p_button
         return MatchResult(same, True, same, f"button {p_button} vs recorded {t_button}")
     if tk in _POINT_KINDS:
-        return _point_match(p.x, p.y, t, size, cfg)
+        by_element = _element_match(pred, marks, t)
+        return by_element if by_element is not None else _point_match(p.x, p.y, t, size, cfg)
     if tk in ("scroll", "swipe"):
         return _swipe_match(p, t, cfg)
     if tk == "drag":
@@ -424,6 +431,23 @@ def match_action(
         return MatchResult(same, True, same, f"status {p.status} vs {t.status or 'success'}")
     # wait, and any other kind without arguments: the kind is the whole action
     return MatchResult(True, True, True, f"same kind {tk}")
+
+
+def _element_match(pred: Action, marks: Sequence[Mark] | None, t: StepTarget) -> MatchResult | None:
+    """An element action against a tap target, by element: ``None`` when geometry decides instead (a
+    point prediction, or a target with neither an element id nor a lone point)."""
+    if not isinstance(pred, (ClickElement, LongPressElement)):
+        return None
+    mark = next((m for m in marks or () if m.id == pred.element), None)
+    if mark is None:
+        return None
+    if t.element is not None:  # both sides name elements of the same table
+        same = pred.element == t.element or mark.box in t.boxes
+        return MatchResult(same, True, same, f"element {pred.element} vs recorded element {t.element}",
+                           0.0 if same else _box_gap(*mark.center, t.boxes[0]) if t.boxes else 1.0)
+    if t.point is not None and not t.boxes and mark.contains(*t.point):
+        return MatchResult(True, True, False, f"element {pred.element}'s box holds the recorded point", 0.0)
+    return None
 
 
 def _swipe_match(p: Any, t: StepTarget, cfg: MatchConfig) -> MatchResult:
