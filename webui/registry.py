@@ -12,7 +12,8 @@ directory itself). A bare run id is also accepted while it is unique.
 
 A run directory whose store cannot be read (corrupt, truncated, empty, still being
 created, a newer schema) is listed as *broken* with the reason; it never takes the
-other runs down.
+other runs down. So is a folder the server may not look into (no read or search
+permission): it may hold a run, and a run that silently vanished would be worse.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from guiagent.store import EpisodeNotFound, StoreError, StoreReader
 from guiagent.store.records import EpisodeSummary, RunInfo
 from guiagent.store.schema import db_path
 
-__all__ = ["RunRef", "BrokenRun", "RunRegistry", "discover_run_dirs", "NotFound"]
+__all__ = ["RunRef", "BrokenRun", "RunRegistry", "discover_run_dirs", "discover", "NotFound"]
 
 _STORE_FILE = db_path(".").name
 _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -45,9 +46,19 @@ def discover_run_dirs(root: str | Path, depth: int = 2) -> tuple[Path, ...]:
     Hidden folders and ``blobs/`` are skipped; a run directory's own subfolders are
     not searched (a store does not nest stores).
     """
+    return discover(root, depth)[0]
+
+
+def discover(root: str | Path, depth: int = 2) -> tuple[tuple[Path, ...], tuple[tuple[Path, str], ...]]:
+    """(run directories, folders that could not be looked into with the reason) at or under ``root``:
+    :func:`discover_run_dirs`, and the folders a permission (or another OS error) hid from it."""
     root = Path(root).resolve()
-    if (root / _STORE_FILE).is_file():
-        return (root,)
+    unreadable: list[tuple[Path, str]] = []
+    try:
+        if (root / _STORE_FILE).is_file():
+            return (root,), ()
+    except OSError as e:
+        return (), ((root, _os_reason(e)),)
     found: list[Path] = []
     level = [root]
     for _ in range(depth):
@@ -55,18 +66,24 @@ def discover_run_dirs(root: str | Path, depth: int = 2) -> tuple[Path, ...]:
         for folder in level:
             try:
                 children = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
-            except OSError:
+            except OSError as e:
+                unreadable.append((folder, _os_reason(e)))
                 continue
             for child in children:
                 if child.name == "blobs":
                     continue
                 try:
                     is_run = (child / _STORE_FILE).is_file()
-                except OSError:
+                except OSError as e:
+                    unreadable.append((child, _os_reason(e)))
                     continue
                 (found if is_run else nxt).append(child)
         level = nxt
-    return tuple(sorted(found))
+    return tuple(sorted(found)), tuple(sorted(unreadable))
+
+
+def _os_reason(e: OSError) -> str:
+    return f"the server cannot read this folder ({e.strerror or type(e).__name__})"
 
 
 @dataclass(frozen=True)
@@ -150,11 +167,13 @@ class RunRegistry:
         with self._lock:
             if not force and time.monotonic() - self._scanned < self.ttl_s:
                 return self._refs
-            dirs = discover_run_dirs(self.root)
+            dirs, unreadable = discover(self.root)
             for gone in set(self._readers) - set(dirs):
                 self._drop(gone)
             refs: dict[str, RunRef] = {}
-            broken: dict[Path, BrokenRun] = {}
+            # a folder it may not look into: listed, since it may hold a run (one that vanished silently
+            # from the list would be read as deleted)
+            broken: dict[Path, BrokenRun] = {d: BrokenRun(self._label(d), why) for d, why in unreadable}
             for d in dirs:
                 label = self._label(d)
                 try:

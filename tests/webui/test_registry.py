@@ -64,3 +64,51 @@ def test_registry_never_writes(tmp_path):
         reg.find_episode("nope")
     after = {p: p.stat().st_mtime_ns for p in (tmp_path / "a").rglob("*") if p.is_file() and p in before}
     assert after == before
+
+
+def _without_file_permission_override() -> list[str] | None:
+    """A command prefix under which permissions apply to this user: none as a normal user; as root,
+    ``setpriv`` dropping the capabilities that let root read any folder (None: not possible here)."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--bounding-set", "-dac_override,-dac_read_search"] if setpriv else None
+
+
+def test_a_run_folder_the_server_cannot_read_is_listed_as_broken(tmp_path):
+    """A run folder without read permission used to vanish from the list (an OSError skipped it): it is
+    listed as broken with the reason, beside the runs that can be read, on the page and in the API."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    prefix = _without_file_permission_override()
+    if prefix is None:
+        pytest.skip("running as root without setpriv: permissions cannot be made to apply")
+    root = tmp_path / "runs"
+    _make(root / "good", "good", run_id="good")
+    _make(root / "locked", "locked", run_id="locked")
+    _make(root / "group" / "hidden-run", "hidden", run_id="hidden")
+    script = ("import json, sys\nfrom webui import AppConfig, create_app\n"
+              "c = create_app(AppConfig(runs=sys.argv[1])).test_client()\n"
+              "page, api = c.get('/'), c.get('/api/runs')\n"
+              "print(json.dumps({'page': page.status_code, 'text': page.data.decode(), 'api': api.get_json()}))\n")
+    (root / "locked").chmod(0)
+    (root / "group").chmod(0o600)  # listed but not searchable: its run dir's store cannot be looked at
+    try:
+        r = subprocess.run([*prefix, sys.executable, "-c", script, str(root)], capture_output=True, text=True,
+                           timeout=120, cwd=Path(__file__).resolve().parents[2])
+    finally:
+        (root / "locked").chmod(0o755)
+        (root / "group").chmod(0o755)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["page"] == 200
+    assert [run["name"] for run in got["api"]["runs"]] == ["good"]
+    broken = {b["dir"]: b["error"] for b in got["api"]["broken"]}
+    assert set(broken) == {"locked", "group"} and all("Permission denied" in e for e in broken.values()), broken
+    assert "locked" in got["text"] and "the server cannot read this folder (Permission denied)" in got["text"]
