@@ -4,6 +4,7 @@ Run::
 
     python bench/marks.py                 # 40 observations per page and setting
     python bench/marks.py --rounds 100
+    python bench/marks.py --oracles 3     # every oracle through element actions, 3 seeds a task
 
 Two devices on one Chromium, one with ``BrowserConfig.marks`` off and one with it on (ARIA tree
 text on in both, as the suites' default), look at the same pages in turn: the webapps launcher,
@@ -12,6 +13,10 @@ page. Observations alternate off/on so both see the same machine load. Reported 
 median ``observe()`` wall time of each and the difference, the number of marks, and the CPU time of
 :func:`emulators.browser_support.build_marks` alone (parsing the two CDP replies). The last
 stdout line is one JSON object.
+
+``--oracles N`` instead runs every webapps and MiniWoB oracle for N seeds with marks on, each tap
+turned into the element action on the mark it lands on (``grounding.marks.to_element_action``),
+and reports the success per task: how far the marks cover what a solver needs to touch.
 """
 
 from __future__ import annotations
@@ -34,10 +39,43 @@ def _median_ms(xs: list[float]) -> float:
     return round(statistics.median(xs) * 1e3, 2)
 
 
+def oracles(seeds: int) -> None:
+    from grounding.marks import to_element_action
+
+    out: dict[str, float] = {}
+    for suite_name in ("webapps", "miniwob"):
+        suite = get_suite(suite_name)
+        ids = suite.oracle_task_ids() if suite_name == "miniwob" else suite.task_ids()
+        for task in ids:
+            env = suite.make_env(task, device=suite.make_device(browser=shared_browser(), marks=True))
+            wins = 0
+            for seed in range(seeds):
+                _, info = env.reset(seed=seed)
+                obs, reward = info["observation"], 0.0
+                for _ in range(env.max_steps):
+                    _, reward, term, trunc, info = env.step(to_element_action(env.oracle_action(), obs.marks))
+                    obs = info["observation"]
+                    if term or trunc:
+                        break
+                wins += reward == 1.0
+            env.close()
+            out[f"{suite_name}.{task}"] = wins / seeds
+            print(f"{suite_name}.{task:36s} {wins}/{seeds}", flush=True)
+        suite.close()
+    solved = sum(v == 1.0 for v in out.values())
+    print(json.dumps({"bench": "marks_oracles", "seeds": seeds, "tasks": len(out), "all_seeds_solved": solved,
+                      "not_all": {k: v for k, v in out.items() if v < 1.0}}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=40, help="observations per page and setting")
+    ap.add_argument("--oracles", type=int, default=0, metavar="N",
+                    help="run every oracle through element actions for N seeds instead")
     args = ap.parse_args()
+    if args.oracles:
+        oracles(args.oracles)
+        return
     browser = shared_browser()
     web, wob = get_suite("webapps"), get_suite("miniwob")
     pages = {
