@@ -39,15 +39,24 @@ class EvalConfig:
 
     env: str = "webapps"
     """suite name (webapps, miniwob, androidworld) or one env id such as guiagent/webapps.<task>"""
-    mode: Literal["online", "semi-online"] = "online"
+    mode: Literal["online", "semi-online", "offline"] = "online"
     """online: episodes on live envs; semi-online: replay the recorded episodes of --data once each,
     greedy, without patches, and report semi-online progress (SOP: share of recorded steps matched
-    before the first mismatch) and success (every step matched)"""
+    before the first mismatch) and success (every step matched); offline: one action at every recorded
+    step with the recorded history, and the field's offline metrics (type accuracy, grounding accuracy,
+    step success rate; overall and per action kind; --level high and/or low)"""
     data: tuple[str, ...] = ()
-    """--mode semi-online: run directories of recorded trajectories (successful episodes are replayed;
-    of --tasks only, when given; at most --episodes of them)"""
+    """--mode semi-online or offline: run directories of recorded trajectories (successful episodes are
+    replayed; of --tasks only, when given; at most --episodes of them)"""
+    level: Literal["both", "high", "low"] = "both"
+    """--mode offline: what the agent is told at each step: high (the goal alone), low (the goal and the
+    step's instruction, AndroidControl's low level), or both (two passes)"""
+    match: Literal["default", "uis1"] = "default"
+    """--mode semi-online or offline: the matcher's rules (default; uis1: UI-S1's reference matcher, see
+    docs/training.md, "Recorded data")"""
     agent: Literal["oracle", "random", "model"] = "oracle"
-    """who acts: the tasks' scripted oracles, uniform random actions, or a model"""
+    """who acts: the tasks' scripted oracles (--mode offline: the recorded actions), uniform random actions,
+    or a model"""
     episodes: int = 10
     """number of episodes, spread round-robin over the tasks"""
     out: str = "runs/eval"
@@ -97,6 +106,9 @@ class EvalConfig:
         if self.mode == "semi-online" and (not self.data or self.agent != "model"):
             raise ValueError("--mode semi-online replays recorded episodes with a model: give --data RUN_DIR "
                              "and --agent model --model DIR")
+        if self.mode == "offline" and not self.data:
+            raise ValueError("--mode offline scores an agent on recorded episodes: give --data RUN_DIR (a store, "
+                             "e.g. from guiagent data import)")
 
 
 @dataclass(frozen=True)
@@ -119,6 +131,8 @@ class EvalResult:
     progress: float | None = None
     """--mode semi-online: mean share of recorded steps matched before the first mismatch (SOP)"""
     per_suite: dict[str, float] = field(default_factory=dict)
+    offline: dict[str, Any] = field(default_factory=dict)
+    """--mode offline: the metrics per level (rl.offline_metrics.OfflineMetrics.to_dict)"""
     """a mixed --env (webapps,miniwob): success per suite, aborted episodes counted as failures as in
     success_rate; empty for one suite"""
 
@@ -209,6 +223,8 @@ def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalRe
         check_model_path(cfg.model or "")
     if cfg.mode == "semi-online":
         return _run_semi_online(cfg, policy)
+    if cfg.mode == "offline":
+        return _run_offline(cfg, policy)
     env_name, tasks_sel = resolve_env(cfg)
     suite = get_suite(env_name)
     ids = pick_tasks(suite, EvalConfig(**{**cfg.__dict__, "env": env_name, "tasks": tasks_sel}))
@@ -260,6 +276,7 @@ def _run_semi_online(cfg: EvalConfig, policy: Any) -> EvalResult:
     import time
 
     from guiagent.store import Store
+    from rl.match import MatchConfig
     from rl.semi_online import recorded_episodes, semi_online_eval
 
     episodes = recorded_episodes(cfg.data, cfg.tasks)[:cfg.episodes]
@@ -269,7 +286,7 @@ def _run_semi_online(cfg: EvalConfig, policy: Any) -> EvalResult:
                               model=cfg.model or cfg.agent, config=to_mapping(cfg))
     t0 = time.perf_counter()
     with _closing_run(store, run_id):
-        sop = semi_online_eval(policy, episodes, store=store, run_id=run_id)
+        sop = semi_online_eval(policy, episodes, store=store, run_id=run_id, match=MatchConfig.preset(cfg.match))
     seconds = time.perf_counter() - t0
     steps = sum(len(e.steps) for e in episodes)
     return EvalResult(
@@ -278,6 +295,47 @@ def _run_semi_online(cfg: EvalConfig, policy: Any) -> EvalResult:
         run_id=run_id, agent=cfg.agent, env=cfg.env,
         per_task={k: t.success for k, t in sop.per_task.items()}, time_share={"policy": 1.0},
         mode="semi-online", progress=sop.progress)
+
+
+def _run_offline(cfg: EvalConfig, policy: Any) -> EvalResult:
+    """Offline metrics of ``cfg.data``'s recorded episodes (rl.offline_eval); stored like any eval run,
+    the metrics as run metrics ``offline/<level>/...``."""
+    import time
+
+    from guiagent.store import Store
+    from rl.match import MatchConfig
+    from rl.offline_eval import RecordedPolicy, run_offline_eval
+    from rl.semi_online import recorded_episodes
+
+    episodes = recorded_episodes(cfg.data, cfg.tasks)[:cfg.episodes]
+    if policy is None:
+        policy = RecordedPolicy(episodes) if cfg.agent == "oracle" else make_policy(cfg)
+    levels = ("high", "low") if cfg.level == "both" else (cfg.level,)
+    suites = ",".join(sorted({e.task.suite for e in episodes}))  # the recorded data's, not --env's
+    store = Store.open(cfg.out)
+    run_id = store.create_run(cfg.name or f"offline-{cfg.agent}", env=suites, algo="eval-offline",
+                              model=cfg.model or cfg.agent, config=to_mapping(cfg))
+    steps = sum(len(e.steps) for e in episodes)
+    tenth = max(1, steps * len(levels) // 10)
+    shown = [0]
+
+    def progress(done: int, total: int) -> None:
+        if done - shown[0] >= tenth or done == total:
+            shown[0] = done
+            log.info("[%d/%d] steps scored", done, total)
+
+    t0 = time.perf_counter()
+    with _closing_run(store, run_id):
+        res = run_offline_eval(policy, episodes, levels=levels, match=MatchConfig.preset(cfg.match),
+                               batch_size=cfg.slots, store=store, run_id=run_id,
+                               agent_name=f"offline:{cfg.agent}", on_batch=progress)
+    seconds = time.perf_counter() - t0
+    first = res[levels[0]]
+    return EvalResult(
+        episodes=len(episodes), success_rate=first.episode_success, aborted=0,
+        mean_steps=steps / max(len(episodes), 1), steps_per_s=round(steps * len(levels) / max(seconds, 1e-9), 2),
+        seconds=round(seconds, 2), run_dir=cfg.out, run_id=run_id, agent=cfg.agent, env=suites, per_task={},
+        time_share={"policy": 1.0}, mode="offline", offline={k: v.to_dict() for k, v in res.items()})
 
 
 class _Progress:

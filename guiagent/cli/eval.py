@@ -6,6 +6,7 @@ Examples::
     guiagent eval --env miniwob --agent random --episodes 50 --out runs/random --json
     guiagent eval --env webapps --agent model --model runs/sft/model --episodes 40 --out runs/eval-sft
     guiagent eval --mode semi-online --data runs/demos --agent model --model runs/sft/model --out runs/sop
+    guiagent eval --mode offline --data runs/ac-eval --agent model --model http://127.0.0.1:8000/v1 --out runs/ac
 
 Episode ``i`` runs task ``tasks[i % len(tasks)]`` with seed ``seed + i // len(tasks)``.
 Evaluation seeds start at 1,000,000 by default, a range training never samples
@@ -28,7 +29,8 @@ def main(argv: list[str]) -> int:
     cfg = parse_config(EvalConfig, argv, prog="guiagent eval")
     if cfg.mode == "online" and "androidworld" in _suite_names(cfg.env):
         _check_android(cfg)  # the agent, adb, the emulators, android_world: one line each, nothing written
-    check_suite_tasks(cfg.env, cfg.tasks)  # the suite, its package and the tasks, before anything is created
+    if cfg.mode != "offline":  # offline: --tasks names recorded tasks, not a suite's
+        check_suite_tasks(cfg.env, cfg.tasks)  # the suite, its package and the tasks, before anything is created
     show_progress()
     quiet_library_bars()
     try:
@@ -41,7 +43,12 @@ def main(argv: list[str]) -> int:
     except ImportError as e:  # a suite whose package is not installed here
         print(f"guiagent eval: {e.args[0] if e.args else e}", file=sys.stderr)
         return 1
-    if r.mode == "semi-online":
+    if r.mode == "offline":
+        for level, m in r.offline.items():
+            g = "n/a" if m["grounding_acc"] is None else f"{m['grounding_acc']:.1%}"
+            print(f"offline ({level} level) on {r.episodes} recorded episodes, {m['steps']} steps: type {m['type_acc']:.1%}, "
+                  f"grounding {g}, step SR {m['step_sr']:.1%}, episodes all right {m['episode_success']:.1%} -> {r.run_dir}")
+    elif r.mode == "semi-online":
         print(f"semi-online on {r.episodes} recorded episodes: progress {r.progress:.1%}, success "
               f"{r.success_rate:.1%} ({r.mean_steps:.1f} steps each, {r.steps_per_s:.1f} steps/s) -> {r.run_dir}")
     else:
