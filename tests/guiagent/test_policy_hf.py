@@ -395,16 +395,56 @@ def test_lora_bad_settings_fail_clearly(model_dir, tmp_path):
         load_transformers(str(model_dir), device="cpu", dtype="float32", precision="fp32")
 
 
-def test_gradient_checkpointing_gives_the_same_gradients(model_dir):
+def saved_in_decoder_layers(policy, cs, comps) -> tuple[int, tuple[int, int, int]]:
+    """Bytes of the tensors autograd keeps for the backward pass while the language model's decoder
+    layers run (each counted once), and the (batch, length, hidden) shape of their input, for a
+    forward of ``score_batch(cs, comps, grad=True)``: the activation memory checkpointing saves."""
+    layers = next(m for n, m in policy.model.named_modules() if n.endswith("language_model.layers"))
+    state = {"inside": 0, "bytes": 0, "shape": None}
+    seen: set[int] = set()
+
+    def enter(module, args, kwargs):
+        state["inside"] += 1
+        hidden = args[0] if args else kwargs["hidden_states"]
+        state["shape"] = tuple(hidden.shape)
+
+    def leave(module, args, out):
+        state["inside"] -= 1
+
+    def pack(t):
+        if state["inside"] > 0 and t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            state["bytes"] += t.numel() * t.element_size()
+        return t
+
+    handles = [h for layer in layers for h in (layer.register_forward_pre_hook(enter, with_kwargs=True),
+                                               layer.register_forward_hook(leave))]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            sb = policy.score_batch(cs, comps, grad=True)
+    finally:
+        for h in handles:
+            h.remove()
+    return state["bytes"], state["shape"], sb
+
+
+def test_gradient_checkpointing_is_on_and_gives_the_same_gradients(model_dir):
+    """Same gradients with and without, and checkpointing really on: the decoder layers keep only their
+    inputs for the backward pass (the recompute makes the rest), so far fewer bytes are saved."""
     cs = chats()[:2]
     comps = [[100, 101, 102, 103, 104], [110, 111, 112]]
-    grads = []
+    grads, saved = [], []
     for ck in (False, True):
         p = load_transformers(str(model_dir), device="cpu", precision="fp32", gradient_checkpointing=ck)
-        sb = p.score_batch(cs, comps, grad=True)
+        assert p.gradient_checkpointing is ck and p.model.is_gradient_checkpointing is ck
+        nbytes, (b, length, hidden), sb = saved_in_decoder_layers(p, cs, comps)
+        saved.append(nbytes)
         (sb.logprobs * sb.mask).sum().backward()
         assert not p.model.training  # back in eval mode after the checkpointed forward
         grads.append({n: t.grad.clone() for n, t in p.model.named_parameters() if t.grad is not None})
+    layers = p.model.config.text_config.num_hidden_layers
+    assert saved[1] == layers * b * length * hidden * 4  # each layer's fp32 input, nothing else
+    assert saved[1] * 10 < saved[0]  # without: every layer's attention and MLP activations
     assert set(grads[0]) == set(grads[1])
     for n in grads[0]:
         torch.testing.assert_close(grads[0][n], grads[1][n], atol=1e-6, rtol=1e-4)
