@@ -39,6 +39,12 @@ def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.0f}%"
 
 
+@bp.app_template_filter("pct1")
+def _pct1(x: Any) -> str:
+    """A share with one decimal; "–" for a figure the run does not have."""
+    return f"{100 * x:.1f}%" if isinstance(x, (int, float)) and x == x else "–"
+
+
 @bp.app_template_filter("args")
 def _args(action: dict[str, Any] | None) -> str:
     """``click(x=0.142, y=0.356)``: an action dict as one readable call."""
@@ -70,7 +76,20 @@ def run(run: str):
     ref = registry().run(run, fresh=True)
     return render_template("run.html", run=run_json(ref.key, ref.label, ref.info),
                            config=json.dumps(dict(ref.info.config), indent=2, default=str),
-                           tasks=task_stats_json(ref.reader.task_stats(ref.info.run_id)), **_ctx())
+                           tasks=task_stats_json(ref.reader.task_stats(ref.info.run_id)),
+                           offline=_offline_metrics(ref), **_ctx())
+
+
+def _offline_metrics(ref: Any) -> dict[str, Any]:
+    """An offline evaluation's metrics (``guiagent eval --mode offline``), from the run's stored metrics:
+    ``{level: {"overall": {...}, "per_kind": {...}}}``, empty for other runs."""
+    from rl.offline_metrics import from_run_metrics
+
+    names = [n for n in ref.reader.metric_names(ref.info.run_id) if n.startswith("offline/")]
+    if not names:
+        return {}
+    curves = ref.reader.metrics(ref.info.run_id, names)
+    return from_run_metrics({k: v[-1].value for k, v in curves.items() if v})
 
 
 @bp.get("/runs/<run>/episodes")
