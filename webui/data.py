@@ -174,7 +174,12 @@ def chart_groups(names: list[str] | tuple[str, ...]) -> list[dict[str, Any]]:
     """Group metric names into charts: the four standard ones first, then one per other metric."""
     groups: dict[str, list[str]] = {title: [] for title, _ in _CHART_RULES}
     rest: list[str] = []
+    offline: list[str] = []
     for name in sorted(names):
+        if name.startswith("offline/"):  # an offline evaluation: its table is on the run page; one chart here
+            if name.count("/") == 2 and name.rsplit("/", 1)[1] in ("type_acc", "grounding_acc", "step_sr"):
+                offline.append(name)
+            continue
         for title, pattern in _CHART_RULES:
             if pattern.search(name):
                 groups[title].append(name)
@@ -183,6 +188,8 @@ def chart_groups(names: list[str] | tuple[str, ...]) -> list[dict[str, Any]]:
             rest.append(name)
     charts = [{"title": t, "series": s} for t, s in groups.items() if s]
     charts += [{"title": n, "series": [n]} for n in rest]
+    if offline:
+        charts.append({"title": "offline metrics", "series": offline})
     return charts
 
 

@@ -210,3 +210,14 @@ def test_eval_cli_offline_mode_and_the_run_page(tmp_path):
     assert "system_button" in html and "100.0%" in html
     other = next(r["key"] for r in items if r["name"] == "import:uis1")
     assert 'id="offline-metrics"' not in client.get(f"/runs/{other}").get_data(as_text=True)
+
+
+def test_runs_page_charts_group_the_offline_metrics_into_one():
+    from webui.data import chart_groups
+
+    m = offline_metrics([StepOutcome("a", "click", True, True, True), StepOutcome("a", "swipe", True, False, False)])
+    names = list(to_run_metrics(m, "high")) + list(to_run_metrics(m, "low")) + ["loss"]
+    charts = chart_groups(names)
+    assert [c["title"] for c in charts] == ["loss", "offline metrics"]
+    assert sorted(charts[1]["series"]) == sorted(f"offline/{lv}/{k}" for lv in ("high", "low")
+                                                 for k in ("type_acc", "grounding_acc", "step_sr"))
