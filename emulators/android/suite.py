@@ -10,7 +10,12 @@ Each registered ``TaskEval`` class becomes a :class:`~emulators.base.Task`:
 * task ids: the registry's names (``TaskRegistry().get_registry('android_world')``);
 * step budget: ``int(10 * complexity)`` (android_world's ``_allocate_step_budget``);
 * params: the class's ``generate_random_params()`` under ``random.seed(seed)``, with
-  ``params['seed']`` set, exactly as android_world's ``_instantiate_task`` does;
+  ``params['seed']`` set, exactly as android_world's ``_instantiate_task`` does. A third of the
+  tasks draw values that are not JSON (expense / recipe / calendar rows as dataclasses, receipt
+  images), which a trajectory store cannot hold: the task's ``params`` (what the episode records)
+  carry a JSON rendering of those values and name them under ``regenerated_from_seed``; the
+  android_world task itself gets the real values, drawn again from ``params['seed']`` (the same
+  draw: ``scripts/contracts.sh`` checks that every task's parameters repeat under one seed);
 * ``setup``: ``initialize_task(env)`` then (when the task starts there) the home screen;
 * ``evaluate``: ``is_successful(env)``; an ``Answer`` lands in ``env.interaction_cache``
   first, which is how android_world's information-retrieval tasks read answers;
@@ -37,9 +42,11 @@ AndroidWorld ships no scripted solvers, so ``oracle`` returns ``None``.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
 import subprocess
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from emulators.android.android_env import AndroidEnvTransport
 from emulators.android.device import AndroidDevice
@@ -48,7 +55,8 @@ from emulators.suites import Suite
 from guiagent.types import Action
 
 __all__ = ["AndroidWorldMissing", "AndroidWorldSuite", "AndroidWorldDevice", "wrap_task", "step_budget",
-           "snapshot_need", "parse_snapshot_reset", "parse_console_ports", "SUITE", "MISSING_MESSAGE"]
+           "snapshot_need", "parse_snapshot_reset", "parse_console_ports", "generate_params", "json_params",
+           "REGENERATED", "SUITE", "MISSING_MESSAGE"]
 
 MISSING_MESSAGE = ("androidworld suite needs the android_world package (not on PyPI; it pins its own numpy "
                    "and protobuf, so give it its own environment): python3.11 -m venv .venv-aw && "
@@ -73,6 +81,63 @@ def _import(module: str) -> Any:
         # android_world itself missing -> the plain line; one of its own dependencies missing -> say which
         missing = getattr(e, "name", None) or ""
         raise AndroidWorldMissing(None if missing.split(".")[0] == "android_world" else str(e)) from None
+
+
+#: the params key naming the values drawn again from the seed (their JSON rendering is in params)
+REGENERATED = "regenerated_from_seed"
+
+
+def generate_params(aw_cls: type, seed: int) -> dict[str, Any]:
+    """``aw_cls.generate_random_params()`` as android_world's ``_instantiate_task`` draws them: the
+    global ``random`` and ``numpy.random`` seeded with ``seed`` (both put back afterwards), and
+    ``params['seed'] = seed``."""
+    state = random.getstate()
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - android_world depends on numpy
+        np = None
+    np_state = np.random.get_state() if np is not None else None
+    try:
+        random.seed(seed)
+        if np is not None:
+            np.random.seed(seed % 2**32)
+        params = dict(aw_cls.generate_random_params())
+    finally:
+        random.setstate(state)
+        if np is not None:
+            np.random.set_state(np_state)
+    params["seed"] = seed
+    return params
+
+
+def _json_default(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if hasattr(value, "isoformat"):  # date, datetime, time
+        return value.isoformat()
+    size, mode = getattr(value, "size", None), getattr(value, "mode", None)
+    if isinstance(size, tuple) and isinstance(mode, str):  # a PIL image: its shape, not its pixels
+        return {"image": {"width": size[0], "height": size[1], "mode": mode}}
+    return repr(value)
+
+
+def json_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` as JSON data: values that are not JSON become their JSON rendering (dataclasses
+    as their fields, images as their size) and are listed under :data:`REGENERATED`."""
+    out: dict[str, Any] = {}
+    regenerated = []
+    for key, value in params.items():
+        try:
+            json.dumps(value)
+            out[key] = value
+        except (TypeError, ValueError):
+            out[key] = json.loads(json.dumps(value, default=_json_default))
+            regenerated.append(key)
+    if regenerated:
+        out[REGENERATED] = sorted(regenerated)
+    return out
 
 
 def step_budget(complexity: float) -> int:
@@ -221,7 +286,7 @@ def wrap_task(name: str, aw_cls: type) -> type[Task]:
 
         def __init__(self, params):
             super().__init__(params)
-            self.aw_task = aw_cls(dict(params))
+            self.aw_task = aw_cls(real_params(params))
 
         @property
         def goal(self) -> str:
@@ -229,21 +294,8 @@ def wrap_task(name: str, aw_cls: type) -> type[Task]:
 
         @classmethod
         def sample_params(cls, rng: random.Random) -> dict[str, Any]:
-            seed = rng.randrange(2**32)
-            # android_world draws parameters from the global RNGs; seed them as its suite_utils does
-            state = random.getstate()
-            try:
-                random.seed(seed)
-                try:
-                    import numpy as np
-                    np.random.seed(seed % 2**32)
-                except ImportError:
-                    pass
-                params = dict(aw_cls.generate_random_params())
-            finally:
-                random.setstate(state)
-            params["seed"] = seed
-            return params
+            # android_world draws parameters from the global RNGs; seeded as its suite_utils does
+            return json_params(generate_params(aw_cls, rng.randrange(2**32)))
 
         def reset_device(self, device: Device) -> None:
             reset_for = getattr(device, "reset_for", None)
@@ -276,6 +328,19 @@ def wrap_task(name: str, aw_cls: type) -> type[Task]:
                 if recover is None:
                     raise
                 recover()
+
+    def real_params(params: Mapping[str, Any]) -> dict[str, Any]:
+        """The android_world task's parameters: ``params``, with the values it names under
+        :data:`REGENERATED` drawn again from its seed."""
+        params = dict(params)
+        regenerated = params.pop(REGENERATED, None)
+        if not regenerated:
+            return params
+        if not isinstance(params.get("seed"), int) or not isinstance(regenerated, list):
+            raise ValueError(f"androidworld task {name}: params name {REGENERATED} but hold no integer seed")
+        real = generate_params(aw_cls, params["seed"])
+        real.update({k: v for k, v in params.items() if k not in regenerated})
+        return real
 
     AndroidWorldTask.__name__ = AndroidWorldTask.__qualname__ = f"AndroidWorld_{name}"
     return AndroidWorldTask
