@@ -189,7 +189,10 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         report = evaluate(cfg)
-    except (FileNotFoundError, OSError, ImportError) as e:
+    except OSError as e:  # no run directory under --runs, an unreadable store, a judge server not answering
+        print(f"guiagent judge eval: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    except ImportError as e:  # a backend package that is not installed
         print(f"guiagent judge eval: {e}", file=sys.stderr)
         return 1
     out.parent.mkdir(parents=True, exist_ok=True)

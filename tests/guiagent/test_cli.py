@@ -203,11 +203,52 @@ def bad_inputs(tmp_path):
     (tmp_path / "eval_agent.yaml").write_text("agent: nobody\n")
     (tmp_path / "badrun").mkdir()
     (tmp_path / "badrun" / "config.yaml").write_text("iterations: 2.5\n")
+    (tmp_path / "maxsteps.yaml").write_text(f"max_steps: {2**70}\n")
+    _runs_to_resume(tmp_path)
+    (tmp_path / "stuff").mkdir()  # a folder of the user's: not a run
+    (tmp_path / "stuff" / "notes.txt").write_text("mine")
+    _pickled_model(tmp_path / "pickled")
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o500)
     yield tmp_path
     ro.chmod(0o700)
+
+
+class _Payload:
+    """Pickled into a model's weights: unpickling it would call print (the test looks for its text)."""
+
+    def __reduce__(self):
+        return (print, ("PAYLOAD-EXECUTED",))
+
+
+def _pickled_model(folder: Path) -> None:
+    import torch
+
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "qwen2_5_vl"}')
+    torch.save({"model.embed_tokens.weight": torch.zeros(2, 2), "extra": _Payload()}, folder / "pytorch_model.bin")
+
+
+def _runs_to_resume(root: Path) -> None:
+    """``oldrun``: a training run (saved config and a whole checkpoint); ``abcrun`` and ``negrun``: the same
+    with ``iteration: "abc"`` and ``iteration: -5`` in the checkpoint's trainer_state.json."""
+    import dataclasses
+    import random
+
+    from rl.checkpoint import COMPLETE, OPTIM_FILE, STATE_FILE, TrainerState, save_config
+    from rl.config import TrainConfig
+
+    for name, iteration in (("oldrun", 1), ("abcrun", "abc"), ("negrun", -5)):
+        run = root / name
+        ckpt = run / "checkpoint"
+        ckpt.mkdir(parents=True)
+        save_config(run, TrainConfig(model=str(root / "m"), out=str(run)))
+        version, internal, gauss = random.getstate()
+        state = {**dataclasses.asdict(TrainerState(run_id="r", model_dir=str(root / "m"))), "iteration": iteration}
+        (ckpt / STATE_FILE).write_text(json.dumps({"state": state, "python_rng": [version, list(internal), gauss]}))
+        (ckpt / OPTIM_FILE).write_bytes(b"not read by the checks")
+        (ckpt / COMPLETE).write_text("")
 
 
 CASES = [
@@ -243,6 +284,32 @@ CASES = [
     (["train", "--resume", "{t}"], "holds no config.yaml", 2),
     (["train", "--resume", "{t}/badrun"], "config.yaml: iterations: 2.5 is not valid (expected an integer)", 2),
     (["nosuchcommand"], "unknown command", 2),
+    # numbers past what numpy, torch, random or SQLite take (OverflowError tracebacks, a run left failed)
+    (["eval", "--seed", str(2**70), "--out", "{t}/e"], f"seed: {2**70} is out of range (a seed lies in 0..", 2),
+    (["train", "--seed", str(2**70), "--out", "{t}/tr"], f"seed: {2**70} is out of range", 2),
+    (["eval", "--config", "{t}/maxsteps.yaml", "--out", "{t}/e"], f"max_steps: {2**70} is out of range", 2),
+    (["eval", "--seed", "-1", "--out", "{t}/e"], "seed: -1 is out of range (a seed lies in 0..4294967295)", 2),
+    # an episode count that would be planned up front (1.7 GB in 25 s, no output)
+    (["eval", "--episodes", str(2**70), "--out", "{t}/e"], "--episodes must lie in 1..100,000", 2),
+    (["eval", "--episodes", "100001", "--out", "{t}/e"], "--episodes must lie in 1..100,000", 2),
+    (["train", "--eval-episodes", "200000", "--out", "{t}/tr"], "--eval-episodes is 200,000", 2),
+    # flags tyro rejects: one line, not a box
+    (["eval", "--agnt", "x", "--out", "{t}/e"], "unrecognized option(s) --agnt x", 2),
+    (["eval", "--agent", "nobody", "--out", "{t}/e"], "--agent 'nobody': choose one of oracle, random, model", 2),
+    (["train", "--group-size", "1", "--out", "{t}/tr"], "--group-size must be >= 2", 2),
+    # --out over an earlier run or a folder of the user's: nothing overwritten
+    (["train", "--out", "{t}/oldrun"], "--out {t}/oldrun holds a training run: continue it with --resume {t}/oldrun, "
+                                       "start it again with --overwrite, or give another --out", 2),
+    (["train", "--model", "{t}/pickled", "--out", "{t}/oldrun"], "holds a training run", 2),
+    (["train", "--out", "{t}/stuff"], "--out {t}/stuff is not empty and holds no training run", 2),
+    (["train", "--resume", "{t}/oldrun", "--overwrite"], "--resume continues a run and --overwrite starts one", 2),
+    # a checkpoint's trainer state, checked before a resume relies on it
+    (["train", "--resume", "{t}/abcrun"], "iteration: 'abc' is not valid (expected int)", 2),
+    (["train", "--resume", "{t}/negrun"], "iteration: -5 is out of range (a count, 0 or more)", 2),
+    # pickled weights are refused as transformers would refuse them, but in one line and before any file
+    (["eval", "--agent", "model", "--model", "{t}/pickled", "--out", "{t}/e"],
+     "--model {t}/pickled: pytorch_model.bin holds pickled objects other than tensors", 2),
+    (["train", "--model", "{t}/pickled", "--out", "{t}/tr"], "pytorch_model.bin holds pickled objects", 2),
 ]
 try:
     import vllm  # noqa: F401
@@ -268,12 +335,13 @@ def test_bad_input_is_one_line_and_writes_nothing(bad_inputs, capsys, argv, mess
     t = bad_inputs
     before = _tree(t)
     rc = main([a.replace("{t}", str(t)) for a in argv])
-    err = capsys.readouterr().err.strip()
+    captured = capsys.readouterr()
+    err = captured.err.strip()
     assert rc == code
     lines = err.splitlines()
     assert message.replace("{t}", str(t)) in lines[0], err
     assert len(lines) == 1 or lines[1].strip() == "" or argv == ["nosuchcommand"], err  # usage follows there
-    assert "Traceback" not in err
+    assert "Traceback" not in err and "PAYLOAD-EXECUTED" not in err + captured.out  # never unpickled
     assert _tree(t) == before
 
 
@@ -341,12 +409,9 @@ def test_sft_takes_the_agent_settings_schema(tmp_path, capsys):
 def test_train_without_a_model_runs_the_embedded_recipe_and_flags_override_it():
     """`guiagent train` alone (README command (a)) takes rl.config.EMBEDDED_RECIPE; a flag overrides one
     field of it; --model, --resume or --config bring back the class defaults."""
-    from guiagent.cli.train import _names_a_start
-    from guiagent.config import parse_config
     from rl.config import EMBEDDED_RECIPE, TrainConfig
 
-    def parse(argv):
-        return parse_config(TrainConfig, argv, default=None if _names_a_start(argv) else TrainConfig.embedded())
+    from guiagent.cli.train import parse_args as parse  # what `guiagent train` itself runs
 
     plain = parse([])
     assert plain.mode == "staged" and plain.semi.iterations == EMBEDDED_RECIPE["semi"]["iterations"]
@@ -360,3 +425,37 @@ def test_train_without_a_model_runs_the_embedded_recipe_and_flags_override_it():
         assert got.algo == TrainConfig().algo and got.warm_start_steps == TrainConfig().warm_start_steps
     spelled_out = Path(__file__).resolve().parents[2] / "configs" / "train_webapps_tiny.yaml"
     assert parse(["--config", str(spelled_out)]) == TrainConfig.embedded(out="runs/train")
+
+
+def test_the_embedded_default_starts_for_a_first_time_user_and_asks_before_replacing_its_run(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """`guiagent train` with no flags writes runs/train: a first run passes every check; a second one
+    is refused in one line that says how to go on (--resume, --overwrite or another --out)."""
+    from guiagent.cli.train import parse_args, preflight
+    from rl.checkpoint import save_config
+
+    monkeypatch.chdir(tmp_path)
+    cfg = parse_args([])
+    assert cfg.out == "runs/train" and not cfg.overwrite
+    preflight(cfg)  # nothing there yet: fine, and nothing created
+    assert not (tmp_path / "runs").exists()
+    (tmp_path / "runs" / "train").mkdir(parents=True)
+    preflight(cfg)  # an empty folder: fine too
+    save_config(tmp_path / "runs" / "train", cfg)  # a run was started there (killed during its warm start)
+    assert main(["train"]) == 2
+    assert capsys.readouterr().err.strip() == ("guiagent train: --out runs/train holds a training run: continue it "
+                                               "with --resume runs/train, start it again with --overwrite, or give "
+                                               "another --out")
+    preflight(parse_args(["--overwrite"]))
+    preflight(parse_args(["--resume", "runs/train"]))
+
+
+def test_file_system_errors_no_check_foresaw_are_one_line_exit_2(tmp_path, capsys):
+    """An OSError ("[Errno 2] ...") that reaches the dispatcher exits 2 in one line, as the README promises
+    for bad input (it exited 1): /proc passes the writability check as root, then refuses the folder."""
+    if os.geteuid() != 0:
+        pytest.skip("as another user the writability check refuses /proc first")
+    assert main(["train", "--out", "/proc/guiagent-no-such-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("guiagent train: [Errno") and "/proc/guiagent-no-such-run" in err[0]
+    assert not Path("/proc/guiagent-no-such-run").exists()

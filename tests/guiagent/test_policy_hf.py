@@ -448,3 +448,21 @@ def test_gradient_checkpointing_is_on_and_gives_the_same_gradients(model_dir):
     assert set(grads[0]) == set(grads[1])
     for n in grads[0]:
         torch.testing.assert_close(grads[0][n], grads[1][n], atol=1e-6, rtol=1e-4)
+
+def test_a_model_that_does_not_load_is_one_line(model_dir, tmp_path, capsys):
+    """Torn weights: transformers raises with a message of several lines; load_transformers one line
+    (ModelLoadError, a ConfigError: exit 2), and `guiagent eval` writes nothing."""
+    import shutil
+
+    from guiagent.cli.main import main
+    from guiagent.policy.hf import ModelLoadError
+
+    torn = tmp_path / "torn"
+    shutil.copytree(model_dir, torn)
+    (torn / "model.safetensors").write_bytes((torn / "model.safetensors").read_bytes()[:5000])
+    with pytest.raises(ModelLoadError) as e:
+        load_transformers(str(torn), device="cpu")
+    assert str(e.value).startswith(f"the model {torn} cannot be loaded: SafetensorError") and "\n" not in str(e.value)
+    assert main(["eval", "--agent", "model", "--model", str(torn), "--episodes", "1", "--out", str(tmp_path / "e")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot be loaded" in err[0] and not (tmp_path / "e").exists()
