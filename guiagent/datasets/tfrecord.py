@@ -27,6 +27,26 @@ class TFRecordError(ValueError):
     """A broken TFRecord file; the message names the record."""
 
 
+#: the largest record read (one AndroidControl episode with its PNG screenshots is a few MiB; a GZIP
+#: file can declare any size in a few bytes)
+MAX_RECORD_BYTES = 256 << 20
+_CHUNK = 16 << 20
+
+
+def _read_upto(f: Any, length: int) -> bytes:
+    """``length`` bytes of ``f`` (fewer at the end of the file), read a chunk at a time."""
+    if length <= _CHUNK:
+        return f.read(length)
+    parts, left = [], length
+    while left:
+        part = f.read(min(left, _CHUNK))
+        if not part:
+            break
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
+
+
 def _masked_crc(data: bytes) -> int:
     import crc32c
 
@@ -52,7 +72,10 @@ def iter_records(path: str | Path) -> Iterator[bytes]:
                 length, crc = struct.unpack("<QI", head)
                 if _masked_crc(head[:8]) != crc:
                     raise TFRecordError(f"record {n}: length CRC mismatch (not a TFRecord file, or corrupt)")
-                data = f.read(length)
+                if length > MAX_RECORD_BYTES:
+                    raise TFRecordError(f"record {n}: declares {length:,} bytes, more than the "
+                                        f"{MAX_RECORD_BYTES // 2**20} MiB a record may have")
+                data = _read_upto(f, length)  # in chunks: a truncated file never allocates the declared length
                 tail = f.read(4)
                 if len(data) < length or len(tail) < 4:
                     raise TFRecordError(f"record {n}: truncated ({len(data)} of {length} bytes)")

@@ -1,0 +1,360 @@
+"""Hostile and random input to every importer: one clear line and exit 2, never a traceback, nothing
+half-imported; bounded time (hypothesis deadlines) and memory (a child's peak RSS).
+
+Property-based with hypothesis: random JSON values in every field of UI-S1 and GUI-Odyssey records,
+random bytes, random ``tf.train.Example`` features for AndroidControl, random rows for our Parquet
+and Hugging Face exports. Each reader must give episodes or raise :class:`DatasetError`, nothing else.
+"""
+
+import copy
+import json
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from guiagent.datasets import DatasetError, import_dataset, read_dataset
+from tests.guiagent.test_datasets import ac_example, png, write_tfrecord
+
+SETTINGS = settings(max_examples=120, deadline=5000, suppress_health_check=[HealthCheck.too_slow])
+
+json_leaf = (st.none() | st.booleans() | st.integers(min_value=-(10**30), max_value=10**30)
+             | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20))
+json_value = st.recursive(json_leaf, lambda c: st.lists(c, max_size=5) | st.dictionaries(st.text(max_size=8), c, max_size=5),
+                          max_leaves=20)
+ACTIONS = ["click", "long_press", "swipe", "type", "answer", "key", "open", "system_button", "wait", "terminate", "fly"]
+KEYS = ["coordinate", "coordinate2", "bbox", "candidate_bbox", "direction", "text", "button", "time", "status"]
+
+
+def maybe(value_strategy):
+    """A plausible value most of the time (five in six), a random JSON value otherwise, so that examples
+    get past the first check and reach every field."""
+    return often(value_strategy, json_value)
+
+
+def often(usual, rare, odds=5):
+    """``usual`` ``odds`` times in ``odds + 1``, else ``rare`` (one_of would weigh the two alike)."""
+    return st.integers(0, odds).flatmap(lambda i: rare if i == 0 else usual)
+
+
+coordinate = often(st.lists(st.integers(0, 1100), min_size=2, max_size=2),
+                   st.lists(st.integers(-100, 4000) | st.floats(allow_nan=True), max_size=3))
+box = often(st.lists(st.integers(0, 2500), min_size=4, max_size=4), st.lists(st.integers(-100, 4000), max_size=5))
+action_dict = st.fixed_dictionaries(
+    {"action": maybe(st.sampled_from(ACTIONS))},
+    optional={"coordinate": maybe(coordinate), "coordinate2": maybe(coordinate), "bbox": maybe(box),
+              "candidate_bbox": maybe(st.lists(box, max_size=5)),
+              "direction": maybe(st.sampled_from(["up", "down", "left", "right", "sideways"])),
+              "text": maybe(st.text(max_size=30)), "button": maybe(st.sampled_from(["Back", "Home", "Enter", ""])),
+              "time": maybe(st.floats(allow_nan=True, allow_infinity=True)),
+              "status": maybe(st.sampled_from(["success", "fail", "maybe"]))})
+uis1_step = st.fixed_dictionaries(
+    {"action_content": maybe(action_dict)},
+    optional={"check_options": maybe(action_dict), "screenshot": maybe(st.sampled_from(["a.png", "/x/b.png", ""])),
+              "step_instruction": maybe(st.text(max_size=30)), "thought": maybe(st.text(max_size=10))})
+uis1_episode = st.fixed_dictionaries(
+    {"goal": maybe(st.text(max_size=30)), "steps": maybe(st.lists(uis1_step, min_size=1, max_size=4))},
+    optional={"is_successful": maybe(st.booleans()), "episode_id": json_value})
+
+
+pt = st.lists(st.integers(0, 1080), min_size=2, max_size=2)
+valid_action = st.one_of(
+    st.fixed_dictionaries({"action": st.sampled_from(["click", "long_press"]), "coordinate": pt},
+                          optional={"bbox": st.just([10, 10, 500, 600]),
+                                    "candidate_bbox": st.lists(st.just([0, 100, 1080, 900]), max_size=3)}),
+    st.fixed_dictionaries({"action": st.just("swipe"), "coordinate": pt, "coordinate2": pt}),
+    st.fixed_dictionaries({"action": st.just("swipe"), "direction": st.sampled_from(["up", "down", "left", "right"])}),
+    st.fixed_dictionaries({"action": st.sampled_from(["type", "answer", "key", "open"]), "text": st.text(max_size=12)}),
+    st.fixed_dictionaries({"action": st.just("system_button"), "button": st.sampled_from(["Back", "Home", "Enter"])}),
+    st.fixed_dictionaries({"action": st.just("wait"), "time": st.integers(0, 5)}),
+    st.fixed_dictionaries({"action": st.just("terminate"), "status": st.sampled_from(["success", "failure"])}),
+)
+valid_episode = st.fixed_dictionaries({
+    "goal": st.text(max_size=20), "is_successful": st.booleans(), "episode_id": st.integers(0, 10**6),
+    "steps": st.lists(st.fixed_dictionaries({"action_content": valid_action, "screenshot": st.just("s.png")},
+                                            optional={"check_options": valid_action,
+                                                      "step_instruction": st.text(max_size=20)}),
+                      min_size=1, max_size=4)})
+
+
+@st.composite
+def mutated_episode(draw):
+    """A valid episode with one value somewhere replaced by a random JSON value (or left as it is)."""
+    ep = copy.deepcopy(draw(valid_episode))  # st.just values are shared between examples
+    paths = []
+
+    def walk(node, path):
+        paths.append(path)
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, path + (k,))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, path + (i,))
+
+    walk(ep, ())
+    path = draw(st.sampled_from(paths[1:] + [None]))
+    if path is None:
+        return ep
+    node = ep
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = draw(json_value)
+    return ep
+
+
+def _only_dataset_errors(fn):
+    try:
+        return list(fn())
+    except DatasetError as e:
+        assert str(e) and "\n" not in str(e).strip()
+        return None
+
+
+@SETTINGS
+@given(st.lists(often(uis1_episode, json_value), min_size=1, max_size=3),
+       st.sampled_from(["auto", "1080x2400"]))
+def test_uis1_random_records(episodes, placeholders):
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "x.jsonl"
+        p.write_text("".join(json.dumps(e) + "\n" for e in episodes))
+        _only_dataset_errors(lambda: read_dataset("uis1", p, placeholders=placeholders))
+
+
+@SETTINGS
+@given(st.lists(mutated_episode(), min_size=1, max_size=3), st.sampled_from(["auto", "1080x2400"]))
+def test_uis1_valid_records_with_one_field_made_hostile(episodes, placeholders):
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "x.jsonl"
+        p.write_text("".join(json.dumps(e) + "\n" for e in episodes))
+        got = _only_dataset_errors(lambda: read_dataset("uis1", p, placeholders=placeholders))
+        for t in got or ():
+            for st_ in t.steps:  # whatever imports has a target the matcher can read
+                from rl.match import match_action, step_target
+
+                match_action(st_.action, step_target(st_), size=st_.observation.size)
+
+
+@SETTINGS
+@given(st.lists(st.binary(max_size=200), min_size=1, max_size=4))
+def test_uis1_random_bytes(lines):
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "x.jsonl"
+        p.write_bytes(b"\n".join(lines))
+        _only_dataset_errors(lambda: read_dataset("uis1", p, placeholders="auto"))
+
+
+odyssey_step = st.fixed_dictionaries(
+    {"action": maybe(st.sampled_from(["CLICK", "LONG_PRESS", "SCROLL", "TYPE", "COMPLETE", "IMPOSSIBLE", "HOME",
+                                      "BACK", "JUMP"])),
+     "screenshot": maybe(st.sampled_from(["e_0.png", "missing.png"])),
+     "info": maybe(st.lists(st.lists(st.integers(-10, 1100), max_size=3), max_size=3) | st.text(max_size=10))},
+    optional={"ps": json_value, "step": json_value})
+odyssey = st.fixed_dictionaries(
+    {"episode_id": maybe(st.text(min_size=1, max_size=10)),
+     "task_info": maybe(st.fixed_dictionaries({"instruction": maybe(st.text(max_size=20))})),
+     "steps": maybe(st.lists(odyssey_step, min_size=1, max_size=4))},
+    optional={"device_info": maybe(st.fixed_dictionaries({"w": maybe(st.integers(-5, 5000)),
+                                                         "h": maybe(st.integers(-5, 5000))}))})
+
+
+@SETTINGS
+@given(often(odyssey, json_value), st.sampled_from([None, "auto", "90x160"]))
+def test_guiodyssey_random_annotations(ann, placeholders):
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "annotations").mkdir()
+        (Path(d) / "screenshots").mkdir()
+        (Path(d) / "screenshots" / "e_0.png").write_bytes(png(90, 160))
+        (Path(d) / "annotations" / "e.json").write_text(json.dumps(ann))
+        _only_dataset_errors(lambda: read_dataset("guiodyssey", d, placeholders=placeholders))
+
+
+ac_action = st.fixed_dictionaries(
+    {"action_type": maybe(st.sampled_from(["click", "long_press", "scroll", "open_app", "type", "input_text",
+                                           "navigate_home", "navigate_back", "wait", "fly"]))},
+    optional={"x": maybe(st.integers(-50, 300)), "y": maybe(st.integers(-50, 300)), "text": json_value,
+              "app_name": json_value, "direction": maybe(st.sampled_from(["up", "down", "diagonal"]))})
+
+
+@SETTINGS
+@given(st.lists(often(ac_action, json_value), min_size=1, max_size=4), st.booleans(),
+       st.sampled_from([0, 0, 0, -1, 1, 2]),
+       st.binary(max_size=40))
+def test_androidcontrol_random_examples(actions, instr, extra_shots, junk):
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "android_control-x"
+        raw = [a if not isinstance(a, (dict, list)) else a for a in actions]
+        enc = [json.dumps(a).encode() for a in raw]
+        write_tfrecord(p, [ac_example(1, enc, instr=instr, n_shots=len(enc) + extra_shots), junk])
+        _only_dataset_errors(lambda: read_dataset("androidcontrol", p))
+
+
+@SETTINGS
+@given(st.binary(max_size=300))
+def test_androidcontrol_random_bytes(data):
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "android_control-y"
+        p.write_bytes(data)
+        _only_dataset_errors(lambda: read_dataset("androidcontrol", p))
+
+
+COLS = ["episode_id", "suite", "task_id", "seed", "goal", "step_index", "screenshot", "width", "height", "action",
+        "reward", "step_metadata", "task_params", "max_steps", "parse_error", "reward_parts"]
+cell = (st.none() | st.integers(-5, 5) | st.text(max_size=12) | st.sampled_from(
+    ['{"kind": "click", "x": 0.5, "y": 0.5}', '{"kind": "fly"}', "[[[[", '{"target": {"kind": "click"}}', "1e999"]))
+
+
+@SETTINGS
+@given(st.lists(st.fixed_dictionaries({c: cell for c in COLS}), min_size=1, max_size=4), st.booleans())
+def test_parquet_random_rows(rows, real_png):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for r in rows:
+        r["screenshot"] = png(4, 4) if real_png else str(r["screenshot"] or "x").encode()
+        r["episode_id"] = str(r["episode_id"])
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "x.parquet"
+        cols = {c: pa.array([str(r[c]) if r[c] is not None and c != "screenshot" else r[c] for r in rows])
+                for c in COLS}
+        pq.write_table(pa.table(cols), p)
+        _only_dataset_errors(lambda: read_dataset("parquet", p))
+
+
+@settings(max_examples=25, deadline=20000, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.fixed_dictionaries({c: cell for c in COLS}), min_size=1, max_size=3))
+def test_hf_random_rows(rows):
+    datasets = pytest.importorskip("datasets")
+    for r in rows:
+        r["screenshot"] = png(4, 4)
+        r["episode_id"] = str(r["episode_id"])
+        for c in COLS:
+            if c != "screenshot" and r[c] is not None:
+                r[c] = str(r[c])
+    with tempfile.TemporaryDirectory() as d:
+        datasets.Dataset.from_list(rows).save_to_disk(str(Path(d) / "hf"))
+        _only_dataset_errors(lambda: read_dataset("hf", Path(d) / "hf"))
+
+
+# -- the bad-input list: one line on stderr, exit 2, nothing written, bounded memory ---------------
+
+
+def png_header(w: int, h: int) -> bytes:
+    """A PNG whose header declares ``w`` x ``h`` pixels (a few bytes of data: a decompression bomb's shape)."""
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00" * 10)) + chunk(b"IEND", b""))
+
+
+_CHILD = ("import resource, sys\nfrom guiagent.cli.data import main\nrc = main(sys.argv[1:])\n"
+          "print('maxrss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\nsys.exit(rc)")
+
+
+def _import(*args):
+    p = subprocess.run([sys.executable, "-c", _CHILD, "import", *args], capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in p.stderr.splitlines() if not ln.startswith("maxrss_kb")]
+    rss = int(next(ln for ln in p.stderr.splitlines() if ln.startswith("maxrss_kb")).split()[1])
+    return p.returncode, lines, rss
+
+
+def _episode(shot):
+    return json.dumps({"goal": "g", "steps": [{"action_content": {"action": "wait", "time": 1}, "screenshot": shot}]})
+
+
+@pytest.mark.parametrize("case,msg", [
+    ("bomb", "declares 2,500,000,000 pixels, more than the 40 Mpx"),
+    ("big", "is 12000x12000 (144 Mpx), more than the 40 Mpx"),
+    ("deep", "JSON nested too deeply"),
+    ("latin1", "not UTF-8 text (byte 0xe9"),
+    ("long_line", "line 1 is longer than 64 MiB"),
+])
+def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, case, msg):
+    src = tmp_path / f"{case}.jsonl"
+    if case in ("bomb", "big"):
+        (tmp_path / f"{case}.png").write_bytes(png_header(*((50000, 50000) if case == "bomb" else (12000, 12000))))
+        src.write_text(_episode(f"{case}.png") + "\n")
+    elif case == "deep":
+        src.write_bytes(b"[" * 50_000_000 + b"\n")
+    elif case == "latin1":
+        src.write_bytes(b'{"goal": "caf\xe9", "steps": []}\n')
+    else:
+        with open(src, "wb") as f:
+            f.write(b'{"goal": "' + b"a" * (65 * 2**20) + b'"}\n')
+    rc, lines, rss = _import("--format", "uis1", str(src), "--out", str(tmp_path / "out"))
+    assert rc == 2 and len(lines) == 1 and msg in lines[0] and "Traceback" not in lines[0], lines
+    assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    assert rss < 600_000, f"peak memory {rss} kB"  # the file itself is at most 68 MB here
+
+
+def test_a_decompression_bomb_inside_a_tfrecord_and_a_huge_declared_record(tmp_path):
+    src = tmp_path / "android_control-bomb"
+    bomb = png_header(50000, 50000)
+    from guiagent.datasets.tfrecord import Example
+
+    ex = Example()()
+    f = ex.features.feature
+    f["episode_id"].int64_list.value.append(1)
+    f["goal"].bytes_list.value.append(b"g")
+    for _ in range(2):
+        f["screenshots"].bytes_list.value.append(bomb)
+        f["screenshot_widths"].int64_list.value.append(50000)
+        f["screenshot_heights"].int64_list.value.append(50000)
+    f["actions"].bytes_list.value.append(b'{"action_type": "wait"}')
+    write_tfrecord(src, [ex.SerializeToString()])
+    rc, lines, _ = _import("--format", "androidcontrol", str(src), "--out", str(tmp_path / "o1"))
+    assert rc == 2 and len(lines) == 1 and "more than the 40 Mpx" in lines[0] and not (tmp_path / "o1").exists()
+    import crc32c
+
+    def masked(b):
+        c = crc32c.crc32c(b)
+        return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+    head = struct.pack("<Q", 2**62)
+    (tmp_path / "huge.tfrecord").write_bytes(head + struct.pack("<I", masked(head)) + b"abc")
+    rc, lines, rss = _import("--format", "androidcontrol", str(tmp_path / "huge.tfrecord"), "--out",
+                             str(tmp_path / "o2"))
+    assert rc == 2 and len(lines) == 1 and "a record may have" in lines[0] and rss < 400_000
+
+
+def test_placeholders_and_swipe_convention_options_are_checked(tmp_path):
+    src = tmp_path / "x.jsonl"
+    src.write_text(_episode("nowhere.png") + "\n")
+    for args, msg in ((["--placeholders", "12x"], "WIDTHxHEIGHT"), (["--placeholders", "9000x9000"], "40 Mpx"),
+                      (["--swipe-convention", "sideways"], "auto, finger or scroll")):
+        rc, lines, _ = _import("--format", "uis1", str(src), "--out", str(tmp_path / "o"), *args)
+        assert rc == 2 and len(lines) == 1 and msg in lines[0], lines
+    rc, lines, _ = _import("--format", "parquet", str(src), "--out", str(tmp_path / "o"), "--placeholders", "auto")
+    assert rc == 2 and "uis1, guiodyssey" in lines[0]
+    rc, lines, _ = _import("--format", "uis1", str(src), "--out", str(tmp_path / "o"), "--placeholders", "320x640")
+    assert rc == 0, lines
+    from guiagent.store import StoreReader
+
+    t = next(StoreReader(tmp_path / "o").iter_trajectories())
+    assert t.steps[0].observation.size == (320, 640) and t.steps[0].metadata["placeholder"] is True
+
+
+def test_import_result_reports_swipes_against_instructions(tmp_path):
+    """A file whose left/right finger paths contradict their instructions is imported and said so."""
+    steps = [{"action_content": {"action": "swipe", "coordinate": [270, 1200], "coordinate2": [810, 1200]},
+              "screenshot": "s.png", "step_instruction": "swipe left to see more",
+              "check_options": {"action": "swipe", "direction": "right"}} for _ in range(6)]
+    src = tmp_path / "x.jsonl"
+    src.write_text(json.dumps({"goal": "g", "steps": steps}) + "\n")
+    res = import_dataset("uis1", src, tmp_path / "o", placeholders="auto")
+    check = res.notes.swipes.to_dict()
+    assert check["action_vs_instruction"]["horizontal"] == [0, 6]
+    assert check["target_vs_instruction"]["horizontal"] == [6, 0] and check["action_vs_target"]["horizontal"] == 6
+    assert any("look reversed" in w for w in res.notes.warnings)
+    p = subprocess.run([sys.executable, "-m", "guiagent", "data", "import", "--format", "uis1", str(src), "--out",
+                        str(tmp_path / "o2"), "--placeholders", "auto", "--json"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and "warning: " in p.stderr and "look reversed" in p.stderr
+    assert json.loads(p.stdout.splitlines()[-1])["swipe_check"]["swipes"] == 6
