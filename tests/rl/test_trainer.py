@@ -133,6 +133,8 @@ def test_killed_run_resumes_from_checkpoint(tiny_model_dir, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["iterations"] == 3
+    # one progress display: the iteration lines, without transformers' bars at every load and checkpoint
+    assert "[3/3]" in r.stderr and "Loading weights" not in r.stderr and "Writing model shards" not in r.stderr
     reader = StoreReader(out)
     [run] = reader.list_runs()
     assert run.status == "finished"
@@ -302,3 +304,56 @@ def test_lora_bf16_mixed_run_trains_adapters_and_resumes(tiny_model_dir, tmp_pat
     assert "kl" in t.history[-1]  # the reference: the same model with its adapters off
     start, final = _weights(tiny_model_dir), _weights(r2.model)
     assert any(not torch.equal(final[k], start[k]) for k in start)  # merged adapters changed the weights
+
+
+def test_a_lora_runs_guard_rolls_back_its_adapters(tiny_model_dir, tmp_path):
+    """Rollback is the default guard action; in a LoRA run it loaded merged weights into the LoRA policy
+    (ValueError: a LoRA policy loads its own state_dict). It restores the adapters: fresh ones before the
+    first checkpoint (the start), the checkpoint's after."""
+    from rl.trainer import Trainer
+
+    out = tmp_path / "run"
+    t = Trainer(_tiny_cfg(tiny_model_dir, out, iterations=2, lora_rank=4, max_parse_error_rate=0.01, lr=1e-2))
+    r = t.run()  # every reply of the untrained model fails to parse: the guard trips at both iterations
+    assert [m.value for m in StoreReader(out).metrics(r.run_id)["guard/rollback"]] == [1.0, 1.0]
+    start, final = _weights(tiny_model_dir), _weights(r.model)
+    assert all(torch.equal(final[k], start[k]) for k in start)
+    adapters = {n: p for n, p in t.policy.model.named_parameters() if "lora_" in n}
+    assert adapters and all(p.requires_grad for p in adapters.values())
+    kept = {n: p.detach().clone() for n, p in adapters.items()}  # as in the last checkpoint
+    with torch.no_grad():
+        for p in adapters.values():
+            p.add_(0.5)  # an update that went wrong
+    t._rollback("test")
+    assert all(torch.equal(p, kept[n]) for n, p in t.policy.model.named_parameters() if "lora_" in n)
+
+
+def test_a_new_run_over_an_earlier_one_needs_overwrite_which_deletes_only_what_a_run_wrote(tiny_model_dir, tmp_path):
+    """train --out over an existing run (no --resume) replaced its config, summary, model and checkpoint.
+    Now it is refused, nothing touched; --overwrite deletes what the earlier run wrote (not the store,
+    whose episodes stay as an earlier run, nor a file of the user's) and starts a new run."""
+    from guiagent.config import ConfigError
+    from guiagent.store import Store
+    from rl.checkpoint import save_config
+    from rl.trainer import train
+
+    out = tmp_path / "run"  # an earlier run, as it lies on disk: its store, config, checkpoint, models
+    with Store.open(out) as store:
+        earlier = store.create_run("earlier")
+    save_config(out, _tiny_cfg(tiny_model_dir, out))
+    for name in ("checkpoint", "model", "model-best", "eval-before"):
+        (out / name).mkdir()
+        (out / name / "weights").write_text(name)
+    (out / "summary.json").write_text("{}")
+    (out / "notes.txt").write_text("mine")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and "store.sqlite" not in p.name}
+    with pytest.raises(ConfigError, match="holds a training run: continue it with --resume"):
+        train(_tiny_cfg(tiny_model_dir, out, seed=2))
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and "store.sqlite" not in p.name} == before
+    second = train(_tiny_cfg(tiny_model_dir, out, seed=2, overwrite=True))
+    assert (out / "notes.txt").read_text() == "mine"
+    assert not (out / "model-best").exists() and not (out / "eval-before").exists()  # the earlier run's, gone
+    assert "seed: 2" in (out / "config.yaml").read_text() and not (out / "model" / "weights").exists()
+    state = json.loads((out / "checkpoint" / "trainer_state.json").read_text())["state"]
+    assert state["run_id"] == second.run_id != earlier
+    assert {r.run_id for r in StoreReader(out).list_runs()} == {earlier, second.run_id}

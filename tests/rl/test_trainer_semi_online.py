@@ -155,3 +155,53 @@ def test_kl_reference_stage_reanchors_where_the_online_stage_begins(tiny_model_d
     with pytest.raises(ValueError, match="--kl-reference stage"):
         TrainConfig(mode="staged", kl_coef=0.1, kl_reference="stage", lora_rank=8)
     assert TrainConfig(model=tiny_model_dir, kl_coef=0.1, kl_reference="stage").mode == "online"  # one stage
+
+
+def _semi_result():
+    """A semi-online rollout by hand: two recorded episodes replayed twice each (two groups), two steps
+    a replay with unequal step rewards, and sampled replies of unequal surprisal."""
+    from guiagent.types import Click, Observation, Step, TaskSpec, Trajectory
+    from rl.rollout import RolloutResult, TrainTurn
+
+    obs = Observation(b"x", 2, 2)
+    trajs, turns = [], []
+    rewards = {("g1", 0): (1.0, 1.0), ("g1", 1): (1.0, 0.0), ("g2", 0): (0.0, 0.0), ("g2", 1): (1.0, 0.5)}
+    for (g, i), (r0, r1) in rewards.items():
+        eid = f"{g}-{i}"
+        task = TaskSpec("webapps", "open_app" if g == "g1" else "go_home", 0, "goal")
+        steps = tuple(Step(k, obs, Click(0.5, 0.5), reward=r, metadata={"matched": r > 0, "recorded_index": k})
+                      for k, r in enumerate((r0, r1)))
+        trajs.append(Trajectory(eid, task, steps, group_id=g))
+        for k in range(2):
+            lp = -0.1 * (1 + i + 2 * k + (3 if g == "g2" else 0))
+            turns.append(TrainTurn(g, eid, k, None, (1, 2), (lp, lp), 0.0, 0, True))
+    return RolloutResult(trajectories=trajs, turns=turns)
+
+
+def test_adv_norm_and_entropy_modulation_shape_semi_online_iterations(tmp_path):
+    """--entropy-modulation and --adv-norm were silently ignored in semi-online iterations (the embedded
+    default's first stage included): they now shape those advantages as they shape online ones."""
+    import torch
+
+    from rl.advantages import aem_modulation, whiten
+    from rl.algos import Credit
+    from rl.checkpoint import TrainerState
+    from rl.trainer import Trainer
+
+    def batch(**kw):
+        cfg = TrainConfig(model="m", mode="semi-online", data=("d",), algo="dr_grpo", **kw)
+        t = Trainer(cfg)
+        t.credit = Credit(cfg, tmp_path, TrainerState())
+        turns, adv, _ = t._semi_online_batch(_semi_result(), {})
+        return turns, adv
+
+    turns, plain = batch()
+    assert len(turns) == 8 and plain.abs().sum() > 0
+    _, whitened = batch(adv_norm="batch")
+    torch.testing.assert_close(whitened, whiten(plain.double()).float())
+    _, modulated = batch(entropy_modulation=0.5)
+    surprisal = torch.tensor([-sum(u.old_logprobs) / len(u.old_logprobs) for u in turns], dtype=torch.float64)
+    groups = torch.tensor([0 if u.group_id == "g1" else 1 for u in turns])
+    want = aem_modulation(plain.double(), surprisal, groups, alpha=0.5).float()
+    torch.testing.assert_close(modulated, want)
+    assert not torch.allclose(modulated, plain)
