@@ -190,9 +190,12 @@ def read_state(folder: Path) -> tuple[TrainerState, tuple[Any, ...]]:
         if not isinstance(raw, dict):
             raise ValueError(f"expected a JSON object, got {type(raw).__name__}")
         state = _state_from(raw.get("state"))
-        version, internal, gauss = raw["python_rng"]
-        python_rng = (int(version), tuple(int(v) for v in internal), gauss)
-        random.Random().setstate(python_rng)  # the shape random.setstate takes, before a resume relies on it
+        try:
+            version, internal, gauss = raw["python_rng"]
+            python_rng = (int(version), tuple(int(v) for v in internal), gauss)
+            random.Random().setstate(python_rng)  # the shape random.setstate takes, before a resume relies on it
+        except (ValueError, KeyError, TypeError, OverflowError) as e:
+            raise ValueError(f"python_rng: not a state of Python's random ({' '.join(str(e).split())[:80]})") from None
     except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError) as e:
         msg = " ".join(str(e).split())[:200]
         why = msg if type(e) is ValueError else f"{type(e).__name__}: {msg}"

@@ -96,3 +96,43 @@ def test_the_newest_whole_folder_wins_when_a_swap_was_interrupted(policy, tmp_pa
 def test_a_run_config_that_is_missing_or_invalid_is_a_clear_error(tmp_path):
     with pytest.raises(CheckpointError, match="no config.yaml"):
         load_config(TrainConfig, tmp_path)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"iteration": "abc"}, "iteration: 'abc' is not valid (expected int)"),
+    ({"iteration": -5}, "iteration: -5 is out of range"),  # ran 7 iterations to reach 2
+    ({"iteration": 2**64}, "is out of range"),
+    ({"iteration": True}, "iteration: True is not valid"),
+    ({"rollbacks": 1.5}, "rollbacks: 1.5 is not valid"),
+    ({"data_cursor": 1}, "data_cursor 1 lies before iteration 3"),
+    ({"best_iteration": 9}, "best_iteration 9 lies after iteration 3"),
+    ({"eval_before": 7.0}, "eval_before: 7.0 is not a success rate"),
+    ({"kl_coef": -1.0}, "kl_coef: -1.0 is not a finite"),
+    ({"replay": [["a"]]}, "replay: expected [run directory, episode id] pairs"),
+    ({"model_dir": 3}, "model_dir: 3 is not valid (expected str)"),
+    ({"surprise": 1}, "unknown field(s) ['surprise']"),
+    ({"python_rng": [3, [1, 2], None]}, "python_rng"),
+])
+def test_a_trainer_state_is_checked_field_by_field(tmp_path, change, message):
+    """trainer_state.json is read back as checked plain data: a wrong type or an out-of-range count is
+    one CheckpointError line (it was a TypeError traceback mid-run, or a run of extra iterations)."""
+    from rl.checkpoint import COMPLETE, OPTIM_FILE, STATE_FILE, read_state
+
+    version, internal, gauss = random.getstate()
+    state = {"iteration": 3, "run_id": "r", "model_dir": "m", "eval_before": float("nan"), "best_success": 0.5,
+             "best_iteration": 2, "replay": [["runs/a", "e1"]], "data_cursor": 4}
+    doc = {"state": state, "python_rng": [version, list(internal), gauss]}
+    ckpt = tmp_path / "checkpoint"
+    ckpt.mkdir()
+    for name in (COMPLETE, OPTIM_FILE):
+        (ckpt / name).write_text("")
+    (ckpt / STATE_FILE).write_text(json.dumps(doc))
+    assert read_state(ckpt)[0].iteration == 3  # a NaN evaluation (--eval-episodes 0) is fine
+    if "python_rng" in change:
+        doc = {**doc, **change}
+    else:
+        doc = {**doc, "state": {**state, **change}}
+    (ckpt / STATE_FILE).write_text(json.dumps(doc))
+    with pytest.raises(CheckpointError) as e:
+        read_state(ckpt)
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
