@@ -16,28 +16,42 @@ by reference, and GPU memory changes hands each iteration::
 
 This follows vLLM's sleep-mode API (``LLM(enable_sleep_mode=True)``, ``llm.sleep(level=1)``,
 ``llm.wake_up(tags=...)``) and the way TRL's colocated GRPO trainer and verl sync weights: the
-engine's model ``load_weights`` takes (Hugging Face name, tensor) pairs and maps names itself; the
-prefix cache, which holds activations of the old weights, is reset. When the engine runs in its own
-process the pairs go through ``LLM.collective_rpc`` (copied to CPU, in chunks) instead.
+engine's model ``load_weights`` takes (Hugging Face name, tensor) pairs and maps names itself
+(its ``hf_to_vllm_mapper``); the prefix cache, which holds activations of the old weights, is
+reset. The pairs reach the model through the public ``LLM.collective_rpc`` with a function run on
+each worker (``worker.get_model().load_weights(...)``): in process the call is direct and GPU
+tensors pass by reference; an engine in its own process gets CPU copies, in chunks.
 
 Per-request seeds are ``seed + i`` so that a group of identical chats still gets different
-samples. Log-probs are vLLM's raw log-probs (before temperature and top-p), the same convention as
+samples. Log-probs are vLLM's raw log-probs (before temperature and top-p; asked for with
+``logprobs_mode="raw_logprobs"``), the same convention as
 :class:`~guiagent.policy.hf.TransformersPolicy`; the learner re-scores them for the loss and
 corrects for the difference with truncated importance sampling (:func:`rl.losses.tis_weights`).
+
+**Versions.** ``scripts/contracts.sh`` checks every class, method, argument and attribute path used
+here against installed vLLM releases (on CPU, by introspection and with vLLM's own objects) and
+records them in ``tests/guiagent/vllm_api.json``, which the CPU tests' engine stand-in is built
+from. What differs between the releases in range is read from the installed package by
+:func:`vllm_api` (features, not version numbers): a release that still has the V0 engine
+(``VLLM_USE_V1`` exists, before 0.11) is told to use V1, whose log-probs are raw and whose engine
+core runs in this process on request; ``logprobs_mode`` is passed where the engine has it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
 from guiagent.policy.base import Chat, Generation, SamplingParams, chat_images, check_chat, to_pil
 
-__all__ = ["ColocatedSync", "VLLMPolicy", "VLLMUnavailable", "chunk_weights", "require_vllm", "to_generation"]
+__all__ = ["ColocatedSync", "VLLMPolicy", "VLLMUnavailable", "VllmApi", "chunk_weights", "engine_kwargs",
+           "require_vllm", "sampling_kwargs", "to_generation", "vllm_api", "SUPPORTED"]
 
 INSTALL_HINT = "the vllm backend needs vLLM and a CUDA GPU: pip install guiagent[vllm] on a CUDA machine"
-
+#: the releases scripts/contracts.sh checked (pyproject.toml's vllm extra allows this range)
+SUPPORTED = ">=0.10,<0.34"
 
 class VLLMUnavailable(RuntimeError):
     """vLLM is not installed or no CUDA GPU is visible (the message is one line)."""
@@ -60,29 +74,77 @@ def _require_vllm() -> Any:
     return vllm
 
 
+@dataclass(frozen=True)
+class VllmApi:
+    """What the installed vLLM offers of the API this backend uses (read by :func:`vllm_api`)."""
+
+    version: str
+    #: keyword arguments ``vllm.LLM`` takes: its own parameters and the ``EngineArgs`` fields its
+    #: ``**kwargs`` go to
+    engine_fields: frozenset[str]
+    #: the V0 engine still exists (``VLLM_USE_V1`` is one of vLLM's environment variables)
+    has_v0: bool
+
+    @property
+    def logprobs_mode(self) -> bool:
+        """The engine can be told which log-probs to return (``logprobs_mode``)."""
+        return "logprobs_mode" in self.engine_fields
+
+
+def vllm_api(vllm: Any) -> VllmApi:
+    """:class:`VllmApi` of the imported ``vllm`` module, read from the package itself (no engine starts)."""
+    import dataclasses
+    import inspect
+
+    from vllm import envs
+    from vllm.engine.arg_utils import EngineArgs
+
+    own = [p.name for p in inspect.signature(vllm.LLM.__init__).parameters.values()
+           if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self"]
+    fields = frozenset(own) | frozenset(f.name for f in dataclasses.fields(EngineArgs))
+    return VllmApi(version=str(getattr(vllm, "__version__", "?")), engine_fields=fields,
+                   has_v0="VLLM_USE_V1" in getattr(envs, "environment_variables", {}))
+
+
+def engine_kwargs(api: VllmApi, model: str, *, max_images: int = 4, max_model_len: int = 8192,
+                  gpu_memory_utilization: float = 0.5, dtype: str = "auto", min_pixels: int | None = None,
+                  max_pixels: int | None = None, enforce_eager: bool = False, seed: int = 0,
+                  enable_sleep_mode: bool = False, **extra: Any) -> dict[str, Any]:
+    """The keyword arguments of ``vllm.LLM`` for this backend; :class:`VLLMUnavailable` (one line)
+    when the installed vLLM lacks one of them."""
+    mm_kwargs = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v}
+    kw: dict[str, Any] = dict(
+        model=model, limit_mm_per_prompt={"image": max_images, "video": 0}, max_model_len=max_model_len,
+        gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, enforce_eager=enforce_eager, seed=seed,
+        mm_processor_kwargs=mm_kwargs or None, enable_sleep_mode=enable_sleep_mode)
+    if api.logprobs_mode:  # the convention the learner's re-scoring assumes, whatever the default becomes
+        kw["logprobs_mode"] = "raw_logprobs"
+    kw.update(extra)
+    missing = sorted(k for k in kw if k not in api.engine_fields)
+    if missing:
+        raise VLLMUnavailable(f"vLLM {api.version} has no engine argument {', '.join(missing)}; "
+                              f"guiagent's vllm backend supports vllm{SUPPORTED}")
+    return kw
+
+
+def sampling_kwargs(sampling: SamplingParams, n: int) -> list[dict[str, Any]]:
+    """The keyword arguments of ``vllm.SamplingParams`` for ``n`` requests: per-chat seeds when
+    given, else ``seed + i``; the sampled tokens' log-probs only (``logprobs=0``)."""
+    rows = sampling.for_rows(n)  # per-chat seeds win over seed + i
+    return [dict(max_tokens=sampling.max_new_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
+                 min_p=sampling.min_p,
+                 seed=rows[i] if rows is not None else (None if sampling.seed is None else sampling.seed + i),
+                 stop=list(sampling.stop) or None, logprobs=0, include_stop_str_in_output=True,
+                 skip_special_tokens=True) for i in range(n)]
+
+
 def _load_weights_on_worker(worker: Any, weights: list[tuple[str, Any]]) -> int:
-    """Runs inside each vLLM worker (``collective_rpc``): load the given tensors into its model."""
-    model = worker.model_runner.model
+    """Runs on each vLLM worker (``LLM.collective_rpc``): load (HF name, tensor) pairs into its model
+    (``Worker.get_model()``; the model's ``load_weights`` maps the names)."""
+    model = worker.get_model()
     device = next(model.parameters()).device
     model.load_weights(weights=[(n, t.to(device)) for n, t in weights])
     return len(weights)
-
-
-#: where an in-process engine keeps its model (vLLM V1 with an in-process engine core; V0)
-_MODEL_PATHS = (("llm_engine", "model_executor", "driver_worker", "worker", "model_runner", "model"),
-                ("llm_engine", "model_executor", "driver_worker", "model_runner", "model"))
-
-
-def _in_process_model(llm: Any) -> Any | None:
-    for path in _MODEL_PATHS:
-        obj = llm
-        for attr in path:
-            obj = getattr(obj, attr, None)
-            if obj is None:
-                break
-        if obj is not None and hasattr(obj, "load_weights"):
-            return obj
-    return None
 
 
 def chunk_weights(weights: Iterable[tuple[str, Any]], chunk_bytes: int) -> Iterator[list[tuple[str, Any]]]:
@@ -116,43 +178,48 @@ class VLLMPolicy:
 
     ``colocate``: run the engine in this process (a learner shares the GPU; weights are pushed by
     reference). ``enable_sleep_mode``: allow :meth:`sleep` / :meth:`wake_up` (vLLM's memory pool
-    that can hand the GPU to the learner).
+    that can hand the GPU to the learner). Other keyword arguments go to ``vllm.LLM`` (engine
+    arguments of the installed release).
     """
 
     def __init__(self, model: str, *, max_images: int = 4, max_model_len: int = 8192,
                  gpu_memory_utilization: float = 0.5, dtype: str = "auto", min_pixels: int | None = None,
                  max_pixels: int | None = None, enforce_eager: bool = False, seed: int = 0,
-                 enable_sleep_mode: bool = False, colocate: bool = False, **engine_kwargs: Any):
+                 enable_sleep_mode: bool = False, colocate: bool = False, **engine_kwargs_extra: Any):
         vllm = _require_vllm()
-        # callables sent through collective_rpc need vLLM's pickle-based serialisation (our own
-        # function, never anything read from a file or a model)
+        api = vllm_api(vllm)
+        kwargs = engine_kwargs(api, model, max_images=max_images, max_model_len=max_model_len,
+                               gpu_memory_utilization=gpu_memory_utilization, dtype=dtype,
+                               min_pixels=min_pixels, max_pixels=max_pixels, enforce_eager=enforce_eager,
+                               seed=seed, enable_sleep_mode=enable_sleep_mode, **engine_kwargs_extra)
+        # callables sent through collective_rpc to an engine in another process need vLLM's
+        # pickle-based serialisation (our own function, never anything read from a file or a model)
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-        if colocate:  # the engine core in this process: its model is reachable, tensors pass by reference
+        if api.has_v0:  # before 0.11: V1, never a silent fall-back to V0 (log-probs after temperature)
+            os.environ["VLLM_USE_V1"] = "1"
+        if colocate:  # the engine core in this process: collective_rpc calls the worker directly
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from transformers import AutoTokenizer
 
         from guiagent.policy.hf import _chat_template_file
 
-        mm_kwargs = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v}
-        llm = vllm.LLM(
-            model=model, limit_mm_per_prompt={"image": max_images, "video": 0}, max_model_len=max_model_len,
-            gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, enforce_eager=enforce_eager,
-            seed=seed, mm_processor_kwargs=mm_kwargs or None, enable_sleep_mode=enable_sleep_mode,
-            **engine_kwargs)
+        llm = vllm.LLM(**kwargs)
         tokenizer = AutoTokenizer.from_pretrained(model)
         self._attach(llm, tokenizer, tokenizer.chat_template or _chat_template_file(model), name=model,
-                     max_images=max_images, sleep_mode=enable_sleep_mode)
+                     max_images=max_images, sleep_mode=enable_sleep_mode, in_process=colocate)
 
     @classmethod
     def from_engine(cls, llm: Any, tokenizer: Any, chat_template: str | None = None, *, name: str = "",
-                    max_images: int = 4, sleep_mode: bool = True) -> "VLLMPolicy":
-        """Wrap an engine built elsewhere (``vllm.LLM`` or anything with its methods)."""
+                    max_images: int = 4, sleep_mode: bool = True, in_process: bool = False) -> "VLLMPolicy":
+        """Wrap an engine built elsewhere (``vllm.LLM`` or anything with its methods).
+        ``in_process``: its engine core runs in this process (weights then pass by reference)."""
         self = cls.__new__(cls)
-        self._attach(llm, tokenizer, chat_template, name=name, max_images=max_images, sleep_mode=sleep_mode)
+        self._attach(llm, tokenizer, chat_template, name=name, max_images=max_images, sleep_mode=sleep_mode,
+                     in_process=in_process)
         return self
 
     def _attach(self, llm: Any, tokenizer: Any, chat_template: str | None, *, name: str, max_images: int,
-                sleep_mode: bool) -> None:
+                sleep_mode: bool, in_process: bool) -> None:
         from guiagent.policy.hf import ChatEncoder
 
         class _NoImages:  # ChatEncoder.render needs only the tokenizer and template
@@ -165,6 +232,7 @@ class VLLMPolicy:
         self.version = 0
         self.name = name
         self.sleep_mode = sleep_mode
+        self.in_process = in_process
         self.sleep_level = 0  # 0: awake
         self._awake_tags: set[str] = {"weights", "kv_cache"}
 
@@ -193,14 +261,7 @@ class VLLMPolicy:
             return []
         prompts = self.prompts(chats)
         self.wake_up()
-        rows = sampling.for_rows(len(prompts))  # per-chat seeds win over seed + i
-        params = [vllm.SamplingParams(
-            max_tokens=sampling.max_new_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
-            min_p=sampling.min_p,
-            seed=rows[i] if rows is not None else (None if sampling.seed is None else sampling.seed + i),
-            stop=list(sampling.stop) or None,
-            logprobs=0, include_stop_str_in_output=True, skip_special_tokens=True)
-            for i in range(len(prompts))]
+        params = [vllm.SamplingParams(**kw) for kw in sampling_kwargs(sampling, len(prompts))]
         outs = self.llm.generate(prompts, params, use_tqdm=False)
         return [to_generation(o, self.version) for o in outs]
 
@@ -245,20 +306,17 @@ class VLLMPolicy:
         """Load a learner's weights ((Hugging Face name, tensor) pairs or a state dict) into the engine.
 
         ``dtype`` casts each tensor first (the engine's, e.g. ``torch.bfloat16``, halves what moves when
-        the learner keeps fp32 weights). In process the engine's model loads GPU tensors directly;
-        otherwise chunks of ``chunk_bytes`` go to every worker through ``collective_rpc`` on CPU. The
-        prefix cache is reset; returns the new :attr:`version`.
+        the learner keeps fp32 weights). Chunks of ``chunk_bytes`` go to every worker through
+        ``LLM.collective_rpc``: by reference to an engine in this process, as CPU copies to one in
+        another. The prefix cache is reset; returns the new :attr:`version`.
         """
         items: Iterable[tuple[str, Any]] = weights.items() if isinstance(weights, dict) else weights
         if self.asleep and "weights" not in self._awake_tags:
             self.wake_up(["weights"])
-        model = _in_process_model(self.llm)
         for chunk in chunk_weights(((n, t.detach() if dtype is None else t.detach().to(dtype)) for n, t in items),
                                    chunk_bytes):
-            if model is not None:
-                model.load_weights(weights=chunk)
-            else:
-                self.llm.collective_rpc(_load_weights_on_worker, args=([(n, t.cpu()) for n, t in chunk],))
+            payload = chunk if self.in_process else [(n, t.cpu()) for n, t in chunk]
+            self.llm.collective_rpc(_load_weights_on_worker, args=(payload,))
         if not self.asleep:
             self.llm.reset_prefix_cache()
         self.version += 1

@@ -1,10 +1,13 @@
 """The vLLM backend.
 
-On CPU (default run): the clear error without vLLM/CUDA, and the weight-sync and sleep/wake
-hand-over driven through an engine stand-in whose "worker model" is a real transformers model
-(vLLM itself cannot run here). On a CUDA machine with vLLM installed:
-``pytest -m gpu tests/guiagent/test_policy_vllm.py`` runs the real engine (self-contained: it
-builds the tiny model into a temp dir).
+On CPU (default run): the clear error without vLLM/CUDA, and the backend driven through the
+engine stand-in of ``tests/guiagent/vllm_standin.py``, built from what ``scripts/contracts.sh``
+recorded of real vLLM releases (``vllm_api.json``: method signatures, engine arguments,
+``SamplingParams`` and output fields, environment variables), once per recorded release: engine
+arguments and environment, sampling parameters, weight sync through ``LLM.collective_rpc`` into
+a real transformers model, the sleep / wake-up hand-over, output reading. On a CUDA machine with
+vLLM installed: ``pytest -m gpu tests/guiagent/test_policy_vllm.py`` runs the real engine
+(self-contained: it builds the tiny model into a temp dir).
 """
 
 from __future__ import annotations
@@ -165,12 +168,15 @@ def test_without_vllm_or_cuda_one_clear_line():
 
 
 class _WorkerModel:
-    """Stands in for vLLM's model: ``load_weights`` of (HF name, tensor) pairs into a real HF model."""
+    """vLLM's model as a worker holds it: ``load_weights(weights)`` of (HF name, tensor) pairs, here
+    into a real HF model (vLLM maps the names with its ``hf_to_vllm_mapper``: contracts.sh checks
+    that every name of ours maps)."""
 
     def __init__(self, hf_model):
         self.hf = hf_model
         self.params = dict(hf_model.state_dict())
         self.dtypes: set = set()
+        self.devices: set = set()
 
     def parameters(self):
         return self.hf.parameters()
@@ -183,28 +189,13 @@ class _WorkerModel:
         return {n for n, _ in weights}
 
 
-class _Engine:
-    """Stands in for ``vllm.LLM``: records the sleep-mode calls; workers run collective_rpc functions."""
+def _engine(version, worker_model):
+    """A recorded release's ``vllm.LLM`` (tests/guiagent/vllm_standin.py), its worker holding ``worker_model``."""
+    from tests.guiagent.vllm_standin import RecordedLLM
 
-    def __init__(self, worker_model, in_process: bool):
-        self.calls: list = []
-        self._worker = SimpleNamespace(model_runner=SimpleNamespace(model=worker_model))
-        if in_process:
-            self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=SimpleNamespace(
-                worker=self._worker)))
-
-    def sleep(self, level):
-        self.calls.append(("sleep", level))
-
-    def wake_up(self, tags=None):
-        self.calls.append(("wake_up", tuple(tags or ())))
-
-    def collective_rpc(self, fn, args=()):
-        self.calls.append(("rpc", len(args[0])))
-        return [fn(self._worker, *args)]
-
-    def reset_prefix_cache(self):
-        self.calls.append(("reset_prefix_cache",))
+    llm = type("LLM", (RecordedLLM,), {"version": version})()
+    llm.worker = SimpleNamespace(get_model=lambda: worker_model)
+    return llm
 
 
 def _lora_learner(model_dir):
@@ -218,7 +209,11 @@ def _lora_learner(model_dir):
     return p
 
 
-def test_colocated_sync_pushes_merged_weights_and_hands_memory_over(tiny_model_dir):
+VERSIONS = __import__("tests.guiagent.vllm_standin", fromlist=["VERSIONS"]).VERSIONS
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_colocated_sync_pushes_merged_weights_and_hands_memory_over(tiny_model_dir, version):
     from guiagent.policy.hf import load_transformers
     from guiagent.policy.vllm_backend import ColocatedSync, VLLMPolicy
 
@@ -226,10 +221,12 @@ def test_colocated_sync_pushes_merged_weights_and_hands_memory_over(tiny_model_d
     cs = chats()
     comps = [[100, 101, 102, 103], [104, 105, 106]]
     want = learner.score(cs, comps)
-    for in_process in (False, True):  # collective_rpc of CPU chunks / the in-process model by reference
+    for in_process in (False, True):  # CPU copies to another process / tensors by reference in this one
         rollout_copy = load_transformers(tiny_model_dir, device="cpu")  # the "engine's" model
-        llm = _Engine(_WorkerModel(rollout_copy.model), in_process)
-        eng = VLLMPolicy.from_engine(llm, rollout_copy.tokenizer, rollout_copy.encoder.chat_template, name="tiny")
+        wm = _WorkerModel(rollout_copy.model)
+        llm = _engine(version, wm)
+        eng = VLLMPolicy.from_engine(llm, rollout_copy.tokenizer, rollout_copy.encoder.chat_template,
+                                     name="tiny", in_process=in_process)
         assert max(abs(a - b) for a, b in zip(want[0], rollout_copy.score(cs, comps)[0])) > 1e-3
         sync = ColocatedSync(eng, learner, dtype=torch.float32)
         with sync.update_phase():
@@ -245,16 +242,17 @@ def test_colocated_sync_pushes_merged_weights_and_hands_memory_over(tiny_model_d
         assert ("wake_up", ("kv_cache",)) in llm.calls           # ... the KV cache after the push
         assert kinds.index("wake_up", 2) > max(i for i, k in enumerate(kinds) if k in ("rpc", "sleep"))
         assert kinds[-1] == "reset_prefix_cache"
-        assert ("rpc" in kinds) is (not in_process)               # in process: tensors by reference
+        assert "rpc" in kinds  # through LLM.collective_rpc, in process or not
 
 
-def test_push_weights_casts_and_chunks(tiny_model_dir):
+@pytest.mark.parametrize("version", VERSIONS)
+def test_push_weights_casts_and_chunks(tiny_model_dir, version):
     from guiagent.policy.hf import load_transformers
     from guiagent.policy.vllm_backend import VLLMPolicy, chunk_weights
 
     pol = load_transformers(tiny_model_dir, device="cpu")
     wm = _WorkerModel(load_transformers(tiny_model_dir, device="cpu").model)
-    llm = _Engine(wm, in_process=False)
+    llm = _engine(version, wm)
     eng = VLLMPolicy.from_engine(llm, pol.tokenizer, pol.encoder.chat_template, sleep_mode=False)
     assert eng.push_weights(pol.state_dict(), dtype=torch.bfloat16, chunk_bytes=1 << 20) == 1
     assert wm.dtypes == {torch.bfloat16}
@@ -274,8 +272,8 @@ def test_failed_update_wakes_the_engine_with_old_weights(tiny_model_dir):
     from guiagent.policy.vllm_backend import ColocatedSync, VLLMPolicy
 
     pol = load_transformers(tiny_model_dir, device="cpu")
-    llm = _Engine(_WorkerModel(pol.model), in_process=True)
-    eng = VLLMPolicy.from_engine(llm, pol.tokenizer, pol.encoder.chat_template)
+    llm = _engine(VERSIONS[-1], _WorkerModel(pol.model))
+    eng = VLLMPolicy.from_engine(llm, pol.tokenizer, pol.encoder.chat_template, in_process=True)
     with pytest.raises(KeyError):
         with ColocatedSync(eng, pol).update_phase():
             raise KeyError("update failed")
@@ -283,12 +281,85 @@ def test_failed_update_wakes_the_engine_with_old_weights(tiny_model_dir):
     assert llm.calls == [("sleep", 1), ("wake_up", ("kv_cache", "weights"))]
 
 
-def test_to_generation_reads_a_request_output():
+@pytest.mark.parametrize("version", VERSIONS)
+def test_to_generation_reads_a_request_output(version):
+    """The fields to_generation reads exist in every recorded release (Strict refuses others)."""
     from guiagent.policy.vllm_backend import to_generation
+    from tests.guiagent.vllm_standin import RecordedLLM
 
-    lp = lambda x: SimpleNamespace(logprob=x)  # noqa: E731
-    out = SimpleNamespace(prompt_token_ids=[1, 2, 3, 4], outputs=[SimpleNamespace(
-        text="click", token_ids=[7, 9], logprobs=[{7: lp(-0.5), 8: lp(-1.0)}, {9: lp(-0.25)}], finish_reason="length")])
+    cls = type("LLM", (RecordedLLM,), {"version": version})
+    out = cls.output([1, 2, 3, 4], "click", [7, 9], [-0.5, -0.25], "length")
     g = to_generation(out, version=3)
     assert (g.text, g.token_ids, g.logprobs, g.prompt_tokens, g.finish_reason, g.policy_version) == \
         ("click", (7, 9), (-0.5, -0.25), 4, "length", 3)
+    # vLLM with logprobs=0 may add other tokens' entries at a position: the sampled one is read
+    out.outputs[0].logprobs[0][8] = SimpleNamespace(logprob=-9.0)
+    assert to_generation(out, version=3).logprobs == (-0.5, -0.25)
+
+
+# ---- building an engine: what each recorded release is given -------------------------------------
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("colocate", [False, True])
+def test_engine_arguments_and_environment_per_release(tiny_model_dir, monkeypatch, version, colocate):
+    import os
+
+    from guiagent.policy import SamplingParams, message
+    from guiagent.policy.vllm_backend import VLLMPolicy
+    from tests.guiagent.vllm_standin import API, RecordedLLM, install
+
+    built = []
+
+    class Engine(RecordedLLM):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            built.append(self)
+
+        def _generate(self, prompts, params):
+            self.params = params
+            return [self.output([1, 2], "ok", [5], [-0.1], "stop") for _ in prompts]
+
+    install(monkeypatch, version, Engine)
+    eng = VLLMPolicy(str(tiny_model_dir), max_images=2, max_model_len=1024, gpu_memory_utilization=0.3,
+                     seed=4, min_pixels=3136, max_pixels=50176, enable_sleep_mode=True, colocate=colocate)
+    (llm,) = built
+    api = API[version]
+    assert llm.kwargs["limit_mm_per_prompt"] == {"image": 2, "video": 0} and llm.kwargs["seed"] == 4
+    assert llm.kwargs["mm_processor_kwargs"] == {"min_pixels": 3136, "max_pixels": 50176}
+    assert llm.kwargs.get("logprobs_mode") == ("raw_logprobs" if api["logprobs_mode"] else None)
+    # a release that still has the V0 engine is told to use V1 (raw log-probs, in-process engine core)
+    assert os.environ.get("VLLM_USE_V1") == ("1" if api["has_v0"] else None)
+    assert os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == ("0" if colocate else None)
+    assert eng.in_process is colocate
+    gens = eng.generate([[message("user", png(56, 56, 1), "Goal: go home.")]] * 2,
+                        SamplingParams(max_new_tokens=6, temperature=0.7, seed=10, stop=("<|im_end|>",)))
+    assert [g.text for g in gens] == ["ok", "ok"] and gens[0].logprobs == (-0.1,)
+    assert [p.seed for p in llm.params] == [10, 11] and {p.logprobs for p in llm.params} == {0}
+    assert llm.params[0].stop == ["<|im_end|>"] and llm.params[0].max_tokens == 6
+
+
+def test_an_engine_argument_the_release_lacks_is_one_clear_line(monkeypatch):
+    from guiagent.policy.vllm_backend import SUPPORTED, VllmApi, VLLMUnavailable, engine_kwargs
+
+    api = VllmApi(version="0.9.0", engine_fields=frozenset({"model", "seed"}), has_v0=True)
+    with pytest.raises(VLLMUnavailable) as e:
+        engine_kwargs(api, "m")
+    msg = str(e.value)
+    assert "\n" not in msg and "vLLM 0.9.0 has no engine argument" in msg and SUPPORTED in msg
+    assert "enable_sleep_mode" in msg and "logprobs_mode" not in msg  # asked for only where it exists
+
+
+def test_the_extra_allows_the_checked_releases():
+    """pyproject's vllm extra and the backend's SUPPORTED range agree, and hold every recorded release."""
+    import re
+    from pathlib import Path
+
+    from packaging.specifiers import SpecifierSet
+
+    from guiagent.policy.vllm_backend import SUPPORTED
+
+    text = Path(__file__).resolve().parents[2].joinpath("pyproject.toml").read_text()
+    (spec,) = re.findall(r'"vllm([<>=!,.0-9]+)"', text)
+    assert SpecifierSet(spec) == SpecifierSet(SUPPORTED)
+    assert all(v in SpecifierSet(SUPPORTED) for v in VERSIONS)
+    assert min(VERSIONS, key=lambda v: [int(x) for x in v.split(".")]).startswith("0.10")

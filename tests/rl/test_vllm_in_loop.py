@@ -2,11 +2,14 @@
 sampling, and a run whose rollouts a colocated engine generates.
 
 vLLM needs CUDA, so on CPU the engine is a stand-in for ``vllm.LLM`` behind the real
-:class:`~guiagent.policy.vllm_backend.VLLMPolicy`: it receives exactly what vLLM would (rendered
-prompts, PIL images, one ``SamplingParams`` per request, sleep / wake-up calls, weights through
-the in-process model's ``load_weights``) and generates with its own copy of the tiny model,
-computing in bfloat16 as an engine's kernels would, so its log-probs really differ from the
-fp32 learner's. ``tests/gpu/test_gpu_paths.py`` runs the real engine on a GPU.
+:class:`~guiagent.policy.vllm_backend.VLLMPolicy`, built from the newest release that
+``scripts/contracts.sh`` recorded (``tests/guiagent/vllm_standin.py``: every call binds to that
+release's signatures, ``SamplingParams`` and outputs carry its fields only). It receives what
+vLLM would (rendered prompts, PIL images, one ``SamplingParams`` per request, sleep / wake-up
+calls, weights through ``collective_rpc`` to the worker's ``get_model().load_weights``) and
+generates with its own copy of the tiny model, computing in bfloat16 as an engine's kernels
+would, so its log-probs really differ from the fp32 learner's. ``tests/gpu/test_gpu_paths.py``
+runs the real engine on a GPU.
 """
 
 from __future__ import annotations
@@ -14,8 +17,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
-import sys
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -23,6 +25,7 @@ import torch
 from rl.config import TrainConfig
 from rl.rollout import TrainTurn
 from rl.update import rescore, update
+from tests.guiagent.vllm_standin import VERSIONS, RecordedLLM, install
 
 
 def png(seed: int) -> bytes:
@@ -125,37 +128,21 @@ def test_rescore_config():
 # ---- a run on a colocated engine -----------------------------------------------------------------
 
 
-class _FakeVllm(ModuleType):
-    """The ``vllm`` module as the backend uses it: ``LLM`` and ``SamplingParams``."""
+class _StandInEngine(RecordedLLM):
+    """``vllm.LLM`` on CPU: its own copy of the model, bf16 compute, vLLM's request and output shapes
+    (the newest recorded release's signatures and fields: tests/guiagent/vllm_standin.py)."""
 
-    def __init__(self):
-        super().__init__("vllm")
-        self.engines: list = []
-        fake = self
+    engines: list = []
 
-        class LLM(_StandInEngine):
-            def __init__(self, **kw):
-                super().__init__(**kw)
-                fake.engines.append(self)
-
-        self.LLM = LLM
-        self.SamplingParams = lambda **kw: SimpleNamespace(**kw)
-
-
-class _StandInEngine:
-    """``vllm.LLM`` on CPU: its own copy of the model, bf16 compute, vLLM's request and output shapes."""
-
-    def __init__(self, model, **kw):
+    def __init__(self, **kw):
+        super().__init__(**kw)
         from guiagent.policy.hf import load_transformers
 
-        self.kwargs = dict(kw, model=model)
-        self.pol = load_transformers(model, device="cpu")
+        self.pol = load_transformers(kw["model"], device="cpu")
         self.pol.autocast_dtype = torch.bfloat16  # an engine's kernels: another precision than the learner's
-        self.calls: list = []
-        worker_model = SimpleNamespace(load_weights=self._load_weights, parameters=self.pol.model.parameters)
-        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=SimpleNamespace(
-            worker=SimpleNamespace(model_runner=SimpleNamespace(model=worker_model)))))
-        self.asleep = False
+        self.worker = SimpleNamespace(get_model=lambda: SimpleNamespace(
+            load_weights=self._load_weights, parameters=self.pol.model.parameters))
+        _StandInEngine.engines.append(self)
 
     def _load_weights(self, weights):
         params = self.pol.model.state_dict()
@@ -164,47 +151,27 @@ class _StandInEngine:
                 params[n].copy_(t)
         self.calls.append(("load_weights", len(weights)))
 
-    def generate(self, prompts, params, use_tqdm=True):
+    def _generate(self, prompts, params):
         from guiagent.policy import SamplingParams
 
-        assert not self.asleep, "generate on a sleeping engine"
         encs = [self.pol.encoder.encode_rendered(p["prompt"], p.get("multi_modal_data", {}).get("image", []))
                 for p in prompts]
         p0 = params[0]
         sampling = SamplingParams(max_new_tokens=p0.max_tokens, temperature=p0.temperature, top_p=p0.top_p,
                                   min_p=p0.min_p, seeds=tuple(p.seed for p in params) if p0.seed is not None else None)
-        self.calls.append(("generate", len(prompts)))
-        outs = []
-        for e, g in zip(encs, self.pol.generate_encoded(encs, sampling)):
-            lps = [{t: SimpleNamespace(logprob=lp)} for t, lp in zip(g.token_ids, g.logprobs)]
-            outs.append(SimpleNamespace(prompt_token_ids=e.input_ids, outputs=[SimpleNamespace(
-                text=g.text, token_ids=list(g.token_ids), logprobs=lps, finish_reason=g.finish_reason)]))
-        return outs
-
-    def sleep(self, level):
-        self.calls.append(("sleep", level))
-        self.asleep = True
-
-    def wake_up(self, tags=None):
-        self.calls.append(("wake_up", tuple(tags or ())))
-        if "kv_cache" in (tags or ("kv_cache",)):
-            self.asleep = False
-
-    def reset_prefix_cache(self):
-        self.calls.append(("reset_prefix_cache",))
+        return [self.output(e.input_ids, g.text, list(g.token_ids), list(g.logprobs), g.finish_reason)
+                for e, g in zip(encs, self.pol.generate_encoded(encs, sampling))]
 
 
 @pytest.mark.browser
 def test_a_run_on_a_colocated_engine_pushes_weights_and_stores_the_mismatch(tiny_model_dir, tmp_path, monkeypatch):
-    import guiagent.policy.vllm_backend as vb
     from guiagent.policy.hf import load_transformers
     from guiagent.store import StoreReader
     from rl.config import VLLMSettings
     from rl.trainer import Trainer
 
-    fake = _FakeVllm()
-    monkeypatch.setattr(vb, "_require_vllm", lambda: fake)
-    monkeypatch.setitem(sys.modules, "vllm", fake)
+    _StandInEngine.engines = []
+    install(monkeypatch, VERSIONS[-1], _StandInEngine)
     cfg = TrainConfig(model=tiny_model_dir, tasks=("go_home",), iterations=2, groups_per_iteration=1, group_size=2,
                       slots=2, pool="inprocess", max_new_tokens=8, eval_episodes=2, filter_zero_variance=False,
                       temperature=1.0, out=str(tmp_path / "run"), seed=3, rollout_engine="vllm",
@@ -221,7 +188,7 @@ def test_a_run_on_a_colocated_engine_pushes_weights_and_stores_the_mismatch(tiny
     monkeypatch.setattr(policy_cls, "generate_encoded", counting)
     t = Trainer(cfg)
     result = t.run()
-    (engine,) = fake.engines
+    (engine,) = _StandInEngine.engines
     kw = engine.kwargs
     geom = t.policy.image_geometry()
     assert kw["enable_sleep_mode"] is True and kw["gpu_memory_utilization"] == 0.4 and kw["seed"] == 3
@@ -229,7 +196,7 @@ def test_a_run_on_a_colocated_engine_pushes_weights_and_stores_the_mismatch(tiny
     # every reply came from the engine: the learner generated nothing (evaluation included)
     assert not learner_calls and sum(n for c, n in (c for c in engine.calls if c[0] == "generate")) > 0
     # each iteration: asleep for the update, weights woken and loaded first, then the KV cache
-    kinds = [c[0] if c[0] != "wake_up" else f"wake_up{c[1]}" for c in engine.calls]
+    kinds = [c[0] if c[0] != "wake_up" else f"wake_up{c[1]}" for c in engine.calls if c[0] != "rpc"]
     assert kinds.count("sleep") == 2
     for i in [i for i, k in enumerate(kinds) if k == "sleep"]:
         nxt = [k for k in kinds[i + 1:] if k != "generate"][:3]
