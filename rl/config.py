@@ -361,6 +361,8 @@ class TrainConfig:
 
         if self.group_size < 2:
             raise ValueError("--group-size must be >= 2: group advantages compare episodes of one task")
+        if not 0 <= self.threads <= 1024:
+            raise ValueError(f"--threads must lie in 0..1024 (0: torch's default), got {self.threads}")
         if self.resume and self.overwrite:
             raise ValueError("--resume continues a run and --overwrite starts one again: give one of them")
         for name, n in (("--groups-per-iteration x --group-size", self.groups_per_iteration * self.group_size),

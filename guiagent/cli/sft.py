@@ -44,6 +44,8 @@ class SFTCommandConfig:
     """print one JSON object with the figures as the last stdout line"""
 
     def __post_init__(self) -> None:
+        if not 0 <= self.threads <= 1024:
+            raise ValueError(f"--threads must lie in 0..1024 (0: torch's default), got {self.threads}")
         if not self.data:
             raise ValueError("--data needs at least one run directory (e.g. from guiagent eval --agent oracle)")
         if not self.model:

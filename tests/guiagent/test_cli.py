@@ -297,6 +297,7 @@ CASES = [
     (["eval", "--agnt", "x", "--out", "{t}/e"], "unrecognized option(s) --agnt x", 2),
     (["eval", "--agent", "nobody", "--out", "{t}/e"], "--agent 'nobody': choose one of oracle, random, model", 2),
     (["train", "--group-size", "1", "--out", "{t}/tr"], "--group-size must be >= 2", 2),
+    (["train", "--threads", str(2**40), "--out", "{t}/tr"], "--threads must lie in 0..1024", 2),  # torch: ValueError
     # --out over an earlier run or a folder of the user's: nothing overwritten
     (["train", "--out", "{t}/oldrun"], "--out {t}/oldrun holds a training run: continue it with --resume {t}/oldrun, "
                                        "start it again with --overwrite, or give another --out", 2),
