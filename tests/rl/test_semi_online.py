@@ -623,6 +623,7 @@ def test_the_trainer_keeps_only_groups_whose_samples_differ():
     advantage anywhere; the trainer counts the informative groups and leaves the others out of the update."""
     from types import SimpleNamespace
 
+    from rl.algos import Credit
     from rl.config import TrainConfig
     from rl.trainer import Trainer, _semi_informative_groups
 
@@ -635,7 +636,8 @@ def test_the_trainer_keeps_only_groups_whose_samples_differ():
     for keep_all in (False, True):
         cfg = TrainConfig(mode="semi-online", data=("x",), filter_zero_variance=not keep_all)
         metrics: dict[str, float] = {}
-        turns, adv, stats = Trainer._semi_online_batch(SimpleNamespace(cfg=cfg), res, metrics)
+        credit = SimpleNamespace(_shape=lambda t, a, r, cfg=cfg: Credit._shape(SimpleNamespace(cfg=cfg), t, a, r))
+        turns, adv, stats = Trainer._semi_online_batch(SimpleNamespace(cfg=cfg, credit=credit), res, metrics)
         assert len(turns) == len(adv) and stats["groups"] == 2
         if keep_all:
             assert len(turns) == len(res.turns) and stats["groups_kept"] == 2
