@@ -69,8 +69,8 @@ def run(path: Path, seed: int) -> dict:
     # what UI-S1's box bug changes on its own: the reference with and without the fix, same probes
     import random
 
-    from rl.match_parity import to_uis1, uis1_reference
     from rl.match import step_target
+    from rl.match_parity import to_uis1, uis1_reference
 
     rng, changed, crashed, n = random.Random(seed), 0, 0, 0
     for st, truth in records:

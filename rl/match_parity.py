@@ -173,7 +173,7 @@ def probes(target: StepTarget, rng: random.Random) -> list[Action]:
             x, y = target.point
             pts += [(x, y), (x + 0.03, y), (x, y - 0.03), (x - 0.05, y), (x, y + 0.05)]
         for x0, y0, x1, y1 in target.boxes:
-            bw, bh = x1 - x0, y1 - y0
+            bw = x1 - x0
             cy = (y0 + y1) / 2
             pts += [((x0 + x1) / 2, cy), (x1 + 0.08 * bw, cy), (x1 + 0.12 * bw + 0.002, cy)]
         pts += [(rng.random(), rng.random()) for _ in range(2)]
