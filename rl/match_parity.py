@@ -215,9 +215,13 @@ class ParityReport:
         return sum(self.agree.values()) / n if n else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
+        per = {k: {"probes": self.probes[k], "agree": round(self.rate(k), 5)} for k in sorted(self.probes)}
+        swipes = [k for k in self.probes if k.startswith("swipe")]
+        if swipes:  # both axes together (not counted twice in overall)
+            n = sum(self.probes[k] for k in swipes)
+            per["swipe (all)"] = {"probes": n, "agree": round(sum(self.agree[k] for k in swipes) / n, 5)}
         return {"overall": round(self.overall(), 5),
-                "per_kind": {k: {"probes": self.probes[k], "agree": round(self.rate(k), 5)}
-                             for k in sorted(self.probes)},
+                "per_kind": per,
                 "reasons": {k: dict(v) for k, v in sorted(self.reasons.items())}}
 
 
