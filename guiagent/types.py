@@ -757,7 +757,8 @@ class StepTarget:
             ``scroll``, ``swipe``, ``open_app``, ``key``, ``back``, ``home``, ``wait``, ``answer``,
             ``finish``, ``drag``, ...).
         boxes: candidate element boxes ``(x0, y0, x1, y1)``, any number (UI-S1 lists the tapped element
-            and the clickable containers around it); a tap inside any of them hits.
+            and the clickable containers around it); a tap inside any of them hits. A box may reach past
+            the screen (an element partly scrolled off it): it is enlarged about its own centre.
         point: the recorded point (a tap, a long press, where a type tapped; a swipe's or drag's start).
         point2: a swipe's or drag's end point.
         text: typed text, an app's name, an answer, a key's name.
@@ -806,8 +807,9 @@ class StepTarget:
             if len(box) != 4 or any(isinstance(v, bool) for v in b):
                 raise ValueError(f"a target box must be (x0, y0, x1, y1), got {b!r:.80}")
             x0, y0, x1, y1 = box
-            if not all(0.0 <= v <= 1.0 for v in box) or x1 < x0 or y1 < y0:
-                raise ValueError(f"target box {b!r:.80} must lie in [0, 1] with x0 <= x1 and y0 <= y1")
+            if not all(-1.0 <= v <= 2.0 for v in box) or x1 < x0 or y1 < y0 or x1 < 0 or y1 < 0 or x0 > 1 or y0 > 1:
+                raise ValueError(f"target box {b!r:.80} must overlap the screen [0, 1] (reaching at most a screen "
+                                 "past it) with x0 <= x1 and y0 <= y1")
             boxes.append(box)
         object.__setattr__(self, "boxes", tuple(boxes))
         object.__setattr__(self, "point", _unit_pair("point", self.point))

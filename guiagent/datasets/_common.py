@@ -30,7 +30,17 @@ MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 
 class DatasetError(ValueError):
-    """A recorded-data file that cannot be imported; the message names the file and record."""
+    """A recorded-data file that cannot be imported; the message names the file and record.
+
+    Always one line: line breaks and other control characters a file put into a quoted value are
+    escaped, so the message is what a user sees, whole, on one terminal line.
+    """
+
+    def __init__(self, message: object = "") -> None:
+        text = str(message)
+        if any(ord(c) < 32 or c == "\x7f" for c in text):
+            text = "".join(c if (ord(c) >= 32 and c != "\x7f") else repr(c)[1:-1] for c in text)
+        super().__init__(text)
 
 
 @dataclass
@@ -150,8 +160,10 @@ def unit(value: Any, scale: float, where: str, what: str) -> float:
 
 
 def box_unit(box: Any, w: float, h: float, where: str) -> list[float] | None:
-    """A pixel box ``[x0, y0, x1, y1]`` normalised to the screen and clipped to it (accessibility
-    bounds of scrolling containers reach past the screen); ``None`` for a box wholly off the screen."""
+    """A pixel box ``[x0, y0, x1, y1]`` normalised to the screen; ``None`` for a box wholly off the
+    screen. A box reaching past the screen (accessibility bounds of scrolling containers do) is kept as
+    it is, cut at one screen beyond each edge: the matcher enlarges it about its own centre, as UI-S1
+    does."""
     if not (isinstance(box, (list, tuple)) and len(box) == 4):
         raise DatasetError(f"{where}: a box must be [x0, y0, x1, y1], got {_short(box)}")
     for v in box:
@@ -164,7 +176,7 @@ def box_unit(box: Any, w: float, h: float, where: str) -> list[float] | None:
         raise DatasetError(f"{where}: box {_short(box)} has its corners swapped")
     if x1 < 0 or y1 < 0 or x0 > 1 or y0 > 1:
         return None
-    return [min(1.0, max(0.0, v)) for v in (x0, y0, x1, y1)]
+    return [min(2.0, max(-1.0, v)) for v in (x0, y0, x1, y1)]
 
 
 def boxes_unit(boxes: Any, w: float, h: float, where: str) -> list[list[float]]:

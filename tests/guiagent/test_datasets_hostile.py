@@ -254,8 +254,10 @@ def png_header(w: int, h: int) -> bytes:
             + chunk(b"IDAT", zlib.compress(b"\x00" * 10)) + chunk(b"IEND", b""))
 
 
-_CHILD = ("import resource, sys\nfrom guiagent.cli.data import main\nrc = main(sys.argv[1:])\n"
-          "print('maxrss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\nsys.exit(rc)")
+# the child's own peak RSS: VmHWM of its address space (ru_maxrss would carry the forking parent's over exec)
+_CHILD = ("import re, sys\nfrom guiagent.cli.data import main\nrc = main(sys.argv[1:])\n"
+          "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)\n"
+          "print('maxrss_kb', hwm, file=sys.stderr)\nsys.exit(rc)")
 
 
 def _import(*args):

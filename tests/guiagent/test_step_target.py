@@ -32,7 +32,8 @@ def test_finger_direction_reads_the_convention(direction, convention, finger):
 @pytest.mark.parametrize("kwargs,err", [
     ({"kind": ""}, ValueError),
     ({"kind": "click", "boxes": [[0.5, 0.5, 0.4, 0.6]]}, ValueError),   # corners swapped
-    ({"kind": "click", "boxes": [[0, 0, 1.5, 1]]}, ValueError),         # off the screen
+    ({"kind": "click", "boxes": [[0, 0, 2.5, 1]]}, ValueError),         # more than a screen past it
+    ({"kind": "click", "boxes": [[1.2, 0, 1.5, 1]]}, ValueError),       # wholly off the screen
     ({"kind": "click", "boxes": [[0, 0, 1]]}, ValueError),
     ({"kind": "click", "boxes": [["a", 0, 1, 1]]}, TypeError),
     ({"kind": "click", "boxes": "0,0,1,1"}, TypeError),
@@ -46,6 +47,10 @@ def test_finger_direction_reads_the_convention(direction, convention, finger):
 def test_bad_targets_are_refused(kwargs, err):
     with pytest.raises(err):
         StepTarget(**kwargs)
+
+
+def test_a_box_may_reach_past_the_screen():
+    assert StepTarget("click", boxes=[[0.9, 0.95, 1.1, 1.04]]).boxes == ((0.9, 0.95, 1.1, 1.04),)
 
 
 def test_from_dict_refuses_unknown_fields_and_non_objects():

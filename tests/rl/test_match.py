@@ -292,3 +292,25 @@ def test_element_actions_resolve_on_the_marks():
     assert match_action(ClickElement(3), t, size=S, marks=marks).matched
     r = match_action(ClickElement(9), t, size=S, marks=marks)
     assert not r.matched and not r.kind_match and "no element" in r.reason
+
+
+def test_parity_run_on_a_small_evaluation_shaped_file(tmp_path):
+    """The parity machinery bench/uis1_parity.py runs: every difference of the uis1 preset is a named one,
+    and the default differs from UI-S1 only on horizontal swipes and texts."""
+    from rl.match_parity import compare, pair_records
+
+    ids = [k for k, v in TRUTHS.items() if v[0] == "eval" and v[1] == S]
+    lines = [_line(k) for k in ids]
+    p = tmp_path / "e.jsonl"
+    p.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    trajs = list(read_dataset("uis1", p, placeholders="auto"))
+    reports = compare(pair_records(trajs, lines), {"default": MatchConfig(), "uis1": MatchConfig.preset("uis1")},
+                      point_only=True)
+    edge = "tap on the edge of an enlarged box: floating-point rounding decides"
+    assert all(set(r) == {edge} for r in reports["uis1"].reasons.values()), reports["uis1"].reasons
+    d = reports["default"].to_dict()
+    assert all(set(r) == {edge} for k, r in d["reasons"].items() if k not in ("swipe (horizontal)", "type", "open"))
+    assert d["per_kind"]["click"]["agree"] == 1.0 and d["per_kind"]["swipe (vertical)"]["agree"] == 1.0
+    assert d["per_kind"]["swipe (horizontal)"]["agree"] == pytest.approx(4 / 6, abs=1e-4)   # wait, finish, 2 of 4 swipes
+    assert "open" in d["per_kind"] and d["per_kind"]["swipe (all)"]["probes"] == 12
+    assert reports["point only"].rate("click") < 1.0   # taps in a candidate box far from the point
