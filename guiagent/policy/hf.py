@@ -599,10 +599,10 @@ class TransformersPolicy:
         pre = self.model(input_ids=out["input_ids"][:1, :n], attention_mask=out["attention_mask"][:1, :n],
                          position_ids=torch.arange(n, device=self.device).view(1, 1, n).expand(3, 1, n),
                          use_cache=True, logits_to_keep=1)
-        cache = pre.cache
+        cache = _output_cache(pre)
         cache.batch_repeat_interleave(b)
         self._core().rope_deltas = None  # generate computes the positions of the new layout itself
-        return {**batch, **out, "cache": cache}
+        return {**batch, **out, _cache_kwarg(self._core()): cache}
 
     def _finish(self, ids: list[int], lps: list[float], prompt_tokens: int, sampling: SamplingParams
                 ) -> Generation:
@@ -708,11 +708,12 @@ class TransformersPolicy:
             out = self.model(**prompt, use_cache=True, logits_to_keep=1)
             logits = out.logits[sel]  # [B, 1, V]: each row's first completion token
             if t > 1:
-                cache = out.cache
+                cache = _output_cache(out)
                 cache.batch_select_indices(sel)
                 end = plen + t - 1
                 rest = self.model(input_ids=ids[:, plen:end], attention_mask=mask[:, :end],
-                                  position_ids=pos[:, :, plen:end], cache=cache, use_cache=True).logits
+                                  position_ids=pos[:, :, plen:end], use_cache=True,
+                                  **{_cache_kwarg(self._core()): cache}).logits
                 logits = torch.cat([logits, rest], dim=1)
             lp = _token_logprobs(logits, ids[:, plen:])
         cmask = mask[:, plen:].bool()
@@ -738,6 +739,7 @@ class TransformersPolicy:
         grid = torch.cat([e.image_grid_thw for e in with_img]).to(self.device)  # type: ignore[misc]
         visual = getattr(self._core(), "visual", None)
         if (self.vision_cache_bytes <= 0 or visual is None or not hasattr(self._core(), "get_image_features")
+                or not _takes_encoder_outputs(self._core())  # transformers before mm_encoder_outputs (5.17)
                 or (grad and any(p.requires_grad for p in visual.parameters())) or self._distributed()):
             pv = torch.cat([e.pixel_values for e in with_img])  # type: ignore[misc]
             return {"pixel_values": pv.to(self.device, _weight_dtype(self.model)), "image_grid_thw": grid}
@@ -889,6 +891,27 @@ def qwen2_5_vl_3b_config() -> Any:
                        "spatial_merge_size": 2, "spatial_patch_size": 14, "window_size": 112,
                        "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2,
                        "temporal_patch_size": 2})
+
+
+def _cache_kwarg(model: Any) -> str:
+    """The KV-cache keyword of ``model``'s forward (and ``generate``): ``cache`` in recent
+    transformers 5 releases, ``past_key_values`` before (5.17 has the old name)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
+
+
+def _takes_encoder_outputs(model: Any) -> bool:
+    """Whether ``model``'s forward takes precomputed vision outputs (``mm_encoder_outputs``)."""
+    import inspect
+
+    return "mm_encoder_outputs" in inspect.signature(type(model).forward).parameters
+
+
+def _output_cache(out: Any) -> Any:
+    """The KV cache of a forward's output, under either name (see :func:`_cache_kwarg`)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
 
 
 def _token_logprobs(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
