@@ -207,14 +207,14 @@ def run_variant(name: str, model_dir: str, episodes: list, args: argparse.Namesp
 
     dev = args.device
     cuda = dev == "cuda"
-    precision = "bf16-mixed" if cuda else "fp32"
+    precision, checkpointing = args.precision, args.checkpointing
     lora = LoraSettings(rank=args.lora_rank, alpha=2 * args.lora_rank) if name == "lora" else None
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     t_load = time.perf_counter()
     policy = load_transformers(model_dir, device=dev, precision=precision, lora=lora,
-                               gradient_checkpointing=cuda)
+                               gradient_checkpointing=checkpointing)
     load_s = time.perf_counter() - t_load
     counter = FlopCounter(policy.model)
     cfg = TrainConfig(micro_batch_size=args.micro_batch, lr=1e-5 if lora else 1e-6, max_new_tokens=args.new_tokens,
@@ -224,7 +224,7 @@ def run_variant(name: str, model_dir: str, episodes: list, args: argparse.Namesp
                        keep_chats=True, frame=policy)
     trainable = [p for p in policy.parameters() if p.requires_grad]
     est = estimate_memory_for(policy.model, precision=precision, micro_batch_size=args.micro_batch, seq_len=2048,
-                              completion_len=args.new_tokens, gradient_checkpointing=cuda, device=dev)
+                              completion_len=args.new_tokens, gradient_checkpointing=checkpointing, device=dev)
     gen = {"tokens": 0, "seconds": 0.0}
     real_generate = policy.generate_encoded
 
@@ -277,7 +277,7 @@ def run_variant(name: str, model_dir: str, episodes: list, args: argparse.Namesp
     gen_tflops = tot["gen_flops"] / max(tot["gen_s"], 1e-9) / 1e12
     upd_tflops = tot["update_flops"] / max(tot["update_s"], 1e-9) / 1e12
     out: dict[str, Any] = {
-        "lora_rank": args.lora_rank if lora else 0, "precision": precision, "gradient_checkpointing": cuda,
+        "lora_rank": args.lora_rank if lora else 0, "precision": precision, "gradient_checkpointing": checkpointing,
         "trainable_params": sum(p.numel() for p in trainable), "load_s": round(load_s, 1),
         "iterations": len(measured), "warmup_iterations": len(rows) - len(measured),
         "turns_per_iteration": round(tot["turns"] / len(measured), 1),
@@ -577,6 +577,10 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--new-tokens", type=int, default=None)
         p.add_argument("--micro-batch", type=int, default=None)
         p.add_argument("--lora-rank", type=int, default=64)
+        p.add_argument("--precision", choices=("fp32", "bf16-mixed"), default=None,
+                       help="default: bf16-mixed on CUDA, fp32 on CPU")
+        p.add_argument("--checkpointing", action=argparse.BooleanOptionalAction, default=None,
+                       help="gradient checkpointing (default: on with CUDA)")
         p.add_argument("--peak-tflops", type=float, default=None, help="the card's bf16 dense peak, if not in the table")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--trace-out", default="", help="run under the import tracer; its graph and the "
@@ -596,6 +600,10 @@ def main(argv: list[str] | None = None) -> int:
         for key in ("iterations", "groups", "group_size", "new_tokens", "micro_batch", "lora_rank"):
             if getattr(args, key) < 1:
                 ap.error(f"--{key.replace('_', '-')} must be at least 1")
+        if args.precision is None:
+            args.precision = "bf16-mixed" if gpu else "fp32"
+        if args.checkpointing is None:
+            args.checkpointing = gpu
         if args.warmup < 0 or args.budget_s <= 0:
             ap.error("--warmup must be >= 0 and --budget-s > 0")
         bad = [v for v in args.variants.split(",") if v not in ("full", "lora")]
