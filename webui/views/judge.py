@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Required
 
 from flask import Blueprint, render_template
-from typing_extensions import Required, TypedDict
+from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
 from judge.compose import reward_weights
 from webui.registry import NotFound, discover_run_dirs
