@@ -143,3 +143,27 @@ def test_install_puts_only_the_missing_wheels_in_place_offline(tmp_path):
     missing = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "install", "--dir",
                               str(tmp_path / "nothing")], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "--prepare" in missing.stderr
+
+
+def test_policy_speaks_both_cache_names_of_transformers():
+    """The GPU machines carry transformers 5.17, whose models call the KV cache ``past_key_values``
+    and take no precomputed vision outputs; newer releases say ``cache`` and take
+    ``mm_encoder_outputs``. The policy reads the signature (checked end to end on 5.17 by the
+    bare-image run in docs/training.md)."""
+    from types import SimpleNamespace
+
+    from guiagent.policy.hf import _cache_kwarg, _output_cache, _takes_encoder_outputs
+
+    class Old:
+        def forward(self, input_ids=None, past_key_values=None, pixel_values=None):
+            pass
+
+    class New:
+        def forward(self, input_ids=None, cache=None, pixel_values=None, mm_encoder_outputs=None):
+            pass
+
+    assert (_cache_kwarg(Old()), _takes_encoder_outputs(Old())) == ("past_key_values", False)
+    assert (_cache_kwarg(New()), _takes_encoder_outputs(New())) == ("cache", True)
+    kv = object()
+    assert _output_cache(SimpleNamespace(past_key_values=kv)) is kv
+    assert _output_cache(SimpleNamespace(cache=kv, past_key_values=None)) is kv
