@@ -45,6 +45,7 @@ downloads wheels of the rest for CPython 3.11-3.13 on manylinux x86_64 (``pip do
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -291,9 +292,6 @@ def run_variant(name: str, model_dir: str, episodes: list, args: argparse.Namesp
         "losses": [round(r["loss"], 6) for r in rows], "estimate_gib": round(est.total / GiB, 2)}
     if cuda:
         out["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated() / GiB, 2)
-    del policy, opt, agent
-    if cuda:
-        torch.cuda.empty_cache()
     return out
 
 
@@ -342,8 +340,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         except Exception as e:  # noqa: BLE001 - an OOM or a broken path is a finding: report it, go on
             failed = True
             report["variants"][name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
-            if args.device == "cuda":
-                torch.cuda.empty_cache()
+        gc.collect()  # the variant's model and optimiser (also those a failure's traceback held) go
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
         print(f"{name}: {json.dumps(report['variants'][name])}", flush=True)
     if args.device == "cuda":
         report["params"] = _count_params(model_dir)
@@ -568,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--model", default="", help="a model folder instead of the random 3B (or tiny on CPU)")
         p.add_argument("--work", default="", help="folder for the built models (default: a temporary one)")
         p.add_argument("--variants", default="full,lora")
-        p.add_argument("--budget-s", type=float, default=420.0,
+        p.add_argument("--budget-s", type=float, default=390.0,
                        help="seconds for the whole run; no iteration starts that would end after them")
         p.add_argument("--iterations", type=int, default=None, help="measured iterations a variant, at most")
         p.add_argument("--warmup", type=int, default=None, help="iterations before the measured ones")

@@ -33,5 +33,5 @@ fi
 "$PY" "$ROOT/scripts/gpu_check.py" install
 export PYTHONPATH="$ROOT/.gpu_check/site:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-# a safety net over the run's own budget (--budget-s, default 420 s): the machine's time is counted
-exec timeout 500 "$PY" "$ROOT/scripts/gpu_check.py" run --device cuda "$@"
+# a safety net over the run's own budget (--budget-s, default 390 s): at most 8 minutes in all
+exec timeout 470 "$PY" "$ROOT/scripts/gpu_check.py" run --device cuda "$@"
