@@ -78,7 +78,7 @@ def test_flop_counter_agrees_with_torch(tiny_model_dir, lora):
 
     def png(shade):
         buf = io.BytesIO()
-        Image.new("RGB", (360, 640), (shade, shade, shade)).save(buf, format="PNG")
+        Image.new("RGB", (112, 168), (shade, shade, shade)).save(buf, format="PNG")
         return buf.getvalue()
 
     pol = load_transformers(tiny_model_dir, device="cpu", precision="fp32",
