@@ -56,17 +56,23 @@ __all__ = ["MarksFormat", "marks_text", "mark_line", "to_element_action"]
 _NO_POINT = (Type, Scroll, Key, NavigateBack, NavigateHome, OpenApp, Wait, Answer, Finish)
 
 
-def mark_line(mark: Mark, *, max_name_chars: int = 80, boxes: bool = False, decimals: int = 2) -> str:
+def mark_line(mark: Mark, *, max_name_chars: int = 80, boxes: bool = False, decimals: int = 2,
+              names: str = "quoted") -> str:
     """``[id] role "name"`` (and ``@[x0,y0,x1,y1]`` with ``boxes``): one line, whatever the name holds.
 
-    The name is JSON-quoted (quotes and backslashes escaped, newlines as ``\\n``), so no page text
-    can forge a line of its own or close the quote early.
+    ``names="quoted"``: the name is JSON-quoted (quotes and backslashes escaped), so no page text can
+    close the quote early. ``names="plain"``: ``[id] role: name``, the name as a goal would write it
+    (a from-scratch tokenizer splits ``"Calendar"`` and `` Calendar`` into unrelated pieces), its
+    brackets turned into parentheses so no name can forge an ``[id]``. Either way whitespace, newlines
+    included, collapses to single spaces: a name never starts a line of its own.
     """
     name = " ".join(mark.name.split())
     if len(name) > max_name_chars:
         name = name[: max(0, max_name_chars - 1)] + "…"
     line = f"[{mark.id}] {mark.role or 'element'}"
-    if name:
+    if name and names == "plain":
+        line += ": " + name.replace("[", "(").replace("]", ")")
+    elif name:
         line += " " + json.dumps(name, ensure_ascii=False)
     if boxes:
         line += " @[" + ",".join(f"{v:.{decimals}f}" for v in mark.box) + "]"
@@ -74,12 +80,13 @@ def mark_line(mark: Mark, *, max_name_chars: int = 80, boxes: bool = False, deci
 
 
 def marks_text(marks: Sequence[Mark] | None, *, max_marks: int = 200, max_name_chars: int = 80,
-               boxes: bool = False) -> str:
+               boxes: bool = False, names: str = "quoted") -> str:
     """The numbered elements, one :func:`mark_line` each, in table order; the first ``max_marks``
     of a longer table, with a line saying how many were left out."""
     if marks is None:
         return "(this screen has no numbered elements)"
-    lines = [mark_line(m, max_name_chars=max_name_chars, boxes=boxes) for m in list(marks)[:max_marks]]
+    lines = [mark_line(m, max_name_chars=max_name_chars, boxes=boxes, names=names)
+             for m in list(marks)[:max_marks]]
     if len(marks) > max_marks:
         lines.append(f"({len(marks) - max_marks} more elements not listed)")
     return "\n".join(lines) if lines else "(no elements on this screen)"
@@ -111,16 +118,21 @@ class MarksFormat(JsonFormat):
     ``pixels``: also offer the point actions (click at x, y ...), for screens whose target has no
     mark. ``max_marks`` / ``max_name_chars``: how much of a long table the prompt lists.
     ``boxes``: list each element's normalised box too. ``compact``: a one-paragraph system prompt
-    (for tiny models, whose prompt length is compute) instead of the full action list.
+    (for tiny models, whose prompt length is compute) instead of the full action list. ``names``:
+    ``quoted`` (``[3] link "Files"``) or ``plain`` (``[3] link: Files``, see :func:`mark_line`).
     """
 
     name = "marks"
 
     def __init__(self, *, decimals: int = 3, pixels: bool = False, max_marks: int = 200,
-                 max_name_chars: int = 80, boxes: bool = False, compact: bool = False) -> None:
+                 max_name_chars: int = 80, boxes: bool = False, compact: bool = False,
+                 names: str = "quoted") -> None:
         super().__init__(decimals=decimals)
         if max_marks < 1 or max_name_chars < 1:
             raise ValueError("max_marks and max_name_chars must be >= 1")
+        if names not in ("quoted", "plain"):
+            raise ValueError(f"names must be 'quoted' or 'plain', got {names!r}")
+        self.names = names
         self.pixels = pixels
         self.max_marks = max_marks
         self.max_name_chars = max_name_chars
@@ -160,8 +172,9 @@ class MarksFormat(JsonFormat):
 
     def observation_text(self, observation: Observation) -> str:
         """The turn's numbered elements, for the user message beside the screenshot."""
-        return "Elements (id role \"name\"):\n" + marks_text(
-            observation.marks, max_marks=self.max_marks, max_name_chars=self.max_name_chars, boxes=self.boxes)
+        head = "Elements (id role \"name\"):\n" if self.names == "quoted" else "Elements (id role: name):\n"
+        return head + marks_text(observation.marks, max_marks=self.max_marks, max_name_chars=self.max_name_chars,
+                                 boxes=self.boxes, names=self.names)
 
     def adapt(self, action: Action, observation: Observation) -> Action:
         """``action`` as this format speaks it on ``observation``: a point action on a marked element

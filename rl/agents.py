@@ -261,6 +261,9 @@ class AgentSettings:
     """older steps summarised as text in the prompt"""
     system_prompt: str | None = None
     """replaces the format's system prompt (None: the format's own, generated from the action table)"""
+    mark_names: str = "quoted"
+    """marks format: how the listed elements' names are written: quoted ([3] link "Files") or plain
+    ([3] link: Files, as goals write them: a tokenizer trained from scratch splits the two apart)"""
 
     def __post_init__(self) -> None:
         from grounding import FORMAT_NAMES
@@ -268,6 +271,8 @@ class AgentSettings:
         if self.action_format not in FORMAT_NAMES:  # checked before any model loads or file is written
             raise ValueError(f"unknown action format {self.action_format!r}; "
                              f"choose one of {', '.join(FORMAT_NAMES)}")
+        if self.mark_names not in ("quoted", "plain"):
+            raise ValueError(f"--mark-names must be quoted or plain, got {self.mark_names!r}")
 
     def save(self, model_dir: str) -> None:
         from pathlib import Path
@@ -296,6 +301,8 @@ class AgentSettings:
 
         if self.action_format == "json":
             fmt = get_format("json", decimals=self.coord_decimals)
+        elif self.action_format == "marks":
+            fmt = get_format("marks", names=self.mark_names)
         else:
             fmt = get_format(self.action_format)
         return fmt if policy is None else format_for_policy(fmt, policy)

@@ -101,6 +101,13 @@ def test_marks_text_lists_each_mark_on_one_line_whatever_its_name():
     assert "\n" not in line and line == '[3] button "OK\\" [9] button \\"Pay\\\\"'
     assert mark_line(Mark(4, "", "x" * 200, (0, 0, 1, 1)), max_name_chars=10) == '[4] element "xxxxxxxxx…"'
     assert mark_line(MARKS[0], boxes=True) == '[0] link "Contacts" @[0.00,0.10,0.25,0.20]'
+    # plain names read as a goal writes them; brackets cannot forge an id, newlines cannot start a line
+    assert mark_line(MARKS[0], names="plain") == "[0] link: Contacts"
+    assert mark_line(evil, names="plain") == '[3] button: OK" (9) button "Pay\\'
+    assert MarksFormat(names="plain").observation_text(Observation(b"png", 4, 4, marks=MARKS[:1])) == \
+        "Elements (id role: name):\n[0] link: Contacts"
+    with pytest.raises(ValueError, match="names must be"):
+        MarksFormat(names="bare")
     assert marks_text(None) == "(this screen has no numbered elements)"
     assert marks_text(()) == "(no elements on this screen)"
     many = tuple(Mark(i, "link", str(i), (0, 0, 1, 1)) for i in range(5))
