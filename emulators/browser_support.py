@@ -35,8 +35,8 @@ _SYSTEM_CHROMIUMS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin
                      "/usr/bin/google-chrome-stable")
 #: Chromium's headless shell (Debian's ``chromium-headless-shell``; the binary, not the wrapper
 #: script, so the browser's process is the one launched): the same Blink, without the full
-#: browser around it. Headless, it costs ~25% less CPU an env step (a page load ~30% less) and
-#: renders the same screenshots (docs/benchmarks.md).
+#: browser around it. Headless, it renders the same screenshots at less CPU: 18% less a tap +
+#: settle + observe and 27% less a page load (``python bench/env_cpu.py``, docs/benchmarks.md).
 _HEADLESS_SHELLS = ("/usr/lib/chromium/chromium-headless-shell", "/usr/bin/chromium-headless-shell",
                     "/usr/bin/chrome-headless-shell")
 

@@ -31,8 +31,9 @@ if ! have_chromium; then
   fi
 fi
 
-# Chromium's headless shell: the same rendering at ~25% less CPU an env step; headless envs
-# launch it when it is installed (optional: the full browser works too).
+# Chromium's headless shell: the same rendering; python bench/env_cpu.py measured 18% less CPU a
+# tap + settle + observe and 27% less a page load. Headless envs launch it when it is installed
+# (optional: the full browser works too).
 if [ -z "${GUIAGENT_CHROMIUM:-}" ] && ! command -v chromium-headless-shell >/dev/null 2>&1 \
     && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null 2>&1 \
