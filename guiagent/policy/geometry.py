@@ -1,5 +1,8 @@
 """The coordinate frame of a backend's image processor (a backend concern: the processor is the model's).
 
+:func:`image_processor_for` builds a Qwen2-VL image processor (PIL, no torchvision);
+:func:`image_geometry` reads the frame back from any such processor.
+
 Action formats that speak pixels of the resized image take these numbers
 (``ActionFormat.with_image_geometry``), so prompt, SFT targets and parser share the
 model's own frame; :func:`rl.agents.format_for_policy` applies them.
@@ -10,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ImageGeometry", "image_geometry"]
+__all__ = ["ImageGeometry", "image_geometry", "image_processor_for"]
 
 
 @dataclass(frozen=True)
@@ -61,3 +64,11 @@ def image_geometry(processor: Any) -> ImageGeometry:
         raise ValueError(f"the image processor {type(processor).__name__} has no usable {missing}; "
                          "is it a Qwen-VL image processor?")
     return ImageGeometry(**values)
+
+
+def image_processor_for(patch_size: int = 14, min_pixels: int = 28 * 28 * 4, max_pixels: int = 28 * 28 * 256):
+    """A Qwen2-VL PIL image processor with the given patch size and pixel limits."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    return Qwen2VLImageProcessorPil(patch_size=patch_size, merge_size=2, temporal_patch_size=2,
+                                    min_pixels=min_pixels, max_pixels=max_pixels)

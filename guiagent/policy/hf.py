@@ -1,10 +1,10 @@
 """The transformers backend: Qwen2.5-VL / Qwen3-VL (and Qwen2-VL) on CPU or CUDA.
 
-Loads a local folder or a hub id through the standard ``from_pretrained`` path.
-The processor is assembled here from the tokenizer and
-``Qwen2VLImageProcessorPil``: ``AutoProcessor`` needs torchvision for the video
-processor, and the CPU install has none (scripts/setup.sh never installs it: its only
-wheel there is CUDA-linked and breaks transformers' processors; README, "Set-up").
+:class:`TransformersPolicy` generates, scores completions teacher-forced and trains;
+:func:`load_transformers` builds one from a local folder or a hub id. The parts live
+beside it: chat encoding in :mod:`guiagent.policy.encode`, loading, precision and LoRA
+in :mod:`guiagent.policy.load`, random-initialised models in :mod:`guiagent.policy.tiny`
+(their public names are importable from here too).
 
 Two details decide whether log-probs are exact:
 
@@ -23,193 +23,33 @@ Example::
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import contextlib
-import hashlib
+import inspect
 import os
-import warnings
-from dataclasses import dataclass
+from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
-from guiagent.config import ConfigError
-from guiagent.policy.base import (
-    Chat, ChatError, Generation, SamplingParams, ScoreBatch, chat_images, check_chat, to_pil,
+from guiagent.policy.base import Chat, Generation, SamplingParams, ScoreBatch
+from guiagent.policy.encode import IMAGE_TOKEN, VISION_TOKENS, ChatEncoder, Encoded, patches_digest
+from guiagent.policy.geometry import ImageGeometry, image_geometry, image_processor_for
+from guiagent.policy.load import (
+    LANGUAGE_LINEAR_TARGETS, PRECISIONS, LoraSettings, ModelLoadError, Precision, PrecisionPlan, apply_lora,
+    chat_template_file, is_peft, load_pretrained, merged_weights, model_class, pick_device, resolve_precision,
 )
+from guiagent.policy.tiny import build_random_model, qwen2_5_vl_3b_config
 
-__all__ = ["TransformersPolicy", "load_transformers", "ModelLoadError", "image_processor_for", "ChatEncoder", "Encoded",
-           "PRECISIONS", "PrecisionPlan", "resolve_precision", "LoraSettings", "apply_lora"]
+__all__ = ["TransformersPolicy", "load_transformers", "configure_training",
+           # re-exported from the modules that define them (encode, load, geometry, tiny)
+           "ModelLoadError", "image_processor_for", "ChatEncoder", "Encoded", "IMAGE_TOKEN", "VISION_TOKENS",
+           "PRECISIONS", "Precision", "PrecisionPlan", "resolve_precision", "LANGUAGE_LINEAR_TARGETS",
+           "LoraSettings", "apply_lora", "merged_weights", "build_random_model", "qwen2_5_vl_3b_config"]
 
-IMAGE_TOKEN = "<|image_pad|>"
-VISION_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
-
-
-def image_processor_for(patch_size: int = 14, min_pixels: int = 28 * 28 * 4, max_pixels: int = 28 * 28 * 256):
-    """A Qwen2-VL PIL image processor with the given patch size and pixel limits."""
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-
-    return Qwen2VLImageProcessorPil(patch_size=patch_size, merge_size=2, temporal_patch_size=2,
-                                    min_pixels=min_pixels, max_pixels=max_pixels)
-
-
-@dataclass(frozen=True)
-class Encoded:
-    """One chat as model inputs (no batch dimension)."""
-
-    input_ids: list[int]
-    mm_token_type_ids: list[int]
-    pixel_values: torch.Tensor | None
-    image_grid_thw: torch.Tensor | None
-    #: a content digest of each image (what the vision-feature cache is keyed by)
-    image_keys: tuple[bytes, ...] = ()
-
-
-class ChatEncoder:
-    """Chat -> token ids with each image expanded to its grid's number of ``<|image_pad|>`` tokens."""
-
-    def __init__(self, tokenizer: Any, image_processor: Any, chat_template: str | None = None,
-                 image_cache_bytes: int = 1 << 30):
-        self.tokenizer = tokenizer
-        # Preprocessed images by their encoded bytes (LRU within a byte budget): a rollout's
-        # screenshot is encoded for generation and again for the update, an SFT example every epoch.
-        self._image_cache: "OrderedDict[bytes, tuple[torch.Tensor, torch.Tensor, bytes]]" = OrderedDict()
-        self._image_cache_bytes = image_cache_bytes
-        self._image_cache_used = 0
-        self._chat_cache: "OrderedDict[int, tuple[Chat, Encoded]]" = OrderedDict()
-        #: encoded chats kept (each holds its image patches: ~2 MB for 128 visual tokens)
-        self.chat_cache_size = 128
-        self.image_processor = image_processor
-        self.chat_template = chat_template or tokenizer.chat_template
-        if self.chat_template is None:
-            from guiagent.policy.tiny import QWEN2_VL_CHAT_TEMPLATE
-
-            self.chat_template = QWEN2_VL_CHAT_TEMPLATE
-        self.image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
-        self.merge = int(image_processor.merge_size)
-
-    def render(self, chat: Chat) -> str:
-        """The prompt text with one ``<|image_pad|>`` per image and the assistant header."""
-        plain = [{"role": m["role"], "content": m["content"] if isinstance(m["content"], str) else [
-            {"type": "image"} if p["type"] == "image" else {"type": "text", "text": p["text"]}
-            for p in m["content"]]} for m in chat]
-        return self.tokenizer.apply_chat_template(
-            plain, tokenize=False, add_generation_prompt=True, chat_template=self.chat_template)
-
-    def encode(self, chat: Chat) -> Encoded:
-        """Model inputs of ``chat``. The same chat object encoded again (a rollout's prompt scored in
-        the update) is served from a small cache; chats are never mutated after they are built."""
-        hit = self._chat_cache.get(id(chat))
-        if hit is not None and hit[0] is chat:
-            self._chat_cache.move_to_end(id(chat))
-            return hit[1]
-        enc = self._encode(chat)
-        self._chat_cache[id(chat)] = (chat, enc)  # holding the chat keeps its id from being reused
-        if len(self._chat_cache) > self.chat_cache_size:
-            self._chat_cache.popitem(last=False)
-        return enc
-
-    def _encode(self, chat: Chat) -> Encoded:
-        check_chat(chat)
-        return self.encode_rendered(self.render(chat), chat_images(chat))
-
-    def encode_rendered(self, text: str, images: Sequence[Any]) -> Encoded:
-        """Model inputs of an already rendered prompt (one ``<|image_pad|>`` per image) and its images:
-        what a vLLM-style engine receives."""
-        pieces = text.split(IMAGE_TOKEN)
-        if len(pieces) - 1 != len(images):
-            raise ChatError(f"the chat template produced {len(pieces) - 1} image slots for {len(images)} images")
-        pixel_values = grid = None
-        keys: tuple[bytes, ...] = ()
-        if images:
-            done = [self._preprocess(im) for im in images]
-            pixel_values = torch.cat([d[0] for d in done]) if len(done) > 1 else done[0][0]
-            grid = torch.cat([d[1] for d in done])
-            keys = tuple(d[2] for d in done)
-        ids: list[int] = []
-        types: list[int] = []
-        for i, piece in enumerate(pieces):
-            if piece:
-                t = self.tokenizer.encode(piece, add_special_tokens=False)
-                ids += t
-                types += [0] * len(t)
-            if i < len(images):
-                n = int(grid[i].prod()) // (self.merge ** 2)
-                ids += [self.image_token_id] * n
-                types += [1] * n
-        return Encoded(ids, types, pixel_values, grid, keys)
-
-
-    def _preprocess(self, image: Any) -> tuple[torch.Tensor, torch.Tensor, bytes]:
-        """One image's patches, grid and content digest (Qwen-VL concatenates images' patches, so
-        per-image is exact)."""
-        key = bytes(image) if isinstance(image, (bytes, bytearray)) and self._image_cache_bytes else None
-        if key is not None and key in self._image_cache:
-            self._image_cache.move_to_end(key)
-            return self._image_cache[key]
-        out = self.image_processor(images=[to_pil(image)], return_tensors="pt")
-        pv, grid = out["pixel_values"], out["image_grid_thw"]
-        digest = _digest(key) if key is not None else _patches_digest(pv, grid)
-        hit = (pv, grid, digest)
-        if key is not None:
-            size = hit[0].numel() * hit[0].element_size()
-            self._image_cache[key] = hit
-            self._image_cache_used += size
-            while self._image_cache_used > self._image_cache_bytes and self._image_cache:
-                _, (pv, _, _) = self._image_cache.popitem(last=False)
-                self._image_cache_used -= pv.numel() * pv.element_size()
-        return hit
-
-
-def _pick_device(device: str | None) -> torch.device:
-    if device:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def _model_class(model_type: str):
-    import transformers
-
-    name = {"qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration", "qwen3_vl": "Qwen3VLForConditionalGeneration",
-            "qwen2_vl": "Qwen2VLForConditionalGeneration"}.get(model_type, "AutoModelForImageTextToText")
-    return getattr(transformers, name)
-
-
-def _chat_template_file(path: str) -> str | None:
-    """A chat template saved beside the processor (``chat_template.jinja`` / ``.json``), if any."""
-    import json
-
-    from transformers.utils import cached_file
-
-    for fname in ("chat_template.jinja", "chat_template.json"):
-        try:
-            f = cached_file(path, fname, _raise_exceptions_for_missing_entries=False,
-                            _raise_exceptions_for_connection_errors=False)
-        except OSError:
-            f = None
-        if f:
-            text = Path(f).read_text()
-            return json.loads(text)["chat_template"] if fname.endswith(".json") else text
-    return None
-
-
-class ModelLoadError(ConfigError):
-    """A model folder or hub id that transformers cannot load; the message is one line."""
-
-
-def _load_failure(e: BaseException) -> str:
-    """Why a model did not load, in one line (transformers' own messages run to several paragraphs)."""
-    import pickle
-    import re
-
-    if isinstance(e, pickle.UnpicklingError):
-        return ("its pickled weights (pytorch_model.bin) hold objects other than tensors and were not loaded, "
-                "for safety (save the weights as safetensors)")
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
-    first = text.splitlines()[0] if text else ""
-    return f"{type(e).__name__}: {first[:200]}" if first else type(e).__name__
+#: the old private names, kept for scripts that import them from here
+_model_class = model_class
+_chat_template_file = chat_template_file
 
 
 def load_transformers(path: str, *, device: str | None = None, dtype: str | None = None,
@@ -229,134 +69,26 @@ def load_transformers(path: str, *, device: str | None = None, dtype: str | None
     ``min_pixels`` / ``max_pixels`` override the image processor's limits (its ``size``).
     ``threads`` sets torch's intra-op threads.
     """
-    from transformers import AutoConfig, AutoTokenizer
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-
     if precision is not None and dtype is not None:
         raise ValueError("give either dtype (inference) or precision (training), not both")
     if adapter is not None and lora is None:
         raise ValueError("adapter needs lora=LoraSettings(...) (the adapter is trained further)")
     if threads:
         torch.set_num_threads(int(threads))
-    dev = _pick_device(device)
+    dev = pick_device(device)
     plan = resolve_precision(precision, dev) if precision is not None else None
     if plan is not None:
         torch_dtype = plan.frozen_dtype if lora is not None else plan.param_dtype
     else:
         torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if dev.type == "cuda" else torch.float32)
-    try:  # a folder that does not load (torn or pickled weights, a broken config): one line, no traceback
-        config = AutoConfig.from_pretrained(path)
-        kwargs: dict[str, Any] = {"dtype": torch_dtype}
-        if attn_implementation:
-            kwargs["attn_implementation"] = attn_implementation
-        model = _model_class(config.model_type).from_pretrained(path, **kwargs).to(dev).eval()
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        tokenizer.padding_side = "left"
-        limits = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v}
-        image_processor = Qwen2VLImageProcessorPil.from_pretrained(path, **limits)
-        template = tokenizer.chat_template or _chat_template_file(path)
-    except (ImportError, MemoryError):
-        raise
-    except Exception as e:
-        raise ModelLoadError(f"the model {path} cannot be loaded: {_load_failure(e)}") from e
+    model, tokenizer, image_processor, template = load_pretrained(
+        path, dev, torch_dtype, min_pixels=min_pixels, max_pixels=max_pixels,
+        attn_implementation=attn_implementation)
     policy = TransformersPolicy(model, tokenizer, image_processor, chat_template=template, name=str(path))
     if plan is not None or lora is not None or gradient_checkpointing:
         configure_training(policy, plan=plan, lora=lora, adapter=adapter,
                            gradient_checkpointing=gradient_checkpointing)
     return policy
-
-
-# ---- training set-up: precision, LoRA, gradient checkpointing ---------------------------------
-
-PRECISIONS = ("auto", "fp32", "bf16-mixed", "bf16")
-Precision = Literal["auto", "fp32", "bf16-mixed", "bf16"]
-
-
-@dataclass(frozen=True)
-class PrecisionPlan:
-    """How a training policy stores and computes.
-
-    ``param_dtype``: trainable weights (the optimiser updates these, so its state has
-    this dtype too); ``frozen_dtype``: weights that never change (a LoRA run's base);
-    ``autocast_dtype``: the forward's compute dtype under ``torch.autocast`` (None: none).
-    """
-
-    name: str
-    param_dtype: torch.dtype
-    frozen_dtype: torch.dtype
-    autocast_dtype: torch.dtype | None
-
-
-def resolve_precision(precision: str, device: "torch.device | str") -> PrecisionPlan:
-    """Turn a precision setting into dtypes.
-
-    * ``auto``: ``fp32`` on CPU, ``bf16-mixed`` on CUDA.
-    * ``fp32``: everything fp32.
-    * ``bf16-mixed``: fp32 trainable weights and optimiser state, bf16 compute (autocast);
-      frozen LoRA bases are stored in bf16. An AdamW step of 1e-6 on a weight of 0.02
-      survives in fp32 (resolution ~2e-9) where bf16 (resolution ~1e-4) rounds it away.
-    * ``bf16``: everything bf16, no master copy: small updates round away (warned).
-    """
-    dev = torch.device(device)
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
-    if precision == "auto":
-        precision = "bf16-mixed" if dev.type == "cuda" else "fp32"
-    if precision == "fp32":
-        return PrecisionPlan("fp32", torch.float32, torch.float32, None)
-    if precision == "bf16-mixed":
-        return PrecisionPlan("bf16-mixed", torch.float32, torch.bfloat16, torch.bfloat16)
-    warnings.warn("precision 'bf16' keeps weights and AdamW state in bf16 with no fp32 master copy: "
-                  "updates below ~0.4% of a weight round away (use 'bf16-mixed' to train)", stacklevel=2)
-    return PrecisionPlan("bf16", torch.bfloat16, torch.bfloat16, None)
-
-
-#: LoRA targets: the language model's attention and MLP projections (Qwen2-VL / 2.5-VL / 3-VL
-#: names); the vision tower, which has projections of the same names, stays frozen.
-LANGUAGE_LINEAR_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
-
-
-@dataclass(frozen=True)
-class LoraSettings:
-    """LoRA adapters (``peft``): ``W + (alpha / rank) · B A`` on ``target_modules`` (a regex)."""
-
-    rank: int = 16
-    alpha: float = 32.0
-    dropout: float = 0.0
-    target_modules: str = LANGUAGE_LINEAR_TARGETS
-
-    def __post_init__(self) -> None:
-        if self.rank <= 0:
-            raise ValueError(f"lora rank must be positive, got {self.rank}")
-        if self.alpha <= 0:
-            raise ValueError(f"lora alpha must be positive, got {self.alpha}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"lora dropout must lie in [0, 1), got {self.dropout}")
-
-
-def apply_lora(model: Any, settings: LoraSettings, *, adapter: str | None = None,
-               adapter_dtype_fp32: bool = True) -> Any:
-    """Wrap ``model`` with trainable LoRA adapters (``peft``, the maintained implementation; merging
-    and adapter files come with it). ``adapter``: a saved adapter folder to continue from.
-    ``adapter_dtype_fp32`` keeps the adapters in fp32 over a bf16 base (their optimiser state too)."""
-    try:
-        from peft import LoraConfig, PeftModel, get_peft_model
-    except ImportError as e:  # pragma: no cover - peft is a dependency of the training extras
-        raise ImportError("LoRA needs peft: pip install peft") from e
-    if adapter is not None:
-        if not Path(adapter, "adapter_config.json").is_file():
-            raise FileNotFoundError(f"no LoRA adapter in {adapter} (adapter_config.json missing)")
-        return PeftModel.from_pretrained(model, adapter, is_trainable=True,
-                                         autocast_adapter_dtype=adapter_dtype_fp32)
-    config = LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
-                        target_modules=settings.target_modules, bias="none")
-    try:
-        peft_model = get_peft_model(model, config, autocast_adapter_dtype=adapter_dtype_fp32)
-    except ValueError as e:  # peft's NoMatchingPeftModuleError; one line naming the setting
-        raise ValueError(f"LoRA target_modules {settings.target_modules!r} matched no layer") from e
-    if not any(p.requires_grad for p in peft_model.parameters()):
-        raise ValueError(f"LoRA target_modules {settings.target_modules!r} matched no layer")
-    return peft_model
 
 
 def configure_training(policy: "TransformersPolicy", *, plan: PrecisionPlan | None,
@@ -375,42 +107,6 @@ def configure_training(policy: "TransformersPolicy", *, plan: PrecisionPlan | No
         # Non-reentrant checkpointing needs no input that requires grad (LoRA's frozen embeddings).
         policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         policy.gradient_checkpointing = True
-
-
-def _is_peft(model: Any) -> bool:
-    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
-
-
-def merged_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) pairs of a model's inference weights, under the names of the plain model.
-
-    For a peft LoRA model each adapted layer's weight is ``W + ΔW`` (computed one layer at a time,
-    so a weight sync streams without a second copy of the model); adapter tensors are left out.
-    A plain model yields its ``state_dict()``.
-    """
-    if not _is_peft(model):
-        yield from model.state_dict().items()
-        return
-    from peft.tuners.lora import LoraLayer
-
-    base = model.get_base_model()
-    lora_layers = {n: m for n, m in base.named_modules() if isinstance(m, LoraLayer)}
-    for key, t in base.state_dict().items():
-        if ".lora_" in key:
-            continue
-        if ".base_layer." in key:
-            owner, leaf = key.split(".base_layer.", 1)
-            layer = lora_layers.get(owner)
-            name = f"{owner}.{leaf}"
-            if layer is not None and leaf == "weight":
-                with torch.no_grad():
-                    delta = sum((layer.get_delta_weight(a) for a in layer.active_adapters
-                                 if a in layer.lora_A), torch.zeros((), dtype=t.dtype, device=t.device))
-                    yield name, (t + delta.to(t.dtype)).detach()
-                continue
-            yield name, t
-            continue
-        yield key, t
 
 
 class TransformersPolicy:
@@ -470,11 +166,9 @@ class TransformersPolicy:
             if flip:
                 self.model.eval()
 
-    def image_geometry(self):
+    def image_geometry(self) -> ImageGeometry:
         """How this model's image processor resizes screenshots (patch/merge size, pixel limits):
         the coordinate frame action formats must share (see ``guiagent.policy.geometry.image_geometry``)."""
-        from guiagent.policy.geometry import image_geometry
-
         return image_geometry(self.image_processor)
 
     @property
@@ -678,7 +372,7 @@ class TransformersPolicy:
 
     def _core(self) -> Any:
         """The Qwen-VL model under the LM head (through a peft wrapper): it has ``get_rope_index``."""
-        model = self.model.get_base_model() if _is_peft(self.model) else self.model
+        model = self.model.get_base_model() if is_peft(self.model) else self.model
         return getattr(model, "model", model)
 
     def _score_shared(self, encs: Sequence[Encoded], completions: Sequence[Sequence[int]], owner: list[int],
@@ -871,40 +565,14 @@ def _plain_save(model: Any, path: Path, state: dict[str, torch.Tensor]) -> None:
     model.save_pretrained(path, state_dict=state)
 
 
-def qwen2_5_vl_3b_config() -> Any:
-    """The architecture of Qwen2.5-VL-3B-Instruct, written out from its published ``config.json``
-    (no download): for memory estimates and GPU checks on a randomly initialised model of the
-    real size (build it with ``Qwen2_5_VLForConditionalGeneration._from_config(config)``, or on the
-    ``meta`` device to count parameters without memory)."""
-    from transformers import Qwen2_5_VLConfig
-
-    return Qwen2_5_VLConfig(
-        bos_token_id=151643, eos_token_id=151645, vision_start_token_id=151652, vision_end_token_id=151653,
-        vision_token_id=151654, image_token_id=151655, video_token_id=151656, hidden_act="silu",
-        hidden_size=2048, initializer_range=0.02, intermediate_size=11008, max_position_embeddings=128000,
-        max_window_layers=70, num_attention_heads=16, num_hidden_layers=36, num_key_value_heads=2,
-        rms_norm_eps=1e-06, rope_theta=1000000.0, sliding_window=32768, tie_word_embeddings=True,
-        use_cache=True, use_sliding_window=False, vocab_size=151936,
-        rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]},
-        vision_config={"depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420,
-                       "num_heads": 16, "in_chans": 3, "out_hidden_size": 2048, "patch_size": 14,
-                       "spatial_merge_size": 2, "spatial_patch_size": 14, "window_size": 112,
-                       "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2,
-                       "temporal_patch_size": 2})
-
-
 def _cache_kwarg(model: Any) -> str:
     """The KV-cache keyword of ``model``'s forward (and ``generate``): ``cache`` in recent
     transformers 5 releases, ``past_key_values`` before (5.17 has the old name)."""
-    import inspect
-
     return "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
 
 
 def _takes_encoder_outputs(model: Any) -> bool:
     """Whether ``model``'s forward takes precomputed vision outputs (``mm_encoder_outputs``)."""
-    import inspect
-
     return "mm_encoder_outputs" in inspect.signature(type(model).forward).parameters
 
 
@@ -919,15 +587,6 @@ def _token_logprobs(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return logits.float().log_softmax(-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
 
 
-def _digest(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=16).digest()
-
-
-def _patches_digest(pixel_values: torch.Tensor, grid: torch.Tensor) -> bytes:
-    """A digest of preprocessed patches (an image that came without its encoded bytes)."""
-    return _digest(grid.numpy().tobytes() + pixel_values.detach().cpu().contiguous().numpy().tobytes())
-
-
 def _split_images(e: Encoded) -> list[tuple[bytes, torch.Tensor, torch.Tensor]]:
     """(digest, patches, grid) of each image of an encoded prompt."""
     assert e.pixel_values is not None and e.image_grid_thw is not None
@@ -935,7 +594,7 @@ def _split_images(e: Encoded) -> list[tuple[bytes, torch.Tensor, torch.Tensor]]:
     parts = torch.split(e.pixel_values, sizes)
     grids = [e.image_grid_thw[i:i + 1] for i in range(len(sizes))]
     keys = e.image_keys if len(e.image_keys) == len(sizes) else tuple(
-        _patches_digest(pv, g) for pv, g in zip(parts, grids))
+        patches_digest(pv, g) for pv, g in zip(parts, grids))
     return list(zip(keys, parts, grids))
 
 
@@ -964,41 +623,6 @@ def _weight_dtype(model: Any) -> torch.dtype:
     """The model's dtype, also through wrappers without a ``dtype`` attribute (DDP)."""
     dt = getattr(model, "dtype", None)
     return dt if isinstance(dt, torch.dtype) else next(model.parameters()).dtype
-
-
-_TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "image_token_id", "video_token_id",
-                    "vision_start_token_id", "vision_end_token_id", "vision_token_id")
-
-
-def build_random_model(config: Any, out: str | os.PathLike, *, tokenizer_from: str, device: str = "cpu",
-                       dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """Save a randomly initialised model of ``config``'s architecture, with the tokenizer, image
-    processor and chat template of the model folder ``tokenizer_from`` (its special-token ids are
-    copied into the config, so images and end-of-turn work; the vocabulary must fit). For
-    real-size checks without a download: ``build_random_model(qwen2_5_vl_3b_config(), dir,
-    tokenizer_from=tiny_dir, device="cuda")``. Returns ``out``."""
-    import shutil
-
-    from transformers import AutoConfig
-
-    out = Path(out)
-    src = AutoConfig.from_pretrained(tokenizer_from)
-    for field in _TOKEN_ID_FIELDS:  # the small tokenizer's ids, at whichever level each config keeps them
-        for s_obj, d_obj in ((src, config), (getattr(src, "text_config", None), getattr(config, "text_config", None))):
-            v = getattr(s_obj, field, None) if s_obj is not None else None
-            if v is not None and d_obj is not None:
-                setattr(d_obj, field, v)
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = _model_class(config.model_type)._from_config(config, dtype=dtype)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    del model
-    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "preprocessor_config.json",
-              "special_tokens_map.json", "generation_config.json"):
-        if Path(tokenizer_from, f).is_file():
-            shutil.copy(Path(tokenizer_from, f), out / f)
-    return out
 
 
 class _GumbelRows:

@@ -1,4 +1,4 @@
-"""Build a tiny random-initialised Qwen2.5-VL (or Qwen3-VL) model offline.
+"""Build random-initialised models offline: a tiny Qwen2.5-VL (or Qwen3-VL), or one of a real size.
 
 The model is saved with ``save_pretrained`` next to a locally trained tokenizer,
 the Qwen2-VL chat template and a ``preprocessor_config.json``, so the same
@@ -17,6 +17,10 @@ Example::
     >>> info = build_tiny_model(TinyModelSpec(size="tiny"), "/tmp/tiny")  # doctest: +SKIP
     >>> info["params"] > 1_000_000  # doctest: +SKIP
     True
+
+:func:`build_random_model` saves a random model of any architecture config (for example
+:func:`qwen2_5_vl_3b_config`, the real 3B) with a small model folder's tokenizer: memory and
+GPU checks at the real size without a download.
 """
 
 from __future__ import annotations
@@ -24,9 +28,15 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from guiagent.policy.geometry import image_processor_for
+
+if TYPE_CHECKING:
+    import torch
 
 #: Qwen2-VL special tokens, in Qwen's id order (they get ids 0..15 here).
 SPECIAL_TOKENS: tuple[str, ...] = (
@@ -214,8 +224,6 @@ def build_tiny_model(spec: TinyModelSpec, out: str | os.PathLike) -> dict[str, A
     import torch
     from transformers import AutoModelForImageTextToText
 
-    from guiagent.policy.hf import image_processor_for
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tok = train_tokenizer(spec.vocab_size, spec.seed)
@@ -232,3 +240,65 @@ def build_tiny_model(spec: TinyModelSpec, out: str | os.PathLike) -> dict[str, A
     params = sum(p.numel() for p in model.parameters())
     return {"out": str(out), "family": spec.family, "size": spec.size, "params": int(params),
             "vocab_size": len(tok)}
+
+
+# ---- random models of other architectures ----------------------------------------------------
+
+def qwen2_5_vl_3b_config() -> Any:
+    """The architecture of Qwen2.5-VL-3B-Instruct, written out from its published ``config.json``
+    (no download): for memory estimates and GPU checks on a randomly initialised model of the
+    real size (build it with ``Qwen2_5_VLForConditionalGeneration._from_config(config)``, or on the
+    ``meta`` device to count parameters without memory)."""
+    from transformers import Qwen2_5_VLConfig
+
+    return Qwen2_5_VLConfig(
+        bos_token_id=151643, eos_token_id=151645, vision_start_token_id=151652, vision_end_token_id=151653,
+        vision_token_id=151654, image_token_id=151655, video_token_id=151656, hidden_act="silu",
+        hidden_size=2048, initializer_range=0.02, intermediate_size=11008, max_position_embeddings=128000,
+        max_window_layers=70, num_attention_heads=16, num_hidden_layers=36, num_key_value_heads=2,
+        rms_norm_eps=1e-06, rope_theta=1000000.0, sliding_window=32768, tie_word_embeddings=True,
+        use_cache=True, use_sliding_window=False, vocab_size=151936,
+        rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]},
+        vision_config={"depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420,
+                       "num_heads": 16, "in_chans": 3, "out_hidden_size": 2048, "patch_size": 14,
+                       "spatial_merge_size": 2, "spatial_patch_size": 14, "window_size": 112,
+                       "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2,
+                       "temporal_patch_size": 2})
+
+
+_TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "image_token_id", "video_token_id",
+                    "vision_start_token_id", "vision_end_token_id", "vision_token_id")
+
+
+def build_random_model(config: Any, out: str | os.PathLike, *, tokenizer_from: str, device: str = "cpu",
+                       dtype: "torch.dtype | None" = None, seed: int = 0) -> Path:
+    """Save a randomly initialised model of ``config``'s architecture, with the tokenizer, image
+    processor and chat template of the model folder ``tokenizer_from`` (its special-token ids are
+    copied into the config, so images and end-of-turn work; the vocabulary must fit). For
+    real-size checks without a download: ``build_random_model(qwen2_5_vl_3b_config(), dir,
+    tokenizer_from=tiny_dir, device="cuda")``. ``dtype``: the weights' dtype (bfloat16 by default).
+    Returns ``out``."""
+    import torch
+    from transformers import AutoConfig
+
+    from guiagent.policy.load import model_class  # lazy: keeps torch out of `guiagent model --help`
+
+    dtype = torch.bfloat16 if dtype is None else dtype
+    out = Path(out)
+    src = AutoConfig.from_pretrained(tokenizer_from)
+    for field in _TOKEN_ID_FIELDS:  # the small tokenizer's ids, at whichever level each config keeps them
+        for s_obj, d_obj in ((src, config), (getattr(src, "text_config", None), getattr(config, "text_config", None))):
+            v = getattr(s_obj, field, None) if s_obj is not None else None
+            if v is not None and d_obj is not None:
+                setattr(d_obj, field, v)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = model_class(config.model_type)._from_config(config, dtype=dtype)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    del model
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "preprocessor_config.json",
+              "special_tokens_map.json", "generation_config.json"):
+        if Path(tokenizer_from, f).is_file():
+            shutil.copy(Path(tokenizer_from, f), out / f)
+    return out

@@ -40,6 +40,8 @@ core runs in this process on request; ``logprobs_mode`` is passed where the engi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import inspect
 import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
@@ -93,9 +95,6 @@ class VllmApi:
 
 def vllm_api(vllm: Any) -> VllmApi:
     """:class:`VllmApi` of the imported ``vllm`` module, read from the package itself (no engine starts)."""
-    import dataclasses
-    import inspect
-
     from vllm import envs
     from vllm.engine.arg_utils import EngineArgs
 
@@ -201,11 +200,11 @@ class VLLMPolicy:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from transformers import AutoTokenizer
 
-        from guiagent.policy.hf import _chat_template_file
+        from guiagent.policy.load import chat_template_file  # lazy: torch (see _attach)
 
         llm = vllm.LLM(**kwargs)
         tokenizer = AutoTokenizer.from_pretrained(model)
-        self._attach(llm, tokenizer, tokenizer.chat_template or _chat_template_file(model), name=model,
+        self._attach(llm, tokenizer, tokenizer.chat_template or chat_template_file(model), name=model,
                      max_images=max_images, sleep_mode=enable_sleep_mode, in_process=colocate)
 
     @classmethod
@@ -220,7 +219,8 @@ class VLLMPolicy:
 
     def _attach(self, llm: Any, tokenizer: Any, chat_template: str | None, *, name: str, max_images: int,
                 sleep_mode: bool, in_process: bool) -> None:
-        from guiagent.policy.hf import ChatEncoder
+        # lazy: encode imports torch; this module is imported by every command (VLLMUnavailable)
+        from guiagent.policy.encode import ChatEncoder
 
         class _NoImages:  # ChatEncoder.render needs only the tokenizer and template
             merge_size = 2
