@@ -51,18 +51,21 @@ from typing import Any, Callable, Mapping
 from emulators.android.android_env import AndroidEnvTransport
 from emulators.android.device import AndroidDevice
 from emulators.base import Device, DeviceError, Task
-from emulators.suites import Suite
+from emulators.suites.base import Suite
 from guiagent.types import Action
 
 __all__ = ["AndroidWorldMissing", "AndroidWorldSuite", "AndroidWorldDevice", "wrap_task", "step_budget",
            "snapshot_need", "parse_snapshot_reset", "parse_console_ports", "generate_params", "json_params",
            "REGENERATED", "SUITE", "MISSING_MESSAGE"]
 
+#: how to install android_world; its setup.py imports pkg_resources (gone from setuptools 81) and
+#: builds protos with grpcio-tools 1.71, so it builds without isolation (scripts/contracts.sh does this)
 MISSING_MESSAGE = ("androidworld suite needs the android_world package (not on PyPI; it pins its own numpy "
                    "and protobuf, so give it its own environment): python3.11 -m venv .venv-aw && "
                    ". .venv-aw/bin/activate && bash scripts/setup.sh && git clone "
-                   "https://github.com/google-research/android_world && pip install -e android_world "
-                   "(see docs/android.md)")
+                   "https://github.com/google-research/android_world && pip install -r "
+                   "android_world/requirements.txt 'setuptools<81' grpcio-tools==1.71.0 && pip install "
+                   "--no-build-isolation ./android_world (see docs/android.md)")
 
 
 class AndroidWorldMissing(ImportError):
