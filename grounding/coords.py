@@ -43,19 +43,14 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+# smart_resize is the image processor's geometry (the policy's concern); it is named here too
+from guiagent.policy.geometry import IMAGE_FACTOR, MAX_RATIO, MAX_TOKENS, MIN_TOKENS, smart_resize
+
 __all__ = [
     "CoordinateError", "ModelFrame", "RELATIVE_1000", "SMART_RESIZE", "PIXELS", "FRAME_KINDS",
     "smart_resize", "to_pixels", "from_pixels", "to_device_pixel", "box_centre",
     "IMAGE_FACTOR", "MIN_TOKENS", "MAX_TOKENS", "MAX_RATIO",
 ]
-
-#: Qwen2.5-VL: 14-pixel patches merged 2x2, so resized sides are multiples of 28
-IMAGE_FACTOR = 28
-#: default pixel budget, in merged tokens (qwen_vl_utils IMAGE_MIN/MAX_TOKEN_NUM)
-MIN_TOKENS = 4
-MAX_TOKENS = 16384
-#: the largest aspect ratio smart_resize accepts
-MAX_RATIO = 200
 
 FrameKind = Literal["relative1000", "relative999", "smart_resize_pixels", "pixels"]
 FRAME_KINDS: tuple[str, ...] = ("relative1000", "relative999", "smart_resize_pixels", "pixels")
@@ -65,47 +60,6 @@ _RELATIVE = {"relative1000": 1000, "relative999": 999}
 
 class CoordinateError(ValueError):
     """A model coordinate lies outside its frame (or is not a finite number)."""
-
-
-def smart_resize(
-    height: int,
-    width: int,
-    factor: int = IMAGE_FACTOR,
-    min_pixels: int | None = None,
-    max_pixels: int | None = None,
-) -> tuple[int, int]:
-    """``(height, width)`` of the image the Qwen2.5-VL processor actually sees.
-
-    Both sides become multiples of ``factor``; the area is brought into
-    ``[min_pixels, max_pixels]`` keeping the aspect ratio as close as possible.
-    Defaults follow ``qwen_vl_utils`` (``4 * factor**2`` and ``16384 * factor**2``
-    pixels). Agrees exactly with ``qwen_vl_utils.smart_resize`` (tested on a table
-    of sizes), including its use of Python's half-to-even ``round``.
-
-    Raises ``ValueError`` for non-positive sizes, ``min_pixels > max_pixels``, or an
-    aspect ratio above 200.
-    """
-    if height <= 0 or width <= 0:
-        raise ValueError(f"image size must be positive, got height={height} width={width}")
-    max_pixels = max_pixels if max_pixels is not None else MAX_TOKENS * factor**2
-    min_pixels = min_pixels if min_pixels is not None else MIN_TOKENS * factor**2
-    if max_pixels < min_pixels:
-        raise ValueError(f"max_pixels ({max_pixels}) must be >= min_pixels ({min_pixels})")
-    if max(height, width) / min(height, width) > MAX_RATIO:
-        raise ValueError(
-            f"absolute aspect ratio must be smaller than {MAX_RATIO}, got {max(height, width) / min(height, width)}"
-        )
-    h_bar = max(factor, round(height / factor) * factor)
-    w_bar = max(factor, round(width / factor) * factor)
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = math.floor(height / beta / factor) * factor
-        w_bar = math.floor(width / beta / factor) * factor
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
 
 
 def _check_size(image_size: tuple[int, int]) -> tuple[int, int]:

@@ -9,7 +9,7 @@ whitelist and :meth:`JsonFormat.json_schema` all come from it.
 
 Accepted: the wrapper object or a bare action object; code fences, prose
 around it, comments, trailing commas and single quotes (see
-:mod:`grounding.jsontext`). ``"action"`` holding a list, or several action
+:mod:`guiagent.jsontext`). ``"action"`` holding a list, or several action
 objects in one message, is ``multiple_actions``.
 """
 
@@ -21,9 +21,9 @@ import math
 import typing
 from typing import Any, Mapping
 
+from guiagent import jsontext
 from guiagent.types import ACTION_TYPES, ELEMENT_ACTION_TYPES, Action, ParseError, SCROLL_DIRECTIONS
 
-from grounding import jsontext
 from grounding.base import ActionFormat
 from grounding.coords import ModelFrame
 from grounding.spec import ActionSpec, ArgError, Ctx, Table, check_image_size, guarded_parse

@@ -23,7 +23,7 @@ Differences from the cookbook, each deliberate:
 Tolerated: a missing ``</tool_call>``, a bare JSON object without tags (also the
 bare arguments object ``{"action": ...}``), code fences, prose around the call,
 ``arguments`` given as a JSON string, comments / trailing commas / single quotes
-(see :mod:`grounding.jsontext`). Two tool calls in one message are rejected
+(see :mod:`guiagent.jsontext`). Two tool calls in one message are rejected
 (``multiple_actions``).
 """
 
@@ -33,12 +33,12 @@ import json
 import re
 from typing import Any, Literal, Mapping
 
+from guiagent import jsontext
 from guiagent.types import (
     Action, Answer, Click, DoubleClick, Drag, Finish, Hover, Key, LongPress, NavigateBack, NavigateHome,
     OpenApp, ParseError, RightClick, Scroll, Swipe, Type, Wait,
 )
 
-from grounding import jsontext
 from grounding.base import ActionFormat
 from grounding.coords import ModelFrame
 from grounding.spec import (

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from guiagent.types import Action
+from guiagent.types import Action, ParseError, check_image_size
 
 from grounding.coords import CoordinateError, ModelFrame
 
@@ -213,19 +213,6 @@ def model_key_parts(key: str) -> list[str]:
 INTERNAL_ERROR = "internal parser error"
 
 
-def check_image_size(image_size: Any) -> tuple[int, int]:
-    """Validate ``(width, height)``; a bad size is the caller's bug, so this raises ``ValueError``."""
-    try:
-        w, h = image_size
-    except (TypeError, ValueError):
-        raise ValueError(f"image_size must be (width, height), got {image_size!r}") from None
-    if isinstance(w, bool) or isinstance(h, bool) or not (isinstance(w, int) and isinstance(h, int)):
-        raise ValueError(f"image_size must be two integers (width, height), got {image_size!r}")
-    if w <= 0 or h <= 0:
-        raise ValueError(f"image_size must be positive, got {image_size!r}")
-    return w, h
-
-
 def guarded_parse(parse_fn: Callable[[str, tuple[int, int]], Any], text: Any,
                   image_size: Any) -> Any:
     """Run a format's parser so that no model text can make it raise.
@@ -234,8 +221,6 @@ def guarded_parse(parse_fn: Callable[[str, tuple[int, int]], Any], text: Any,
     exception from the parser itself becomes ``ParseError('malformed', ...)`` with
     :data:`INTERNAL_ERROR` in its message, so the episode goes on and the bug is visible.
     """
-    from guiagent.types import ParseError
-
     size = check_image_size(image_size)
     if not isinstance(text, str):
         return ParseError("empty", f"expected model text, got {type(text).__name__}", "")

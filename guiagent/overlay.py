@@ -20,16 +20,13 @@ viewer can switch on.
 from __future__ import annotations
 
 import io
-from typing import Any
-
-from typing import Sequence
+from typing import Any, Sequence
 
 from guiagent.types import (
     Action, Answer, Click, ClickElement, DoubleClick, Drag, Finish, Hover, Key, LongPress, LongPressElement,
     Mark, NavigateBack, NavigateHome, OpenApp, ParseError, RightClick, Scroll, Swipe, Type, TypeElement, Wait,
+    check_image_size,
 )
-
-from grounding.spec import check_image_size
 
 __all__ = ["overlay", "draw", "marks_overlay"]
 

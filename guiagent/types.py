@@ -33,7 +33,7 @@ __all__ = [
     "Trajectory", "TaskSpec", "SCROLL_DIRECTIONS", "EpisodeStatus",
     # marks and element actions
     "Mark", "ClickElement", "LongPressElement", "TypeElement", "ELEMENT_ACTION_TYPES", "ElementNotFound",
-    "resolve_element", "element_at",
+    "resolve_element", "element_at", "check_image_size",
 ]
 
 SCROLL_DIRECTIONS = ("up", "down", "left", "right")
@@ -507,6 +507,20 @@ def element_at(marks: "tuple[Mark, ...] | None", x: float, y: float) -> Mark | N
         if m.contains(x, y) and (best is None or m.area <= best.area):
             best = m
     return best
+
+
+def check_image_size(image_size: Any) -> tuple[int, int]:
+    """Validate a screenshot's ``(width, height)``: two positive integers. A bad size is the caller's bug
+    (not model text), so this raises ``ValueError``."""
+    try:
+        w, h = image_size
+    except (TypeError, ValueError):
+        raise ValueError(f"image_size must be (width, height), got {image_size!r}") from None
+    if isinstance(w, bool) or isinstance(h, bool) or not (isinstance(w, int) and isinstance(h, int)):
+        raise ValueError(f"image_size must be two integers (width, height), got {image_size!r}")
+    if w <= 0 or h <= 0:
+        raise ValueError(f"image_size must be positive, got {image_size!r}")
+    return w, h
 
 
 @dataclass(frozen=True)

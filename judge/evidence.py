@@ -23,6 +23,8 @@ import io
 import math
 from typing import Sequence
 
+from guiagent.policy.geometry import smart_resize
+
 __all__ = ["select_evidence", "screen_change", "image_tokens", "TOKEN_PATCH"]
 
 #: Qwen2.5-VL / Qwen3-VL: one visual token per 28x28 pixels after resizing
@@ -68,8 +70,6 @@ def _finite(x: float) -> float:
 
 def image_tokens(width: int, height: int, max_pixels: int) -> int:
     """Visual tokens of a ``width`` x ``height`` screenshot sent downscaled to at most ``max_pixels``."""
-    from grounding.coords import smart_resize
-
     if width <= 0 or height <= 0:
         return 0
     try:

@@ -7,7 +7,7 @@ the parser accepts, in order of preference:
    single quotes, Python ``True``/``False``/``None``) carrying ``success`` and/or
    ``score``, ``reason`` and ``evidence_steps`` (several synonyms of each key) —
    found and decoded by the project's one lenient JSON reader,
-   :mod:`grounding.jsontext` (string-aware brace matching, a lexical repair
+   :mod:`guiagent.jsontext` (string-aware brace matching, a lexical repair
    pass; nothing is ever evaluated);
 2. a labelled line in the WebJudge / autoeval style — ``Status: success``,
    ``Verdict: FAILURE``, ``Final answer: yes`` — the last such line wins, so an
@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Collection, Iterable
 
-from grounding import jsontext
+from guiagent import jsontext
 
 __all__ = ["ParsedVerdict", "parse_verdict", "parse_step_selection", "coerce_success", "coerce_score",
            "SUCCESS_THRESHOLD"]
@@ -135,7 +135,7 @@ def coerce_score(value: Any) -> float | None:
 
 
 def _objects(text: str) -> list[dict[str, Any]]:
-    """Every JSON object (dict) in the text, in order, read by :mod:`grounding.jsontext`.
+    """Every JSON object (dict) in the text, in order, read by :mod:`guiagent.jsontext`.
 
     Braces inside quoted strings do not count (``"reason": "the {x} field"``), and
     Markdown fences need no special case: the object inside is found like any other.

@@ -1,6 +1,6 @@
 """SVG shapes for an action drawn over its screenshot, in the screenshot's own pixel frame.
 
-:func:`grounding.overlay.overlay` says *what* to draw (points, arrows, a label, in
+:func:`guiagent.overlay.overlay` says *what* to draw (points, arrows, a label, in
 pixels); this module decides *how*: radii, stroke widths, arrow heads and where the
 label box goes, all relative to the screenshot size, so that an SVG with
 ``viewBox="0 0 width height"`` laid over the ``<img>`` scales with it.
@@ -9,13 +9,10 @@ label box goes, all relative to the screenshot size, so that an SVG with
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
-from typing import Sequence
-
+from guiagent.overlay import marks_overlay, overlay
 from guiagent.types import Action, Mark, ParseError
-
-from grounding.overlay import marks_overlay, overlay
 
 __all__ = ["overlay_shapes", "mark_shapes"]
 

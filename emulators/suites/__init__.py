@@ -12,10 +12,11 @@ Gymnasium (:mod:`emulators.suites.registration`, ``gymnasium.make``).
 from __future__ import annotations
 
 import importlib
-from abc import ABC, abstractmethod
 from typing import Any
 
-from emulators.base import Device, GuiEnv, Task
+from emulators.base import GuiEnv
+from emulators.suites.base import Suite
+from emulators.suites.mixed import MixedSuite, split_env
 
 #: suite name -> module defining ``SUITE`` (a :class:`Suite` instance or a zero-argument factory)
 SUITE_MODULES: dict[str, str] = {
@@ -25,42 +26,9 @@ SUITE_MODULES: dict[str, str] = {
 }
 
 
-class Suite(ABC):
-    """A family of tasks that share a device kind."""
-
-    name: str = ""
-
-    @abstractmethod
-    def task_ids(self) -> list[str]:
-        """Every task id, sorted."""
-
-    @abstractmethod
-    def task_class(self, task_id: str) -> type[Task]:
-        """The task class for ``task_id``; ``KeyError`` with the known ids if unknown."""
-
-    @abstractmethod
-    def make_device(self, **options: Any) -> Device:
-        """A fresh device able to run every task of the suite."""
-
-    def make_env(self, task_id: str, device: Device | None = None, **options: Any) -> GuiEnv:
-        return GuiEnv(device if device is not None else self.make_device(**options), self.task_class(task_id))
-
-    def env_ids(self) -> list[str]:
-        return [f"guiagent/{self.name}.{t}" for t in self.task_ids()]
-
-    def task_sets(self) -> dict[str, tuple[str, ...]]:
-        """Named groups of this suite's task ids (training sets), by name; none by default."""
-        return dict(getattr(self, "TASK_SETS", {}))
-
-    def close(self) -> None:
-        """Stop what the suite started (app servers)."""
-
-
 def get_suite(name: str) -> Suite:
     """The suite ``name`` names; ``"webapps,miniwob"``: a :class:`~emulators.suites.mixed.MixedSuite` of them."""
     if "," in name:
-        from emulators.suites.mixed import MixedSuite, split_env
-
         names = split_env(name)
         if len(names) > 1:
             return MixedSuite({n: get_suite(n) for n in names})

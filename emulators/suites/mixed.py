@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from emulators.base import Device, Task
-from emulators.suites import Suite
+from emulators.suites.base import Suite
 
 __all__ = ["MixedSuite", "qualify", "split_env", "split_task"]
 

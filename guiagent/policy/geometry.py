@@ -1,7 +1,8 @@
 """The coordinate frame of a backend's image processor (a backend concern: the processor is the model's).
 
 :func:`image_processor_for` builds a Qwen2-VL image processor (PIL, no torchvision);
-:func:`image_geometry` reads the frame back from any such processor.
+:func:`image_geometry` reads the frame back from any such processor; :func:`smart_resize`
+is the processor's resize rule (``grounding.coords`` and the judge's token estimate use it).
 
 Action formats that speak pixels of the resized image take these numbers
 (``ActionFormat.with_image_geometry``), so prompt, SFT targets and parser share the
@@ -10,10 +11,20 @@ model's own frame; :func:`rl.agents.format_for_policy` applies them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ImageGeometry", "image_geometry", "image_processor_for"]
+__all__ = ["ImageGeometry", "image_geometry", "image_processor_for", "smart_resize", "IMAGE_FACTOR",
+           "MIN_TOKENS", "MAX_TOKENS", "MAX_RATIO"]
+
+#: Qwen2.5-VL: 14-pixel patches merged 2x2, so resized sides are multiples of 28
+IMAGE_FACTOR = 28
+#: default pixel budget, in merged tokens (qwen_vl_utils IMAGE_MIN/MAX_TOKEN_NUM)
+MIN_TOKENS = 4
+MAX_TOKENS = 16384
+#: the largest aspect ratio smart_resize accepts
+MAX_RATIO = 200
 
 
 @dataclass(frozen=True)
@@ -72,3 +83,44 @@ def image_processor_for(patch_size: int = 14, min_pixels: int = 28 * 28 * 4, max
 
     return Qwen2VLImageProcessorPil(patch_size=patch_size, merge_size=2, temporal_patch_size=2,
                                     min_pixels=min_pixels, max_pixels=max_pixels)
+
+
+def smart_resize(
+    height: int,
+    width: int,
+    factor: int = IMAGE_FACTOR,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+) -> tuple[int, int]:
+    """``(height, width)`` of the image the Qwen2.5-VL processor actually sees.
+
+    Both sides become multiples of ``factor``; the area is brought into
+    ``[min_pixels, max_pixels]`` keeping the aspect ratio as close as possible.
+    Defaults follow ``qwen_vl_utils`` (``4 * factor**2`` and ``16384 * factor**2``
+    pixels). Agrees exactly with ``qwen_vl_utils.smart_resize`` (tested on a table
+    of sizes), including its use of Python's half-to-even ``round``.
+
+    Raises ``ValueError`` for non-positive sizes, ``min_pixels > max_pixels``, or an
+    aspect ratio above 200.
+    """
+    if height <= 0 or width <= 0:
+        raise ValueError(f"image size must be positive, got height={height} width={width}")
+    max_pixels = max_pixels if max_pixels is not None else MAX_TOKENS * factor**2
+    min_pixels = min_pixels if min_pixels is not None else MIN_TOKENS * factor**2
+    if max_pixels < min_pixels:
+        raise ValueError(f"max_pixels ({max_pixels}) must be >= min_pixels ({min_pixels})")
+    if max(height, width) / min(height, width) > MAX_RATIO:
+        raise ValueError(
+            f"absolute aspect ratio must be smaller than {MAX_RATIO}, got {max(height, width) / min(height, width)}"
+        )
+    h_bar = max(factor, round(height / factor) * factor)
+    w_bar = max(factor, round(width / factor) * factor)
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = math.floor(height / beta / factor) * factor
+        w_bar = math.floor(width / beta / factor) * factor
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar

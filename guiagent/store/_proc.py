@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import socket
 
-__all__ = ["HOST", "process_start", "writer_alive"]
+__all__ = ["HOST", "STALE_S", "process_start", "writer_alive"]
 
 HOST = socket.gethostname()
+#: a running run with no write for this long counts as interrupted (see ``Store.recover``)
+STALE_S = 3600.0
 
 
 def process_start(pid: int) -> int | None:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from guiagent.store import _codec
-from guiagent.store._proc import writer_alive
+from guiagent.store._proc import STALE_S, writer_alive
 from guiagent.store.blobs import BlobStore
 from guiagent.store.errors import EpisodeNotFound, InvalidCursor, RunNotFound, StoreError
 from guiagent.store.records import (
@@ -389,8 +389,6 @@ _RUNS_SQL_V1 = _RUNS_SQL.replace("r.writer_host, r.writer_pid, r.writer_start, r
 
 
 def _run(r: tuple) -> RunInfo:
-    from guiagent.store.writer import STALE_S
-
     status, host, pid, start, beat = r[6], r[14], r[15], r[16], r[17]
     # A run whose writer is gone reads as interrupted at once, before any writer records it
     # (readers never write): its process is missing on this host, or it went silent.

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from guiagent.store import _codec
-from guiagent.store._proc import HOST, process_start, writer_alive
+from guiagent.store._proc import HOST, STALE_S, process_start, writer_alive
 from guiagent.store.blobs import BlobStore
 from guiagent.store.errors import EpisodeClosed, EpisodeNotFound, RunNotFound, StoreError
 from guiagent.store.schema import BLOBS_DIR, closed_on_error, connect_rw
@@ -44,8 +44,6 @@ _RUN_STATUSES = ("running", "finished", "failed", "interrupted")
 _RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 #: seconds between two heartbeats of a run from one step writer (steps come many per second)
 HEARTBEAT_S = 10.0
-#: a running run with no write for this long counts as interrupted (see :meth:`Store.recover`)
-STALE_S = 3600.0
 
 
 def check_run_id(run_id: object) -> str:

@@ -12,7 +12,7 @@ typed with pydantic): a report with a field of the wrong type is listed with the
 and its page is a 404 that says it; it never takes the list or the other reports down.
 
 The template global ``reward_weights_of(run_key)`` gives each stored reward part's
-weight from the run's stored config (:func:`judge.compose.reward_weights`), so
+weight from the run's stored config (:func:`guiagent.rewards.reward_weights`), so
 replays and charts show the parts with the weights the trainer used.
 """
 
@@ -25,7 +25,7 @@ from typing import Any, Required
 from flask import Blueprint, render_template
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
-from judge.compose import reward_weights
+from guiagent.rewards import reward_weights
 from webui.registry import NotFound, discover_run_dirs
 from webui.views import registry
 

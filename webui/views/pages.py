@@ -13,6 +13,7 @@ from typing import Any
 
 from flask import Blueprint, current_app, render_template, request
 
+from guiagent.offline_metrics import from_run_metrics
 from guiagent.store import EpisodeFilter
 from webui.data import BadQuery, broken_json, credit_by_step, detail_json, int_arg, run_json, task_stats_json
 from webui.registry import NotFound
@@ -83,8 +84,6 @@ def run(run: str):
 def _offline_metrics(ref: Any) -> dict[str, Any]:
     """An offline evaluation's metrics (``guiagent eval --mode offline``), from the run's stored metrics:
     ``{level: {"overall": {...}, "per_kind": {...}}}``, empty for other runs."""
-    from rl.offline_metrics import from_run_metrics
-
     names = [n for n in ref.reader.metric_names(ref.info.run_id) if n.startswith("offline/")]
     if not names:
         return {}

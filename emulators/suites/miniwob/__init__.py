@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from emulators.base import Device
-from emulators.suites import Suite
+from emulators.suites.base import Suite
 from emulators.suites.miniwob.tasks import MiniWobTask, TASK_CLASSES, html_dir, page_names
 
 __all__ = ["MiniWobSuite", "SUITE", "MiniWobTask", "TASK_AREA", "device_config", "RANDOM_LAYOUT_TASKS",

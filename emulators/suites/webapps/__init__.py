@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from emulators.suites import Suite
+from emulators.suites.base import Suite
 
 from .tasks import TASKS, WebTask
 
