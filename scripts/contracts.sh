@@ -20,6 +20,7 @@
 #
 # Exit status: 0 when every contract holds, 1 naming each that broke.
 set -euo pipefail
+[ -n "${ANDROID_WORLD_SRC:-}" ] && ANDROID_WORLD_SRC=$(cd "$ANDROID_WORLD_SRC" && pwd)  # before the cd below
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VLLM_VERSIONS=${VLLM_VERSIONS:-"0.10.0 0.26.0 0.33.0"}
