@@ -22,6 +22,8 @@ from __future__ import annotations
 import io
 from typing import Any, Sequence
 
+from PIL import Image, ImageDraw
+
 from guiagent.types import (
     Action, Answer, Click, ClickElement, DoubleClick, Drag, Finish, Hover, Key, LongPress, LongPressElement,
     Mark, NavigateBack, NavigateHome, OpenApp, ParseError, RightClick, Scroll, Swipe, Type, TypeElement, Wait,
@@ -160,8 +162,6 @@ def draw(png_bytes: bytes, action: Action | ParseError | None, marks: Sequence[M
          show_marks: bool = False) -> bytes:
     """Render :func:`overlay` onto an image (PNG or JPEG bytes) and return PNG bytes; ``show_marks`` also
     outlines every mark with its number (set-of-marks, as a marks-format model is prompted)."""
-    from PIL import Image, ImageDraw
-
     img = Image.open(io.BytesIO(png_bytes)).convert("RGB")
     data = overlay(action, img.size, marks)
     d = ImageDraw.Draw(img)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import sys
 from typing import IO, Any
 
+from tqdm import tqdm
+
 __all__ = ["progress_bar", "is_terminal"]
 
 
@@ -37,8 +39,6 @@ def progress_bar(total: int | None, desc: str, unit: str = "it", *, stream: IO[s
     The bar shows count/total, ``unit``/s and the time left; a disabled bar accepts the
     same calls and prints nothing. ``options`` go to ``tqdm`` (``initial=``, ``leave=``...).
     """
-    from tqdm import tqdm
-
     stream = sys.stderr if stream is None else stream
     on = is_terminal(stream) if enabled is None else enabled
     return tqdm(total=total, desc=desc, unit=unit, file=stream, disable=not on, dynamic_ncols=True,

@@ -23,6 +23,8 @@ import io
 import math
 from typing import Sequence
 
+from PIL import Image, UnidentifiedImageError
+
 from guiagent.policy.geometry import smart_resize
 
 __all__ = ["select_evidence", "screen_change", "image_tokens", "TOKEN_PATCH"]
@@ -95,8 +97,6 @@ def screen_change(before: bytes | None, after: bytes | None, *, side: int = 32) 
 
 
 def _thumb(data: bytes | None, side: int) -> list[int] | None:
-    from PIL import Image, UnidentifiedImageError
-
     if data is None:
         return None
     try:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Sequence
 
+from guiagent.policy import load_policy
 from guiagent.types import Trajectory
 from judge.vlm import JudgeConfig, Verdict, VLMJudge
 
@@ -203,7 +204,6 @@ def make_judge(settings: JudgeSettings, out_dir: str | os.PathLike[str] | None) 
     """
     if not settings.enabled:
         return None
-    from guiagent.policy import load_policy
 
     model = str(settings.model)
     if model.startswith(("http://", "https://")):

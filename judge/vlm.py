@@ -37,9 +37,10 @@ import contextlib
 import dataclasses
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 from guiagent.policy.base import Chat, Policy, SamplingParams
+from guiagent.store import EpisodeFilter, EpisodeSummary, Store, StoreReader
 from guiagent.types import Trajectory
 from judge.evidence import image_tokens, screen_change, select_evidence
 from judge.vlm_cache import CallBudget, RateLimiter, VerdictCache, cache_key
@@ -48,9 +49,6 @@ from judge.vlm_prompt import (
     PROMPT_VERSION, history_lines, last_k_steps, screen_steps, screenshot_digest, selection_chat,
     verdict_chat,
 )
-
-if TYPE_CHECKING:
-    from guiagent.store import EpisodeSummary, Store, StoreReader
 
 __all__ = ["JudgeConfig", "Verdict", "VLMJudge", "store_verdict", "Disagreement", "judge_disagreement",
            "disagreeing_episodes", "BUDGET_EXHAUSTED", "aggregate_votes", "missing_kind"]
@@ -532,8 +530,6 @@ class Disagreement:
 def judge_disagreement(reader: "StoreReader", run_id: str | None = None, judge: str | None = None
                        ) -> Disagreement:
     """Judge-vs-rule disagreement of a run, through the store's own disagreement filter."""
-    from guiagent.store import EpisodeFilter
-
     judged = reader.count_episodes(EpisodeFilter(run_id=run_id, judge=judge, judged=True))
     episodes = tuple(reader.iter_episodes(EpisodeFilter(run_id=run_id, judge=judge, disagreement=True)))
     return Disagreement(run_id=run_id, judge=judge, judged=judged, episodes=episodes,

@@ -16,6 +16,8 @@ import hashlib
 import io
 from typing import Any, Sequence
 
+from PIL import Image, UnidentifiedImageError
+
 from guiagent.policy.base import Chat, image_part, text_part
 from guiagent.types import Action, Step, Trajectory
 
@@ -138,8 +140,6 @@ def prepare_image(data: bytes, max_pixels: int) -> bytes:
 
     Raises ``ValueError`` when the bytes are not a decodable image.
     """
-    from PIL import Image, UnidentifiedImageError
-
     try:
         with Image.open(io.BytesIO(data)) as im:
             w, h = im.size

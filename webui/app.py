@@ -22,6 +22,8 @@ from guiagent.store import StoreError
 from webui import security
 from webui.data import BadQuery
 from webui.registry import NotFound, RunRegistry
+from webui.views import api, blobs, pages
+from webui.views import judge as judge_views
 
 _log = logging.getLogger(__name__)
 
@@ -74,12 +76,10 @@ def create_app(config: AppConfig) -> Flask:
         # for reuse, so open file descriptors stay bounded however many requests come
         registry.release()
 
-    from webui.views import api, blobs, pages
     app.register_blueprint(pages.bp)
     app.register_blueprint(api.bp, url_prefix="/api")
     app.register_blueprint(blobs.bp)
-    from webui.views import judge as judge_views  # judge eval reports; reward weights for templates
-    app.register_blueprint(judge_views.bp)
+    app.register_blueprint(judge_views.bp)  # judge eval reports; reward weights for templates
 
     @app.errorhandler(NotFound)
     def _not_found(e: NotFound):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from guiagent.config import (  # the path checks, re-exported for the commands
     ConfigError, check_model_path, hub_offline, looks_local, validate_out_dir,
 )
+from guiagent.store import StoreError, StoreReader
 
 __all__ = ["emit_json", "log", "not_built", "CLIError", "validate_out_dir", "check_model_path", "hub_offline",
            "looks_local", "check_run_dirs", "check_suite_tasks", "quiet_library_bars"]
@@ -35,8 +37,6 @@ def quiet_library_bars() -> None:
     """One progress display: the command's own lines. transformers draws a "Loading weights" and a
     "Writing model shards" bar for every model it loads or saves (a training run: every checkpoint),
     which would interleave with the iteration lines; huggingface_hub draws download bars."""
-    import os
-
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         from transformers.utils import logging as hf_logging
@@ -54,8 +54,6 @@ CLIError = ConfigError
 
 def check_run_dirs(paths, *, flag: str = "--data") -> None:
     """Every path is a run directory holding a readable store."""
-    from guiagent.store import StoreError, StoreReader
-
     for d in paths:
         if not Path(d).is_dir():
             raise CLIError(f"{flag} {d}: no such directory")
@@ -71,7 +69,7 @@ def check_suite_tasks(env: str, tasks=(), *, flag_env: str = "--env", flag_tasks
 
     Raises :class:`CLIError` (one line) otherwise; creates nothing.
     """
-    from emulators.suites import get_suite, parse_env_id
+    from emulators.suites import get_suite, parse_env_id  # lazy: gymnasium (0.25 s); most commands take no --env
 
     name, selected = env, tuple(tasks)
     if env.startswith("guiagent/"):

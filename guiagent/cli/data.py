@@ -9,6 +9,8 @@ import tyro
 
 from guiagent.cli._common import emit_json, log
 from guiagent.config import parse_config
+from guiagent.datasets import FORMATS, DatasetError, import_dataset
+from guiagent.store.errors import StoreError
 
 USAGE = (
     "usage: guiagent data import --format {androidcontrol,uis1,guiodyssey,parquet,hf} SRC --out RUN_DIR "
@@ -49,8 +51,6 @@ def main(argv: list[str]) -> int:
         print(f"guiagent data: unknown subcommand {argv[0]!r}\n{USAGE}", file=sys.stderr)
         return 2
     cfg = parse_config(DataImportConfig, argv[1:], prog="guiagent data import")
-    from guiagent.datasets import FORMATS, DatasetError, import_dataset
-    from guiagent.store.errors import StoreError
 
     if not cfg.format:
         print(f"guiagent data import: --format is required ({', '.join(FORMATS)})", file=sys.stderr)

@@ -34,6 +34,10 @@ import tyro
 
 from guiagent.cli._common import emit_json, log
 from guiagent.config import parse_config
+from guiagent.store.errors import StoreError
+from guiagent.store.export import STEP_ROW_FIELDS, export_hf_dataset, export_parquet
+from guiagent.store.reader import StoreReader
+from guiagent.store.records import SUCCESS_THRESHOLD, EpisodeFilter
 
 PARQUET_FILE = "steps.parquet"
 #: written last into every export: the files the export wrote (``--overwrite`` deletes these only)
@@ -90,10 +94,6 @@ class ExportError(Exception):
 
 def _check(cfg: ExportConfig):
     """Validate everything that can be checked before writing; returns the episode filter and count."""
-    from guiagent.store.errors import StoreError
-    from guiagent.store.reader import StoreReader
-    from guiagent.store.records import EpisodeFilter
-
     if not cfg.out:
         raise ExportError("--out DIR is required")
     run_dir = Path(cfg.run_dir)
@@ -160,10 +160,6 @@ def _check_replaceable(out: Path, shown: str) -> None:
 
 def card(run_dir: str, fmt: str, filt, rows: int) -> str:
     """The dataset card (README.md): YAML metadata, then tasks, agents, outcomes and the schema."""
-    from guiagent.store.export import STEP_ROW_FIELDS
-    from guiagent.store.reader import StoreReader
-    from guiagent.store.records import SUCCESS_THRESHOLD
-
     per_task: dict[tuple[str, str], list[float]] = defaultdict(list)
     agents: Counter[str] = Counter()
     runs: dict[str, str] = {}
@@ -222,7 +218,6 @@ def main(argv: list[str]) -> int:
     except ExportError as e:
         print(f"guiagent export: {e}", file=sys.stderr)
         return 2
-    from guiagent.store.export import export_hf_dataset, export_parquet
 
     out = Path(cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -15,13 +15,17 @@ Examples::
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emulators.android import farm
 from emulators.android.farm import FarmSpec
+from emulators.android.healer import FarmHealer, healer_pid, start_healer, stop_healer
 from guiagent.cli._common import emit_json, log, validate_out_dir
 from guiagent.config import Flat, parse_config
+from guiagent.progress import is_terminal, progress_bar
 
 ACTIONS = ("up", "down", "status", "heal")
 
@@ -76,7 +80,6 @@ def main(argv: list[str]) -> int:
         print(f"guiagent farm: unknown action {action!r}; use one of {', '.join(ACTIONS)}", file=sys.stderr)
         return 2
     cfg = parse_config(FarmConfig, rest, prog=f"guiagent farm {action}")
-    from emulators.android import farm
 
     spec = cfg.spec
     state = Path(cfg.state_dir)
@@ -86,8 +89,6 @@ def main(argv: list[str]) -> int:
         if action == "up":
             return _up(cfg, spec, state)
         if action == "down":
-            from emulators.android.healer import stop_healer
-
             pid = stop_healer(state)  # first: it must not restart containers that are going away
             if pid is not None:
                 print(f"farm down: healer (pid {pid}) stopped")
@@ -106,12 +107,9 @@ def main(argv: list[str]) -> int:
 
 
 def _up(cfg: FarmConfig, spec: FarmSpec, state: Path) -> int:
-    from emulators.android import farm
-
     if cfg.dry_run:
         sys.stdout.write(farm.render_compose(spec))
         return 0
-    from guiagent.progress import is_terminal, progress_bar
     # on a terminal a bar (booted emulators, rate, time left) replaces the per-poll lines
     with progress_bar(spec.total, "farm up", "emulator") as bar:
         def booted(n: int, total: int) -> None:
@@ -133,10 +131,6 @@ def _up(cfg: FarmConfig, spec: FarmSpec, state: Path) -> int:
 
 def _start_healer(cfg: FarmConfig, state: Path) -> int | None:
     """The healing loop in the background; ``None`` (and a line saying why) when it cannot run here."""
-    import importlib.util
-
-    from emulators.android.healer import start_healer
-
     if importlib.util.find_spec("docker") is None:
         print("farm up: no healer started: it needs the Docker SDK (pip install 'guiagent[farm]'), then "
               "`guiagent farm heal &`")
@@ -149,9 +143,6 @@ def _start_healer(cfg: FarmConfig, state: Path) -> int | None:
 
 
 def _status(cfg: FarmConfig, spec: FarmSpec, state: Path, path: Path) -> int:
-    from emulators.android import farm
-    from emulators.android.healer import healer_pid
-
     from_file = bool(cfg.endpoints) or path.is_file()
     endpoints = farm.load_endpoints(path) if from_file else farm.endpoints_for(spec)
     rows = farm.status(endpoints, compose_file=None if cfg.endpoints else state / "compose.yaml",
@@ -179,9 +170,6 @@ def _status(cfg: FarmConfig, spec: FarmSpec, state: Path, path: Path) -> int:
 
 
 def _heal(cfg: FarmConfig, path: Path) -> int:
-    from emulators.android import farm
-    from emulators.android.healer import FarmHealer
-
     farm.load_endpoints(path)  # one line when there is no farm there
     healer = FarmHealer.for_farm(path, cfg.docker_host, deadline_s=cfg.deadline_s,
                                  restart_wait_s=cfg.restart_wait_s, log=log)

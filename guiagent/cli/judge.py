@@ -25,6 +25,10 @@ from typing import Any, Literal
 
 from guiagent.cli._common import emit_json, log
 from guiagent.config import parse_config
+from guiagent.store import EpisodeFilter, StoreReader
+from judge.calibration import SUCCESS_THRESHOLD, calibration
+from judge.settings import JudgeSettings, make_judge
+from judge.vlm import missing_kind
 
 #: the report's file name when --out is not given (the web UI looks for judge_eval*.json)
 REPORT_NAME = "judge_eval.json"
@@ -84,8 +88,6 @@ class JudgeEvalConfig:
         self.settings()  # the judge's own checks, with their messages
 
     def settings(self):
-        from judge.settings import JudgeSettings
-
         return JudgeSettings(model=self.judge_model, served_model=self.served_model,
                              api_key_env=self.api_key_env, mode="log", votes=self.votes,
                              aggregation=self.aggregation,
@@ -96,18 +98,13 @@ class JudgeEvalConfig:
 
 
 def _run_dirs(root: Path) -> tuple[Path, ...]:
-    from webui.registry import discover_run_dirs
+    from webui.registry import discover_run_dirs  # lazy: webui loads Flask (0.2 s); only the run scan needs it
 
     return discover_run_dirs(root)
 
 
 def evaluate(cfg: JudgeEvalConfig, judge: Any = None) -> dict[str, Any]:
     """Judge the stored episodes and build the report (``judge``: a ready :class:`~judge.vlm.VLMJudge`)."""
-    from guiagent.store import EpisodeFilter, StoreReader
-    from judge.calibration import SUCCESS_THRESHOLD, calibration
-    from judge.settings import make_judge
-    from judge.vlm import missing_kind
-
     root = Path(cfg.runs)
     dirs = _run_dirs(root)
     if not dirs:

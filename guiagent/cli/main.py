@@ -12,6 +12,8 @@ import os
 import sqlite3
 import sys
 
+from guiagent import __version__
+
 #: command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "tasks": ("guiagent.cli.tasks", "list the tasks of a suite"),
@@ -41,7 +43,6 @@ def main(argv: list[str] | None = None) -> int:
         print(usage())
         return 0 if argv else 2
     if argv[0] in ("-V", "--version"):
-        from guiagent import __version__
         print(__version__)
         return 0
     name, rest = argv[0], argv[1:]
@@ -49,9 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"guiagent: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[name][0])
+    # lazy: `guiagent --help` and `--version` load none of these (the store alone takes 0.1 s)
     from guiagent.config import ConfigError
-    from guiagent.policy.vllm_backend import VLLMUnavailable
-    from guiagent.store import StoreError
+    from guiagent.policy.vllm_backend import VLLMUnavailable  # lazy: as above
+    from guiagent.store import StoreError  # lazy: as above
     try:
         return int(module.main(rest) or 0)
     except (ConfigError, StoreError, VLLMUnavailable) as e:

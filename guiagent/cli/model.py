@@ -8,14 +8,18 @@ The folder loads with the same ``from_pretrained`` path as a real checkpoint
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 
+from PIL import Image
+
 from guiagent.cli._common import emit_json, log, validate_out_dir
-from guiagent.config import Flat
-from guiagent.policy.tiny import TinyModelSpec
+from guiagent.config import Flat, parse_config
+from guiagent.policy.base import SamplingParams, message
+from guiagent.policy.tiny import TinyModelSpec, build_tiny_model
 
 USAGE = """usage: guiagent model init --size tiny|small --out DIR [--family qwen2_5_vl|qwen3_vl] [--seed N] [--json]
 
@@ -44,7 +48,6 @@ class ModelInitConfig:
 
 def init(cfg: ModelInitConfig) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from guiagent.policy.tiny import build_tiny_model
 
     t0 = time.perf_counter()
     spec = cfg.spec
@@ -52,12 +55,7 @@ def init(cfg: ModelInitConfig) -> dict:
     info = build_tiny_model(spec, cfg.out)
     info["build_s"] = round(time.perf_counter() - t0, 2)
     if cfg.check:
-        import io
-
-        from PIL import Image
-
-        from guiagent.policy.base import SamplingParams, message
-        from guiagent.policy.hf import load_transformers
+        from guiagent.policy.hf import load_transformers  # lazy: torch (2 s), for --check only
 
         buf = io.BytesIO()
         Image.new("RGB", (112, 112), "white").save(buf, format="PNG")
@@ -77,7 +75,6 @@ def main(argv: list[str]) -> int:
     if sub != "init":
         print(f"guiagent model: unknown subcommand {sub!r}\n\n{USAGE}", file=sys.stderr)
         return 2
-    from guiagent.config import parse_config
 
     cfg = parse_config(ModelInitConfig, rest, prog="guiagent model init")
     validate_out_dir(cfg.out)  # before minutes of building

@@ -9,12 +9,16 @@ Example (oracle demonstrations of the easy webapps tasks, then SFT of a tiny mod
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-from guiagent.cli._common import check_model_path, check_run_dirs, emit_json, log, validate_out_dir
+from guiagent.cli._common import (
+    check_model_path, check_run_dirs, emit_json, log, quiet_library_bars, validate_out_dir,
+)
 from guiagent.config import Flat, parse_config
-from rl.agents import AgentSettings
-from rl.sft import SFTConfig
+from guiagent.policy import load_policy
+from rl.agents import COMPACT_JSON_PROMPT, AgentSettings
+from rl.sft import SFTConfig, load_examples, load_trajectories, train_sft
 
 
 @dataclass
@@ -59,15 +63,7 @@ def main(argv: list[str]) -> int:
     check_run_dirs(cfg.data)  # every check before any model loads or file is written
     check_model_path(cfg.model)
     validate_out_dir(cfg.out)
-    from guiagent.cli._common import quiet_library_bars
-
     quiet_library_bars()
-    from guiagent.policy import load_policy
-    import dataclasses
-
-    from rl.agents import COMPACT_JSON_PROMPT
-    from rl.sft import load_examples, load_trajectories, train_sft
-
     trajs = load_trajectories(cfg.data, successful_only=not cfg.include_failures, tasks=cfg.tasks)
     log(f"sft: {len(trajs)} episodes from {', '.join(cfg.data)}")
     policy = load_policy(cfg.model, backend="transformers", threads=cfg.threads or None)

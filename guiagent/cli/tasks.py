@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     cfg = parse_config(TasksListConfig, argv[1:], prog="guiagent tasks list")
-    from emulators.suites import get_suite
+    from emulators.suites import get_suite  # lazy: gymnasium (0.25 s), not for `guiagent tasks --help`
 
     try:
         suite = get_suite(cfg.env)

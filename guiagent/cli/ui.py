@@ -90,10 +90,11 @@ def main(argv: list[str]) -> int:
         print(f"guiagent ui: --runs {cfg.runs}: no such directory", file=sys.stderr)
         return 2
 
+    # lazy: the web UI loads Flask (0.3 s with werkzeug's server); `guiagent ui --help` need not
     from werkzeug.serving import make_server
 
-    from webui import AppConfig, create_app
-    from webui.security import RedactingRequestHandler
+    from webui import AppConfig, create_app  # lazy: as above
+    from webui.security import RedactingRequestHandler  # lazy: as above
 
     remote = not is_loopback(cfg.host)
     bound = f"[{cfg.host.strip('[]')}]" if ":" in cfg.host else cfg.host  # how browsers send it in Host

@@ -17,7 +17,11 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from guiagent.datasets._common import DatasetError, ImportNotes, ImportResult, write_atomically
+from guiagent.datasets._common import DatasetError, ImportNotes, ImportResult, parse_size, write_atomically
+from guiagent.datasets.androidcontrol import read_androidcontrol
+from guiagent.datasets.exported import read_hf_dataset, read_parquet
+from guiagent.datasets.guiodyssey import read_guiodyssey
+from guiagent.datasets.uis1 import read_uis1
 from guiagent.types import Trajectory
 
 __all__ = ["FORMATS", "SWIPE_CONVENTIONS", "DatasetError", "ImportNotes", "ImportResult", "read_dataset",
@@ -26,24 +30,14 @@ __all__ = ["FORMATS", "SWIPE_CONVENTIONS", "DatasetError", "ImportNotes", "Impor
 
 def _reader(fmt: str) -> Callable[..., Iterator[Trajectory]]:
     if fmt == "androidcontrol":
-        from guiagent.datasets.androidcontrol import read_androidcontrol
-
         return read_androidcontrol
     if fmt == "uis1":
-        from guiagent.datasets.uis1 import read_uis1
-
         return read_uis1
     if fmt == "guiodyssey":
-        from guiagent.datasets.guiodyssey import read_guiodyssey
-
         return read_guiodyssey
     if fmt == "parquet":
-        from guiagent.datasets.exported import read_parquet
-
         return read_parquet
     if fmt == "hf":
-        from guiagent.datasets.exported import read_hf_dataset
-
         return read_hf_dataset
     raise DatasetError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
 
@@ -116,8 +110,6 @@ def import_dataset(
             raise DatasetError(f"--placeholders is for formats whose screenshots are separate files (uis1, "
                                f"guiodyssey), not {fmt}")
         if placeholders != "auto":
-            from guiagent.datasets._common import parse_size
-
             parse_size(placeholders, "--placeholders")
         opts["placeholders"] = placeholders
     if swipe_convention:

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from PIL import Image, UnidentifiedImageError
+
+from guiagent.store import Store
 from guiagent.types import Trajectory
 
 __all__ = ["DatasetError", "ImportResult", "ImportNotes", "SwipeCheck", "unit", "image_size", "write_atomically",
@@ -201,8 +204,6 @@ def _short(v: Any, n: int = 80) -> str:
 def image_size(data: bytes, where: str) -> tuple[int, int]:
     """Width and height of PNG/JPEG bytes (header only, via Pillow); one clear error when the bytes are
     not an image or declare more than :data:`MAX_SCREENSHOT_PIXELS` (nothing is decoded)."""
-    from PIL import Image, UnidentifiedImageError
-
     try:
         with warnings.catch_warnings():
             # our own limit below, in place of Pillow's warning (89 Mpx) and error (179 Mpx)
@@ -243,8 +244,6 @@ def parse_size(text: str, what: str = "size") -> tuple[int, int]:
 def placeholder_png(w: int, h: int) -> bytes:
     """A blank grey PNG of ``w`` x ``h`` pixels: a placeholder screenshot (matching and the offline
     metrics read only its size; stored once per size, content-addressed)."""
-    from PIL import Image
-
     buf = io.BytesIO()
     Image.new("L", (w, h), 200).save(buf, format="PNG", optimize=False, compress_level=9)
     return buf.getvalue()
@@ -310,8 +309,6 @@ def write_atomically(
     end, so a bad record anywhere leaves nothing behind; an ``out_dir`` that exists
     and is not empty is refused (never clobbered).
     """
-    from guiagent.store import Store
-
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise DatasetError(f"{out} already exists and is not empty; choose a new --out")

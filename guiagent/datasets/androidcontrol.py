@@ -22,6 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator
 
+from google.protobuf.message import DecodeError
+
 from guiagent.datasets._common import (
     MAX_SCREENSHOT_PIXELS,
     DatasetError,
@@ -31,6 +33,7 @@ from guiagent.datasets._common import (
     json_record,
     unit,
 )
+from guiagent.datasets.tfrecord import TFRecordError, iter_records, parse_example
 from guiagent.types import (
     STEP_TARGET_KEY,
     Action,
@@ -132,7 +135,6 @@ def target_box(tree: bytes, x: float, y: float, w: int, h: int) -> list[float] |
     """
     try:
         from android_env.proto.a11y import android_accessibility_forest_pb2 as forest_pb2
-        from google.protobuf.message import DecodeError
     except ImportError:
         return None
     try:
@@ -234,8 +236,6 @@ _FINGER = {"up": "down", "down": "up", "left": "right", "right": "left"}  # a sc
 
 def read_androidcontrol(src: str | Path, *, notes: ImportNotes | None = None, **_: Any) -> Iterator[Trajectory]:
     """Every episode in ``src``: a TFRecord file, or a folder of ``android_control*`` / ``*.tfrecord*``."""
-    from guiagent.datasets.tfrecord import TFRecordError, iter_records, parse_example
-
     notes = notes if notes is not None else ImportNotes()
     for path in iter_files(Path(src), ("android_control*", "*.tfrecord*")):
         records = iter_records(path)

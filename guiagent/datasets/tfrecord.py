@@ -20,6 +20,10 @@ import struct
 from pathlib import Path
 from typing import Any, Iterator
 
+import crc32c
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
+
 __all__ = ["TFRecordError", "iter_records", "Example", "parse_example"]
 
 
@@ -48,8 +52,6 @@ def _read_upto(f: Any, length: int) -> bytes:
 
 
 def _masked_crc(data: bytes) -> int:
-    import crc32c
-
     c = crc32c.crc32c(data)
     return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
@@ -88,8 +90,6 @@ def iter_records(path: str | Path) -> Iterator[bytes]:
 
 
 def _example_class() -> Any:
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
     F = descriptor_pb2.FieldDescriptorProto
     fd = descriptor_pb2.FileDescriptorProto(
         name="guiagent_tf_example.proto", package="guiagent_tf", syntax="proto3"
@@ -146,8 +146,6 @@ def Example() -> Any:  # noqa: N802 - reads like the proto class it returns
 
 def parse_example(data: bytes) -> Any:
     """A serialised ``tf.train.Example``; raises :class:`TFRecordError` when it is not one."""
-    from google.protobuf.message import DecodeError
-
     try:
         return Example().FromString(data)
     except DecodeError as e:

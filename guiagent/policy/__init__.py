@@ -17,6 +17,7 @@ from guiagent.policy.base import (
     BackendError, Chat, ChatError, Generation, ImagePart, Message, Policy, SamplingParams, ScoreBatch,
     TextPart, TrainablePolicy, check_chat, image_part, message, text_part,
 )
+from guiagent.policy.vllm_backend import VLLMPolicy
 
 __all__ = [
     "BackendError", "Chat", "ChatError", "Generation", "ImagePart", "Message", "Policy", "SamplingParams",
@@ -36,15 +37,13 @@ def load_policy(spec: str, *, backend: str | None = None, **opts: Any) -> Policy
     """
     backend = backend or ("openai" if spec.startswith(("http://", "https://")) else "transformers")
     if backend == "openai":
-        from guiagent.policy.openai_backend import OpenAIPolicy
+        from guiagent.policy.openai_backend import OpenAIPolicy  # lazy: httpx (0.2 s), for HTTP policies only
 
         return OpenAIPolicy(spec, **opts)
     if backend == "transformers":
-        from guiagent.policy.hf import load_transformers
+        from guiagent.policy.hf import load_transformers  # lazy: torch; the interface stays light
 
         return load_transformers(spec, **opts)
     if backend == "vllm":
-        from guiagent.policy.vllm_backend import VLLMPolicy
-
         return VLLMPolicy(spec, **opts)
     raise ValueError(f"unknown policy backend {backend!r}; choose transformers, vllm or openai")

@@ -24,13 +24,15 @@ scoring reproduces, so PPO ratios start at exactly 1.
 
 from __future__ import annotations
 
+import hashlib
 import io
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence, TypedDict, Union, runtime_checkable
 
+from PIL import Image
+
 if TYPE_CHECKING:
     import torch
-    from PIL import Image
 
 __all__ = [
     "TextPart", "ImagePart", "Message", "Chat", "ChatError", "BackendError", "SamplingParams",
@@ -111,10 +113,6 @@ def check_chat(chat: Any) -> None:
 def _is_image(x: Any) -> bool:
     if isinstance(x, (bytes, bytearray)):
         return True
-    try:
-        from PIL import Image
-    except ImportError:  # pragma: no cover
-        return False
     return isinstance(x, Image.Image)
 
 
@@ -126,8 +124,6 @@ def chat_images(chat: Chat) -> list[Any]:
 
 def to_pil(image: "bytes | Image.Image") -> "Image.Image":
     """Decode bytes to an RGB PIL image (PIL images pass through, converted to RGB)."""
-    from PIL import Image
-
     if isinstance(image, (bytes, bytearray)):
         image = Image.open(io.BytesIO(image))
         image.load()
@@ -189,8 +185,6 @@ class SamplingParams:
 def turn_seed(base: int, key: str, turn: int) -> int:
     """A 63-bit seed for one turn of one episode: stable across processes and Python versions
     (``hash()`` is salted per process, so it is not used)."""
-    import hashlib
-
     digest = hashlib.blake2b(f"{base}|{key}|{turn}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") >> 1
 

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
 from guiagent.policy.geometry import image_processor_for
 
 if TYPE_CHECKING:
@@ -118,7 +120,6 @@ def train_tokenizer(vocab_size: int = 2048, seed: int = 0):
 
     Returns a ``transformers`` fast tokenizer carrying the chat template.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
