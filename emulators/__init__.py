@@ -5,6 +5,7 @@ Importing the package registers the ``webapps`` and ``miniwob`` tasks with Gymna
 """
 
 from emulators.base import ActionError, Device, DeviceError, GuiEnv, StepInfo, Task, check_env
+from emulators.suites.registration import register_envs
 
 __guiagent__ = True
 
@@ -12,7 +13,6 @@ __all__ = ["ActionError", "Device", "DeviceError", "GuiEnv", "StepInfo", "Task",
 
 
 def _register() -> None:
-    from emulators.suites.registration import register_envs
     register_envs(skip_unavailable=True)
 
 

@@ -27,15 +27,18 @@ observation's ``last_action_error`` and the episode goes on. :class:`DeviceError
 
 from __future__ import annotations
 
+import io
+import json
 import random
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Mapping
 
 import gymnasium
 import numpy as np
 from gymnasium import spaces
+from PIL import Image
 
 from guiagent.types import (Action, Answer, Finish, Observation, ParseError, TaskSpec, action_from_dict,
                             is_terminal)
@@ -214,7 +217,6 @@ class ActionText(spaces.Text):
                 and not isinstance(parse_action(x), ParseError))
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:  # type: ignore[override]
-        import json
         if mask is not None or probability is not None:
             raise ValueError("ActionText.sample takes no mask")
         rng = self.np_random
@@ -253,7 +255,6 @@ class ActionText(spaces.Text):
 
 def parse_action(text: str) -> Action | ParseError:
     """A JSON action string (``{"kind": ..., **fields}``) -> the typed action, or a :class:`ParseError`."""
-    import json
     try:
         data = json.loads(text)
     except (TypeError, ValueError) as e:
@@ -293,8 +294,6 @@ def observation_space(width: int, height: int) -> spaces.Dict:
 
 def decode_screenshot(obs: Observation) -> np.ndarray:
     """The observation's PNG/JPEG bytes as a fresh ``uint8`` array ``(height, width, 3)``."""
-    import io
-    from PIL import Image
     if obs.screenshot is None:
         raise ValueError("the observation carries no pixels (loaded without them)")
     with Image.open(io.BytesIO(obs.screenshot)) as im:
@@ -394,7 +393,6 @@ class GuiEnv(gymnasium.Env):
         if isinstance(action, str):
             action = parse_action(action)
         elif isinstance(action, Mapping):
-            import json
             action = parse_action(json.dumps(dict(action), default=str))
         t0 = time.perf_counter()
         self.steps += 1
@@ -498,7 +496,6 @@ def _screen_size(device: Device) -> tuple[int, int] | None:
 
 
 def _with_error(obs: Observation, error: str) -> Observation:
-    from dataclasses import replace
     return replace(obs, last_action_error=error)
 
 
@@ -509,8 +506,6 @@ def dead_observation(reason: str, *, what: str = "device") -> Observation:
     """A 1x1 black frame standing in for the screen of a dead device (or worker: ``what``)."""
     global _BLACK_PNG
     if _BLACK_PNG is None:
-        import io
-        from PIL import Image
         buf = io.BytesIO()
         Image.new("RGB", (1, 1)).save(buf, format="PNG")
         _BLACK_PNG = buf.getvalue()

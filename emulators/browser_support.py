@@ -16,6 +16,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 from urllib.parse import urlsplit
 
+import greenlet
+
+from guiagent.types import Mark
+
 __all__ = [
     "ChromiumNotFound", "find_chromium", "BrowserHandle", "launch", "connect_over_cdp", "normalise_key",
     "origin_of", "url_allowed", "run_concurrently", "SETTLE_INIT_SCRIPT", "SETTLE_POLL_JS", "CHROMIUM_ARGS",
@@ -216,8 +220,6 @@ def run_concurrently(anchor: Any, calls: Sequence[Callable[[], T]]) -> list[T]:
     Called from inside a greenlet of this kind (or with one call) it runs the calls one after
     another.
     """
-    import greenlet
-
     sync = getattr(anchor, "_sync", None)
     if len(calls) < 2 or sync is None or greenlet.getcurrent().parent is not None:
         return [c() for c in calls]
@@ -460,8 +462,6 @@ def build_marks(ax_nodes: Sequence[dict], snapshot: dict, viewport: tuple[int, i
     interactive node inside another of the same name and nearly the same box (a tab's link inside
     the tab) is the same target and is not marked twice. Only the main frame's nodes are marked.
     """
-    from guiagent.types import Mark
-
     vw, vh = viewport
     docs = snapshot.get("documents") or []
     if not ax_nodes or not docs:

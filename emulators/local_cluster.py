@@ -33,6 +33,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 __all__ = ["LocalCluster", "ClusterNode", "ClusterError", "netns_available"]
 
@@ -272,8 +275,6 @@ class LocalCluster:
                 node.node_id = n["NodeID"]
 
     def _pids(self, node: ClusterNode) -> set[int]:
-        import psutil
-
         pids: set[int] = set()
         try:
             root = psutil.Process(node.proc.pid)
@@ -309,8 +310,6 @@ class LocalCluster:
 
 
 def _free_port(ip: str) -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind((ip, 0))
         return s.getsockname()[1]

@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import threading
 import time
 from typing import Any, Sequence
@@ -420,7 +421,6 @@ class RayEnvPool:
 
 def _first_line(e: BaseException) -> str:
     """A one-line reason: the first line of Ray's message and, for a traceback, its last line."""
-    import re
     lines = [ln.strip() for ln in re.sub(r"\x1b\[[0-9;]*m", "", str(e)).splitlines() if ln.strip()]
     if not lines:
         return ""

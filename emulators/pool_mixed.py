@@ -20,6 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from emulators.pool import InProcessPool, RayEnvPool
 from emulators.pool_types import ActionRequest, EnvOutput, PoolRequestError, ResetRequest
 from emulators.suites.mixed import split_env, split_task
 from guiagent.types import Action
@@ -121,8 +122,6 @@ def open_pool(env: str, *, kind: str = "inprocess", slots: int = 1, workers: int
               device_options: Mapping[str, str] | None = None, worker_resources: Mapping[str, float] | None = None,
               ray_address: str | None = None) -> Any:
     """The env pool of a run over ``env`` (one suite, or several: ``webapps,miniwob``)."""
-    from emulators.pool import InProcessPool, RayEnvPool
-
     names = split_env(env)
     device_options, worker_resources = dict(device_options or {}), dict(worker_resources or {})
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from emulators.base import DeviceError, Device, GuiEnv, StepInfo
+from emulators.browser_support import launch, run_concurrently
 from emulators.pool_types import ActionRequest, EnvOutput, ResetRequest, error_output
 from emulators.suites import Suite, get_suite
 from guiagent.types import Action
@@ -189,7 +190,6 @@ class EnvWorker:
         # while the rollout thread launched it; those calls then run one after another)
         if (self.concurrent and self.shares_browser and self._browser is not None and self._browser.connected
                 and self._browser_thread == threading.get_ident()):
-            from emulators.browser_support import run_concurrently
             self._side_by_side = True
             try:
                 return run_concurrently(self._browser.browser, calls)
@@ -251,7 +251,6 @@ class EnvWorker:
         return self.suite.make_device(browser=self._browser, **self.device_options), self._browser
 
     def _relaunch_browser(self) -> None:
-        from emulators.browser_support import launch
         old, self._browser = self._browser, None
         if old is not None:
             # devices on the dead browser cannot recover: close them now (their live episodes

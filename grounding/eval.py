@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
+from PIL import Image
+
 from guiagent.types import Action, Click, LongPress, ParseError, Type
 
 from grounding.base import ActionFormat
@@ -148,8 +150,6 @@ def evaluate(predict: Predict, fmt: ActionFormat, records: Sequence[GroundingRec
     The image size for parsing comes from the image file itself; the point is
     compared with the record's box in the screenshot's pixels, edges included.
     """
-    from PIL import Image
-
     results = []
     for rec in records:
         data = Path(rec.image).read_bytes()

@@ -11,6 +11,7 @@ the transport that needs them.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from emulators.android.adb import AdbTarget, AdbTransport
@@ -35,6 +36,5 @@ _LAZY = {
 
 def __getattr__(name: str):
     if name in _LAZY:
-        import importlib
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(name)

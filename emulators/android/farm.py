@@ -23,18 +23,25 @@ engine's HTTP API), which finds containers by the labels ``compose.yaml`` gives 
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+import psutil
 import yaml
+
+from emulators.android.adb import AdbTarget, AdbTransport
+from emulators.android.device import AndroidDevice
+from emulators.android.grpc import EmulatorGrpcTransport
 
 __all__ = ["FarmSpec", "EmulatorEndpoint", "EndpointStatus", "FarmError", "DockerFarmEngine", "render_compose",
            "endpoints_for",
@@ -463,16 +470,12 @@ def connect_device(endpoint: EmulatorEndpoint, *, transport: str = "grpc", adb_p
     ``adb connect``) for UI trees and app starts; ``"adb"``: adb only. Works from any machine
     that can reach ``endpoint.host``.
     """
-    from emulators.android.adb import AdbTarget, AdbTransport
-    from emulators.android.device import AndroidDevice
-
     if transport not in ("grpc", "adb"):
         raise ValueError(f"transport must be 'grpc' or 'adb', got {transport!r}")
     serial = connect_adb(endpoint, adb_path)
     adb = AdbTransport(AdbTarget(serial, adb_path))
     if transport == "adb":
         return AndroidDevice(adb, **device_options)
-    from emulators.android.grpc import EmulatorGrpcTransport
 
     device_options.setdefault("stable_timeout_s", 1.0)  # frames are cheap over gRPC: settle by looking
     device_options.setdefault("settle_s", 0.1)
@@ -492,8 +495,6 @@ class EndpointLease:
 
     def release(self) -> None:
         if self._fd >= 0:
-            import fcntl
-
             os.ftruncate(self._fd, 0)  # no holder named: `farm status` reads the file without locking it
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
@@ -532,8 +533,6 @@ def mark_clean(lock_dir: str | Path, endpoint: EmulatorEndpoint) -> None:
 
 def lease_holder(lock_dir: str | Path, endpoint: EmulatorEndpoint) -> int | None:
     """The process id holding ``endpoint``'s lease, read without taking the lock (``None``: free)."""
-    import psutil
-
     try:
         text = (Path(lock_dir) / f"{endpoint.name}.lock").read_text().strip()
     except OSError:
@@ -547,8 +546,6 @@ def try_lease(endpoint: EmulatorEndpoint, lock_dir: str | Path, *, use: bool = T
 
     ``use``: the holder will run episodes on it, so it is no longer clean (the healer, which only
     probes and restores, leases with ``use=False``)."""
-    import fcntl
-
     lock_dir = Path(lock_dir)
     lock_dir.mkdir(parents=True, exist_ok=True)
     path = lock_dir / f"{endpoint.name}.lock"
@@ -627,8 +624,6 @@ def local_endpoints(console_ports: Sequence[int], grpc_ports: Sequence[int] | No
 
 def default_lock_dir() -> Path:
     """Where leases of hand-started emulators (``console_ports``) live: one per host and user."""
-    import tempfile
-
     return Path(os.environ.get("GUIAGENT_LEASE_DIR") or Path(tempfile.gettempdir()) / f"guiagent-leases-{os.getuid()}")
 
 

@@ -15,6 +15,7 @@ the ``android`` extra.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, TypeVar
 
 from emulators.android.adb import AdbTransport
@@ -124,15 +125,11 @@ class EmulatorGrpcTransport(Transport):
         self._touch(x, y, False)
 
     def long_press(self, x: int, y: int, duration_ms: int) -> None:
-        import time
-
         self._touch(x, y, True)
         time.sleep(duration_ms / 1000)
         self._touch(x, y, False)
 
     def swipe(self, x1: int, y1: int, x2: int, y2: int, duration_ms: int) -> None:
-        import time
-
         n = max(2, self.swipe_steps)
         dt = duration_ms / 1000 / (n - 1)
         for i in range(n):
@@ -143,8 +140,6 @@ class EmulatorGrpcTransport(Transport):
         self._touch(x2, y2, False)
 
     def drag(self, x1: int, y1: int, x2: int, y2: int, duration_ms: int) -> None:
-        import time
-
         self._touch(x1, y1, True)
         time.sleep(0.8)  # hold until the item is picked up
         self.swipe(x1, y1, x2, y2, duration_ms)

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from emulators.android.farm import (
     DockerFarmEngine,
     EmulatorEndpoint,
@@ -200,8 +202,6 @@ def healer_pid(state_dir: str | Path) -> int | None:
     """The pid of the farm's running healer (started by :func:`start_healer`), else ``None``.
 
     The pid file holds the pid and the process's start time, so a recycled pid is never taken for it."""
-    import psutil
-
     try:
         pid, started = _pid_file(state_dir).read_text().split()
         proc = psutil.Process(int(pid))
@@ -217,8 +217,6 @@ def start_healer(state_dir: str | Path, *, docker_host: str | None = None, inter
     """Run ``guiagent farm heal`` on the farm in ``state_dir`` in the background (its own session, so it
     outlives the shell); its output goes to ``healer.log`` there. Returns its pid; one already running
     is left as it is."""
-    import psutil
-
     state = Path(state_dir)
     running = healer_pid(state)
     if running is not None:
@@ -239,8 +237,6 @@ def start_healer(state_dir: str | Path, *, docker_host: str | None = None, inter
 def stop_healer(state_dir: str | Path, *, timeout_s: float = 10.0) -> int | None:
     """Stop the farm's background healer (SIGTERM, then SIGKILL after ``timeout_s``); its pid, or
     ``None`` when none ran."""
-    import psutil
-
     pid = healer_pid(state_dir)
     if pid is not None:
         proc = psutil.Process(pid)

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from emulators.android.farm import EmulatorEndpoint
+from emulators.android.grpc import EmulatorGrpcTransport
+from emulators.android.keys import KeyChord
 from emulators.base import ActionError, DeviceError
 
 __all__ = ["Probe", "grpc_probe", "grpc_restore", "probe_with_deadline"]
@@ -26,9 +28,6 @@ Probe = Callable[[EmulatorEndpoint], "str | None"]
 
 def grpc_probe(endpoint: EmulatorEndpoint, *, deadline_s: float = 10.0, token: str | None = None) -> str | None:
     """``None`` when ``endpoint`` answers a screenshot and an input over gRPC within ``deadline_s`` each."""
-    from emulators.android.grpc import EmulatorGrpcTransport
-    from emulators.android.keys import KeyChord
-
     try:
         t = EmulatorGrpcTransport(endpoint.grpc_address, token=token, timeout_s=deadline_s,
                                   connect_timeout_s=min(deadline_s, 5.0))
@@ -58,8 +57,6 @@ def grpc_restore(endpoint: EmulatorEndpoint, snapshot: str, *, deadline_s: float
     """``None`` when ``endpoint`` loaded its snapshot ``snapshot`` over gRPC within ``deadline_s``, else why not.
 
     What keeps a spare warm between two leases: whatever the last episode left on it is gone."""
-    from emulators.android.grpc import EmulatorGrpcTransport
-
     try:
         t = EmulatorGrpcTransport(endpoint.grpc_address, token=token, timeout_s=deadline_s,
                                   connect_timeout_s=min(deadline_s, 5.0))

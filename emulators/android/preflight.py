@@ -24,6 +24,8 @@ from pathlib import Path
 
 from emulators.android import farm as farm_lib
 from emulators.android.farm import EmulatorEndpoint, FarmError
+from emulators.android.suite import AndroidWorldMissing, _import, parse_console_ports
+from emulators.suites.mixed import split_env
 
 __all__ = ["AndroidSetupError", "adb_states", "check_androidworld", "check_androidworld_eval", "check_devices",
            "needs_model_message"]
@@ -61,8 +63,6 @@ def adb_states(adb: str, timeout_s: float = 30.0) -> dict[str, str]:
 
 def _endpoints(device: Mapping[str, str]) -> tuple[list[EmulatorEndpoint], str]:
     """The emulators the device options name, and how they were named (for the messages)."""
-    from emulators.android.suite import parse_console_ports
-
     if device.get("farm"):
         path = Path(device["farm"])
         if not path.is_file():
@@ -98,8 +98,6 @@ def check_androidworld_eval(*, env: str, agent: str, device: Mapping[str, str], 
     """:func:`check_androidworld` for ``guiagent eval``: an agent that can act on AndroidWorld (its
     tasks have no scripted solvers), then adb, the emulators and android_world. ``env`` of several
     suites (``androidworld,webapps``) with the oracle runs only the others' tasks: nothing to check."""
-    from emulators.suites.mixed import split_env
-
     if agent == "oracle":
         if len(split_env(env)) > 1:
             return
@@ -140,7 +138,6 @@ def check_devices(*, device: Mapping[str, str], slots: int) -> None:
         why = f"; {problems[0]}" if problems else ""
         raise AndroidSetupError(f"one emulator per slot: {slots} slots but {len(ready)} emulator(s) ready in {named}"
                                 f"{why} (start more, e.g. `guiagent farm up --emulators {slots}`, or lower --slots)")
-    from emulators.android.suite import AndroidWorldMissing, _import
 
     try:
         _import("android_world.registry")

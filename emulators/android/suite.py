@@ -43,13 +43,21 @@ AndroidWorld ships no scripted solvers, so ``oracle`` returns ``None``.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
+import os
 import random
+import socket
 import subprocess
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import numpy as np
+
+from emulators.android import farm as farm_lib
 from emulators.android.android_env import AndroidEnvTransport
 from emulators.android.device import AndroidDevice
+from emulators.android.health import probe_with_deadline
 from emulators.base import Device, DeviceError, Task
 from emulators.suites.base import Suite
 from guiagent.types import Action
@@ -76,8 +84,6 @@ class AndroidWorldMissing(ImportError):
 
 
 def _import(module: str) -> Any:
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError as e:
@@ -94,21 +100,14 @@ def generate_params(aw_cls: type, seed: int) -> dict[str, Any]:
     """``aw_cls.generate_random_params()`` as android_world's ``_instantiate_task`` draws them: the
     global ``random`` and ``numpy.random`` seeded with ``seed`` (both put back afterwards), and
     ``params['seed'] = seed``."""
-    state = random.getstate()
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover - android_world depends on numpy
-        np = None
-    np_state = np.random.get_state() if np is not None else None
+    state, np_state = random.getstate(), np.random.get_state()
     try:
         random.seed(seed)
-        if np is not None:
-            np.random.seed(seed % 2**32)
+        np.random.seed(seed % 2**32)
         params = dict(aw_cls.generate_random_params())
     finally:
         random.setstate(state)
-        if np is not None:
-            np.random.set_state(np_state)
+        np.random.set_state(np_state)
     params["seed"] = seed
     return params
 
@@ -411,20 +410,15 @@ class AndroidWorldSuite(Suite):
         ``emulator_setup=True`` installs and configures the task apps (once per fresh
         emulator; the farm image is provisioned with them already).
         """
-        from emulators.android import farm as farm_lib
-
         reset_mode = parse_snapshot_reset(snapshot_reset, farm=farm is not None)  # before any lease
         probe = None
         if health_deadline_s not in (None, "", 0, "0"):
-            from emulators.android.health import probe_with_deadline
             probe = probe_with_deadline(float(health_deadline_s))
         lease = None
         if farm is not None:
             lease = farm_lib.lease_endpoint(farm, probe=probe)
             endpoint = lease.endpoint
             if restart is None:
-                import json
-                from pathlib import Path
                 project = json.loads(Path(farm).read_text()).get("project", "guiagent-farm")
                 restart = farm_lib.restart_hook(endpoint, project)
         elif console_ports is not None or serials is not None:
@@ -446,7 +440,6 @@ class AndroidWorldSuite(Suite):
                 restart, endpoint, lease, device_options) -> Device:
         if endpoint is not None:
             if endpoint.host not in ("127.0.0.1", "localhost", "::1"):
-                import socket
                 local = {socket.gethostname(), socket.getfqdn()}
                 if endpoint.host not in local:
                     raise DeviceError(f"androidworld attaches to local emulators only; run this worker on "
@@ -501,8 +494,6 @@ def _use_local_forwarder_apk() -> None:
     android_env's ``a11y_grpc_wrapper`` fetches the APK from storage.googleapis.com on every
     environment start; the worker image bakes it in so nothing is fetched at run time.
     """
-    import os
-
     path = os.environ.get("GUIAGENT_A11Y_FORWARDER_APK")
     if not path:
         return

@@ -15,6 +15,8 @@ from __future__ import annotations
 import io
 from abc import ABC, abstractmethod
 
+from PIL import Image
+
 from emulators.android.keys import KeyChord
 
 __all__ = ["Transport", "png_size", "encode_png"]
@@ -89,8 +91,6 @@ def png_size(png: bytes) -> tuple[int, int]:
 
 def encode_png(pixels, *, compress_level: int = 1) -> bytes:
     """An ``(H, W, 3|4)`` uint8 array -> PNG bytes (fast compression: screenshots are frequent)."""
-    from PIL import Image
-
     buf = io.BytesIO()
     Image.fromarray(pixels).save(buf, format="PNG", compress_level=compress_level)
     return buf.getvalue()

@@ -23,6 +23,8 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
+from guiagent.types import Mark
+
 __all__ = ["UINode", "parse_ui_tree", "format_ui_tree", "ui_tree_text", "UITreeError", "ui_marks", "role_of"]
 
 _BOUNDS = re.compile(r"\[(-?\d+),(-?\d+)\]\[(-?\d+),(-?\d+)\]")
@@ -190,8 +192,6 @@ def ui_marks(nodes: list[UINode], screen_size: tuple[int, int]) -> "tuple[Mark, 
     without a name of its own; text inside a marked control is part of that control's name, not a
     mark of its own. ``screen_size`` is the screen in device pixels (bounds are normalised by it).
     """
-    from guiagent.types import Mark
-
     w, h = screen_size
     if w <= 0 or h <= 0:
         raise ValueError(f"screen size must be positive, got {screen_size}")

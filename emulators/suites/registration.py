@@ -1,7 +1,7 @@
 """Gymnasium registration: every task of every suite as ``guiagent/<suite>.<task_id>``.
 
 ``import emulators`` registers the ``webapps`` and ``miniwob`` tasks (listing them
-imports neither Flask nor a browser). AndroidWorld's task list needs the
+imports no Flask and starts no browser). AndroidWorld's task list needs the
 ``android_world`` package, so its ids are registered on request only::
 
     import gymnasium, emulators
@@ -29,6 +29,8 @@ from typing import Any, Iterable
 import gymnasium
 
 from emulators.base import GuiEnv
+from emulators.browser import launch_browser
+from emulators.suites import get_suite
 
 __all__ = ["register_envs", "make_gym_env", "shared_browser", "DEFAULT_SUITES"]
 
@@ -53,7 +55,6 @@ def make_gym_env(*, suite: str, task_id: str, render_mode: str | None = None, ma
     browser of its own. ``gymnasium.make`` deep-copies its keyword arguments, so a
     live browser handle cannot be passed in; this sharing stands in for it.
     """
-    from emulators.suites import get_suite
     s = get_suite(suite)
     cls = s.task_class(task_id)
     if (suite in BROWSER_SUITES and share_browser and "browser" not in device_options
@@ -72,7 +73,6 @@ def shared_browser() -> Any:
     global _BROWSER
     with _BROWSER_LOCK:
         if _BROWSER is None or not _BROWSER.connected:
-            from emulators.browser import launch_browser
             _BROWSER = launch_browser()
             atexit.register(_close_shared_browser)
         return _BROWSER
@@ -95,7 +95,6 @@ def register_envs(suites: Iterable[str] = DEFAULT_SUITES, *, skip_unavailable: b
     the suite's own error naming what to install, or is left out with
     ``skip_unavailable`` (what ``import emulators`` does, so the import never fails).
     """
-    from emulators.suites import get_suite
     ids: list[str] = []
     for name in suites:
         try:

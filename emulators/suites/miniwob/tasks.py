@@ -20,12 +20,15 @@ credit, as in ``click-checkboxes-soft``, counts as success when positive). The t
 
 from __future__ import annotations
 
+import importlib.util
 import random
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
 from emulators.base import Device, DeviceError, Task
+from emulators.browser import BrowserDevice
+from emulators.suites.miniwob.oracles import MAX_STEPS, ORACLES, next_action
 from guiagent.types import Action
 
 __all__ = ["html_dir", "page_names", "MiniWobTask", "make_task_class", "TASK_CLASSES"]
@@ -34,7 +37,6 @@ __all__ = ["html_dir", "page_names", "MiniWobTask", "make_task_class", "TASK_CLA
 @lru_cache(maxsize=1)
 def html_dir() -> Path:
     """``.../site-packages/miniwob/html`` (raises with install advice if missing)."""
-    import importlib.util
     # found, not imported: the package imports gymnasium's env registry (~0.3 s), and only
     # its page files are needed
     spec = importlib.util.find_spec("miniwob")
@@ -129,7 +131,6 @@ class MiniWobTask(Task):
         return 1.0 if st["done"] and st["raw"] > 0 else 0.0
 
     def oracle(self, device: Device) -> Action | None:
-        from emulators.suites.miniwob.oracles import ORACLES, next_action
         solver = ORACLES.get(self.task_id)
         if solver is None:
             return None
@@ -139,7 +140,6 @@ class MiniWobTask(Task):
 
 
 def _browser(device: Device) -> Any:
-    from emulators.browser import BrowserDevice
     if not isinstance(device, BrowserDevice):
         raise TypeError(f"miniwob tasks run on a BrowserDevice, got {type(device).__name__}")
     return device
@@ -147,7 +147,6 @@ def _browser(device: Device) -> Any:
 
 def make_task_class(name: str) -> type[MiniWobTask]:
     """The task class for page ``name`` (``click-button`` -> ``ClickButton``)."""
-    from emulators.suites.miniwob.oracles import MAX_STEPS, ORACLES
     cls_name = "".join(part.capitalize() for part in name.replace("_", "-").split("-"))
     attrs = {"task_id": name, "has_oracle": name in ORACLES, "__doc__": f"MiniWoB++ task `{name}`."}
     if name in MAX_STEPS:

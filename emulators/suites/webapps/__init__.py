@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from emulators.browser import BrowserConfig, BrowserDevice
 from emulators.suites.base import Suite
 
 from .tasks import TASKS, WebTask
@@ -57,7 +58,7 @@ class WebAppsSuite(Suite):
     @property
     def server_url(self) -> str:
         """Base url of the app server (started on first use)."""
-        from .server import shared_server
+        from .server import shared_server  # lazy: Flask and httpx (0.3 s), see __getattr__
         return shared_server()[0].url
 
     def make_device(self, *, browser: Any = None, page_loads: bool | str = False, **options: Any):
@@ -71,9 +72,7 @@ class WebAppsSuite(Suite):
         ``page_loads=True`` makes every one of them a page load instead (same screens, ~2x
         the CPU a page change).
         """
-        from emulators.browser import BrowserConfig, BrowserDevice
-
-        from .server import shared_server
+        from .server import shared_server  # lazy: Flask and httpx, see __getattr__
         server = shared_server()[0]
         if isinstance(page_loads, str):  # from the command line (--device page_loads true)
             if page_loads.lower() not in ("true", "false", "1", "0", "yes", "no"):
@@ -90,7 +89,7 @@ class WebAppsSuite(Suite):
 
     def close(self) -> None:
         """Stop the app server (a later episode starts it again)."""
-        from .server import stop_shared_server
+        from .server import stop_shared_server  # lazy: Flask and httpx, see __getattr__
         stop_shared_server()
 
 
@@ -101,6 +100,6 @@ def __getattr__(name: str) -> Any:
     # the server pulls in Flask and httpx (~0.4 s): imported on first use, so listing the
     # task ids (Gymnasium registration on ``import emulators``) stays cheap
     if name in ("AppServer", "AppClient", "shared_server", "stop_shared_server"):
-        from . import server
+        from . import server  # lazy: Flask and httpx (0.3 s)
         return getattr(server, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -47,6 +47,7 @@ from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import WSGIRequestHandler, make_server
 
+from .views import bp
 from .world import check_layout, empty_world
 
 __all__ = ["StateError", "SessionStore", "validate_state", "create_app", "AppServer", "AppClient", "LocalClient",
@@ -134,8 +135,6 @@ class SessionStore:
 
 def create_app(store: SessionStore) -> Flask:
     """The Flask app: the JSON API under ``/api`` and the phone apps under ``/s/<sid>/``."""
-    from .views import bp
-
     app = Flask(__name__, template_folder="templates", static_folder="static")
     app.config["SEND_FILE_MAX_AGE_DEFAULT"] = 3600
     app.config["STORE"] = store

@@ -216,7 +216,7 @@ class WebTask(Task):
         """
         if not hasattr(device, "goto") or not hasattr(device, "home_url"):
             raise TypeError(f"webapps tasks need a BrowserDevice, got {type(device).__name__}")
-        from ..server import shared_server  # Flask and httpx load on first use
+        from ..server import shared_server  # lazy: Flask and httpx (0.3 s) load on first use
         server, client = shared_server()
         if self.sid is not None:
             client.delete(self.sid)
