@@ -1,7 +1,7 @@
 """Gymnasium registration: every task of every suite as ``guiagent/<suite>.<task_id>``.
 
 ``import emulators`` registers the ``webapps`` and ``miniwob`` tasks (listing them
-imports no Flask and starts no browser). AndroidWorld's task list needs the
+imports neither Flask nor a browser). AndroidWorld's task list needs the
 ``android_world`` package, so its ids are registered on request only::
 
     import gymnasium, emulators
@@ -29,7 +29,6 @@ from typing import Any, Iterable
 import gymnasium
 
 from emulators.base import GuiEnv
-from emulators.browser import launch_browser
 from emulators.suites import get_suite
 
 __all__ = ["register_envs", "make_gym_env", "shared_browser", "DEFAULT_SUITES"]
@@ -73,6 +72,8 @@ def shared_browser() -> Any:
     global _BROWSER
     with _BROWSER_LOCK:
         if _BROWSER is None or not _BROWSER.connected:
+            # lazy: the browser device (asyncio, ~35 ms); `import emulators` lists tasks without it
+            from emulators.browser import launch_browser
             _BROWSER = launch_browser()
             atexit.register(_close_shared_browser)
         return _BROWSER

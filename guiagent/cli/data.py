@@ -9,7 +9,6 @@ import tyro
 
 from guiagent.cli._common import emit_json, log
 from guiagent.config import parse_config
-from guiagent.datasets import FORMATS, DatasetError, import_dataset
 from guiagent.store.errors import StoreError
 
 USAGE = (
@@ -51,6 +50,8 @@ def main(argv: list[str]) -> int:
         print(f"guiagent data: unknown subcommand {argv[0]!r}\n{USAGE}", file=sys.stderr)
         return 2
     cfg = parse_config(DataImportConfig, argv[1:], prog="guiagent data import")
+    # lazy: the importers load protobuf, crc32c and PIL (~50 ms); `guiagent data --help` needs none
+    from guiagent.datasets import FORMATS, DatasetError, import_dataset
 
     if not cfg.format:
         print(f"guiagent data import: --format is required ({', '.join(FORMATS)})", file=sys.stderr)

@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import Any
 
 from emulators.base import Device
-from emulators.browser import BrowserConfig, BrowserDevice
 from emulators.suites.base import Suite
 from emulators.suites.miniwob.tasks import MiniWobTask, TASK_CLASSES, html_dir, page_names
 
@@ -41,6 +40,8 @@ TASK_SETS: dict[str, tuple[str, ...]] = {"random-layout": RANDOM_LAYOUT_TASKS}
 def device_config(*, scale: float = 1.0, tree: str = "aria", image_format: str = "png",
                   settle_timeout_ms: int = 1500, **overrides: Any) -> Any:
     """The :class:`~emulators.browser.BrowserConfig` miniwob pages run in."""
+    # lazy: the browser device (asyncio, ~35 ms); `import emulators` lists tasks without it
+    from emulators.browser import BrowserConfig
     return BrowserConfig(
         viewport=TASK_AREA, device_scale_factor=scale, tree=tree, image_format=image_format,
         settle_timeout_ms=settle_timeout_ms, allowed_origins=(html_dir().as_uri() + "/",),
@@ -68,6 +69,8 @@ class MiniWobSuite(Suite):
 
     def make_device(self, *, browser: Any = None, **options: Any) -> Device:
         """A browser device for miniwob pages; ``options`` go to :func:`device_config`."""
+        # lazy: the browser device (asyncio, ~35 ms); `import emulators` lists tasks without it
+        from emulators.browser import BrowserDevice
         return BrowserDevice(device_config(**options), browser=browser)
 
 

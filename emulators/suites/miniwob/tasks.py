@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from emulators.base import Device, DeviceError, Task
-from emulators.browser import BrowserDevice
 from emulators.suites.miniwob.oracles import MAX_STEPS, ORACLES, next_action
 from guiagent.types import Action
 
@@ -140,6 +139,8 @@ class MiniWobTask(Task):
 
 
 def _browser(device: Device) -> Any:
+    # lazy: the browser device (asyncio, ~35 ms); `import emulators` lists tasks without it
+    from emulators.browser import BrowserDevice
     if not isinstance(device, BrowserDevice):
         raise TypeError(f"miniwob tasks run on a BrowserDevice, got {type(device).__name__}")
     return device

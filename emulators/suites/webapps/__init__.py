@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from emulators.browser import BrowserConfig, BrowserDevice
 from emulators.suites.base import Suite
 
 from .tasks import TASKS, WebTask
@@ -72,6 +71,9 @@ class WebAppsSuite(Suite):
         ``page_loads=True`` makes every one of them a page load instead (same screens, ~2x
         the CPU a page change).
         """
+        # lazy: the browser device (asyncio, ~35 ms); `import emulators` lists tasks without it
+        from emulators.browser import BrowserConfig, BrowserDevice
+
         from .server import shared_server  # lazy: Flask and httpx, see __getattr__
         server = shared_server()[0]
         if isinstance(page_loads, str):  # from the command line (--device page_loads true)
