@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from guiagent.policy.hf import load_transformers
     from guiagent.store import EpisodeFilter, StoreReader
     from rl.agents import AgentSettings
-    from rl.algos import _episode_returns
+    from rl.strategies.gigpo import episode_returns as _episode_returns
     from rl.critic import TurnCritic
     from rl.sft import SFTConfig, load_examples
 

@@ -42,7 +42,7 @@ from guiagent.store.export import export_parquet  # noqa: E402
 from rl.match import MatchConfig, match_action, step_target  # noqa: E402
 from rl.match_parity import probes  # noqa: E402
 from rl.offline_eval import RecordedPolicy, run_offline_eval  # noqa: E402
-from rl.semi_online import load_recorded_episodes  # noqa: E402
+from rl.replay import load_recorded_episodes  # noqa: E402
 
 KINDS = [("click", 0.60), ("swipe", 0.14), ("type", 0.075), ("open", 0.072), ("wait", 0.067),
          ("system_button", 0.041), ("long_press", 0.005)]

@@ -13,7 +13,7 @@ are recorded first on an in-process pool (real Chromium), outside the timing.
   with ``--episodes`` slots (so all episodes run side by side, one generation call per
   turn), ``--episodes / --group-size`` groups of ``--group-size``, at most ``--turns``
   steps an episode;
-* **semi-online**: :func:`rl.semi_online.run_semi_online` on ``--episodes / --group-size``
+* **semi-online**: :func:`rl.replay.run_semi_online` on ``--episodes / --group-size``
   recorded episodes cut to ``--turns`` steps, ``--group-size`` samples each, patch
   budget unlimited (every sample acts at every recorded screen: exactly ``--turns``
   turns), so the same number of samples act side by side.
@@ -44,7 +44,8 @@ from emulators.pool import InProcessPool  # noqa: E402
 from guiagent.store import Store  # noqa: E402
 from rl.agents import COMPACT_JSON_PROMPT, AgentSettings, OraclePolicy, load_agent  # noqa: E402
 from rl.rollout import make_groups, run_rollout  # noqa: E402
-from rl.semi_online import PatchConfig, run_semi_online  # noqa: E402
+from rl.patching import PatchConfig  # noqa: E402
+from rl.replay import run_semi_online  # noqa: E402
 
 
 def load_avg() -> str:

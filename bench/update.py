@@ -90,7 +90,7 @@ def build_turns(policy, images: list[bytes], group_size: int, length: int, seed:
     old = policy.score(chats, comps)
     rewards = torch.tensor([rng.random() for _ in chats], dtype=torch.float64)
     adv = grpo_advantages(rewards, torch.tensor(groups)).float()
-    turns = [TrainTurn(f"g{g}", f"e{i}", 0, c, tuple(ids), tuple(lp), float(rewards[i]), 0, True)
+    turns = [TrainTurn(f"g{g}", f"e{i}", 0, c, tuple(ids), tuple(lp), 0, True)
              for i, (g, c, ids, lp) in enumerate(zip(groups, chats, comps, old))]
     prompt_tokens = [len(policy.encoder.encode(c).input_ids) for c in chats]
     return turns, adv, prompt_tokens
@@ -98,12 +98,15 @@ def build_turns(policy, images: list[bytes], group_size: int, length: int, seed:
 
 def timed_update(policy, opt, cfg, turns, adv, *, share: bool = True) -> tuple[float, float]:
     """One :func:`rl.update.update` (``share``: prompts shared within a group): (wall s, process CPU s)."""
+    from rl.strategies import strategy_class
     from rl.update import update
+
+    strategy = strategy_class(cfg.algo)(cfg, Path("."), None)
 
     policy.share_prompts = share
     try:
         t0, c0 = time.perf_counter(), time.process_time()
-        update(cfg, policy, None, opt, turns, adv)
+        update(strategy, cfg.update, policy, None, opt, turns, adv)
         return time.perf_counter() - t0, time.process_time() - c0
     finally:
         policy.share_prompts = True
@@ -238,8 +241,8 @@ def main() -> None:
     images = [screen(i, args.image_size, args.image_size) for i in range(args.groups)]
     policy = load_transformers(model_dir, device="cpu", threads=args.threads)
     turns, adv, prompt_tokens = build_turns(policy, images, args.group_size, args.completion_tokens, args.seed)
-    cfg = TrainConfig(micro_batch_size=args.micro_batch or b, max_new_tokens=args.completion_tokens, lr=2e-4)
-    opt = build_optimizer(policy, cfg.lr, betas=(0.9, 0.98), weight_decay=0.01)  # as the trainer
+    cfg = TrainConfig.build(micro_batch_size=args.micro_batch or b, max_new_tokens=args.completion_tokens, lr=2e-4)
+    opt = build_optimizer(policy, cfg.update.lr, betas=(0.9, 0.98), weight_decay=0.01)  # as the trainer
     print(f"model: {info['params']:,} parameters, {args.threads} threads; batch {b} = {args.groups} groups x "
           f"G={args.group_size}; prompt {prompt_tokens[0]} tokens ({args.image_size}x{args.image_size} image), "
           f"completion {args.completion_tokens} tokens; advantages |A| mean {adv.abs().mean():.2f}")
@@ -292,7 +295,7 @@ def main() -> None:
               "groups": args.groups, "group_size": args.group_size, "completion_tokens": args.completion_tokens,
               "prompt_tokens": prompt_tokens[0], "image_size": args.image_size, "repeats": args.repeats,
               "ours": {"update_s": round(ours_s, 4), "update_cpu_s": round(ours_cpu, 4),
-                       "samples_per_s": round(b / ours_s, 2), "micro_batch": cfg.micro_batch_size,
+                       "samples_per_s": round(b / ours_s, 2), "micro_batch": cfg.update.micro_batch_size,
                        "runs": [round(o[0], 3) for o in ours]},
               "trl": trl_figs, "trl_skipped": skip_reason or None, "load_avg": loads}
     print(f"ours: {b / ours_s:.2f} samples/s ({ours_s:.3f} s an update, {ours_cpu:.3f} CPU s)")

@@ -44,11 +44,13 @@ alias), before any value is built.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import math
 import os
+import pickle
 import sys
 import types
 import typing
@@ -59,7 +61,7 @@ import yaml
 
 T = TypeVar("T")
 
-__all__ = ["Flat", "parse_config", "from_mapping", "to_mapping", "load_yaml", "read_yaml", "check_value", "ConfigError",
+__all__ = ["Flat", "build", "flat_values", "parse_config", "from_mapping", "to_mapping", "load_yaml", "read_yaml", "check_value", "ConfigError",
            "check_numbers", "validate_out_dir", "check_model_path", "hub_offline", "looks_local", "MAX_CONFIG_BYTES",
            "INT_RANGE", "SEED_RANGE"]
 
@@ -107,6 +109,29 @@ def _flat_fields(cls: type) -> dict[str, type]:
     for name, tp in hints.items():
         if typing.get_origin(tp) is typing.Annotated and any(isinstance(m, _FlatMarker) for m in tp.__metadata__):
             out[name] = typing.get_args(tp)[0]
+    return out
+
+
+def build(cls: type[T], base: T | None = None, **fields: Any) -> T:
+    """``cls`` from field values given by flag name (``lr=3e-4``, a field of a ``Flat[...]`` section)
+    or by section (``update=UpdateSettings(...)`` or ``update={"lr": 3e-4}``), checked as strictly as
+    YAML; fields not given keep ``base``'s values (or the defaults)."""
+    data = {k: to_mapping(v) if dataclasses.is_dataclass(v) and not isinstance(v, type) else v
+            for k, v in fields.items()}
+    return from_mapping(cls, data, base=base)
+
+
+def flat_values(obj: Any) -> dict[str, Any]:
+    """A config's values by their flag and YAML names: the fields of its ``Flat[...]`` sections at the
+    top level beside its own (``{"lr": 3e-4, ...}`` for a config whose ``update`` section holds ``lr``)."""
+    flat = _flat_fields(type(obj))
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if f.name in flat:
+            out.update(flat_values(value))
+        else:
+            out[f.name] = value
     return out
 
 
@@ -394,7 +419,7 @@ def parse_config(cls: type[T], argv: Sequence[str] | None = None, *, prog: str |
     argv = list(sys.argv[1:] if argv is None else argv)
     path, rest = _pop_config_flag(argv)
     default = load_yaml(cls, path) if path else default
-    import tyro
+    import tyro  # lazy: only command lines parse flags; the store and the web UI read configs without it
 
     desc = (description or (cls.__doc__ or "")).strip()
     desc += "\n\nAlso: --config FILE.yaml loads the same fields from YAML (flags override it)."
@@ -419,7 +444,7 @@ def _flag_name(argument: Any) -> str:
 def _parse_error_as_config_error(event: Any) -> None:
     """tyro's parse-error hook: the rejections a user causes, as one ConfigError line (tyro would draw
     a box of several lines); anything else falls through to tyro's own output."""
-    import tyro._errors as te
+    import tyro._errors as te  # lazy: as tyro above
 
     if isinstance(event, te.InstantiationFailure):  # __post_init__ checks, values of the wrong type
         name = _flag_name(event.argument) if event.argument is not None else ""
@@ -438,10 +463,8 @@ def _parse_error_as_config_error(event: Any) -> None:
 
 def _one_line_parse_errors() -> Any:
     """tyro's hook for rejected input (``tyro._errors.on_parse_error``, tyro >= 1.0), where it exists."""
-    import contextlib
-
     try:
-        from tyro._errors import on_parse_error
+        from tyro._errors import on_parse_error  # lazy: as tyro above
     except ImportError:  # pragma: no cover - an older tyro: its own boxes
         return contextlib.nullcontext()
     return on_parse_error(_parse_error_as_config_error)
@@ -496,7 +519,6 @@ def _check_pickled_weights(folder: Path, what: str) -> None:
     bins = sorted(folder.glob("pytorch_model*.bin"))
     if not bins or any(folder.glob("*.safetensors")):
         return
-    import pickle
 
     import torch
 

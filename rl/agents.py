@@ -33,11 +33,25 @@ import json
 import random
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
+from grounding import FORMAT_NAMES, get_format
+from guiagent.policy import load_policy
 from guiagent.policy.base import Chat, Generation, Policy, SamplingParams, turn_seed
 from guiagent.types import (
-    Action, Click, Finish, Key, NavigateBack, Observation, ParseError, Scroll, Step, Swipe, TaskSpec, Type,
+    Action,
+    Click,
+    Finish,
+    Key,
+    NavigateBack,
+    Observation,
+    ParseError,
+    Scroll,
+    Step,
+    Swipe,
+    TaskSpec,
+    Type,
     action_to_dict,
 )
 from rl.prompting import PromptConfig, build_chat
@@ -75,6 +89,9 @@ class PolicyTurn:
     logprobs: tuple[float, ...] = ()
     rejected: tuple[str, ...] = ()
     """unparseable replies drawn and set aside before this one (``ModelAgent(resample_unparseable=K)``)"""
+    encoded: Any = None
+    """``prompt`` as the model's inputs, as generation encoded it (a transformers backend with
+    ``keep_chats``): the learner scores the turn from it instead of encoding the chat again"""
 
 
 class TurnPolicy(Protocol):
@@ -188,7 +205,8 @@ class ModelAgent:
             chats = [build_chat(c.spec.goal, c.history, c.observation, self.format, self.prompt_config)
                      for c in contexts]
             sampling = self._sampling_for(contexts)
-            gens = self.backend.generate(chats, sampling)
+            encs = self._encode(chats)
+            gens = self._generate(chats, encs, sampling)
             parsed = [self._parse(g.text, c.observation.size) for c, g in zip(contexts, gens)]
             rejected: list[list[str]] = [[] for _ in contexts]
             if sampling.temperature > 0:
@@ -196,16 +214,30 @@ class ModelAgent:
                     again = [i for i, (result, _) in enumerate(parsed) if isinstance(result, ParseError)]
                     if not again:
                         break
-                    redo = self.backend.generate([chats[i] for i in again],
-                                                 self._resampling(sampling, [contexts[i] for i in again], attempt))
+                    redo = self._generate([chats[i] for i in again], encs and [encs[i] for i in again],
+                                          self._resampling(sampling, [contexts[i] for i in again], attempt))
                     for i, g in zip(again, redo):
                         rejected[i].append(gens[i].text)
                         gens[i] = g
                         parsed[i] = self._parse(g.text, contexts[i].observation.size)
             version = self.version
-        return [PolicyTurn(g.text, result, thought, version, chat if self.keep_chats else None,
-                           tuple(g.token_ids), tuple(g.logprobs), tuple(r))
-                for chat, g, (result, thought), r in zip(chats, gens, parsed, rejected)]
+        keep = self.keep_chats
+        return [PolicyTurn(g.text, result, thought, version, chat if keep else None, tuple(g.token_ids),
+                           tuple(g.logprobs), tuple(r), enc if keep else None)
+                for chat, enc, g, (result, thought), r in zip(chats, encs or [None] * len(chats), gens, parsed,
+                                                              rejected)]
+
+    def _encode(self, chats: Sequence[Chat]) -> list[Any] | None:
+        """The chats as model inputs, once, when the backend takes encoded prompts (transformers)."""
+        if not hasattr(self.backend, "generate_encoded") or not hasattr(self.backend, "encoder"):
+            return None
+        return [self.backend.encoder.encode(c) for c in chats]
+
+    def _generate(self, chats: Sequence[Chat], encs: Sequence[Any] | None, sampling: SamplingParams
+                  ) -> list[Generation]:
+        if encs is not None:
+            return self.backend.generate_encoded(list(encs), sampling)
+        return self.backend.generate(list(chats), sampling)
 
     def _locked(self) -> Any:
         return self.lock if self.lock is not None else contextlib.nullcontext()
@@ -266,8 +298,6 @@ class AgentSettings:
     ([3] link: Files, as goals write them: a tokenizer trained from scratch splits the two apart)"""
 
     def __post_init__(self) -> None:
-        from grounding import FORMAT_NAMES
-
         if self.action_format not in FORMAT_NAMES:  # checked before any model loads or file is written
             raise ValueError(f"unknown action format {self.action_format!r}; "
                              f"choose one of {', '.join(FORMAT_NAMES)}")
@@ -275,14 +305,10 @@ class AgentSettings:
             raise ValueError(f"--mark-names must be quoted or plain, got {self.mark_names!r}")
 
     def save(self, model_dir: str) -> None:
-        from pathlib import Path
-
         Path(model_dir, AGENT_SETTINGS_FILE).write_text(json.dumps(self.__dict__, indent=2))
 
     @classmethod
     def load(cls, model_dir: str) -> "AgentSettings | None":
-        from pathlib import Path
-
         p = Path(model_dir, AGENT_SETTINGS_FILE)
         return cls(**json.loads(p.read_text())) if p.is_file() else None
 
@@ -297,8 +323,6 @@ class AgentSettings:
 
     def format(self, policy: Any = None) -> Any:
         """The action format; with ``policy``, in the coordinate frame of its image processor."""
-        from grounding import get_format
-
         if self.action_format == "json":
             fmt = get_format("json", decimals=self.coord_decimals)
         elif self.action_format == "marks":
@@ -347,8 +371,6 @@ def load_agent(spec: str, *, backend: str = "auto", settings: AgentSettings | No
     Settings come from ``settings``, else the model folder's ``guiagent_agent.json``
     (written by ``guiagent sft``/``train``), else the defaults.
     """
-    from guiagent.policy import load_policy
-
     settings = settings or AgentSettings.load(spec) or AgentSettings()
     if loaded is None:
         loaded = load_policy(spec, backend=None if backend == "auto" else backend, **backend_opts)

@@ -37,6 +37,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+import yaml
+
+from guiagent.config import ConfigError, load_yaml, to_mapping
 
 __all__ = ["TrainerState", "CheckpointError", "checkpoint_dir", "save_checkpoint", "find_checkpoint",
            "load_checkpoint", "read_state", "save_config", "load_config", "check_out", "clear_previous_run",
@@ -217,10 +220,6 @@ def load_checkpoint(folder: Path) -> Restored:
 
 
 def save_config(out: Path, cfg: Any) -> None:
-    import yaml
-
-    from guiagent.config import to_mapping
-
     class Dumper(yaml.SafeDumper):  # every value written out: the config loader refuses YAML aliases
         def ignore_aliases(self, data: Any) -> bool:
             return True
@@ -230,8 +229,6 @@ def save_config(out: Path, cfg: Any) -> None:
 
 def load_config(cls: type, run_dir: Path, **overrides: Any) -> Any:
     """The config a run was started with (``run_dir/config.yaml``), with ``overrides`` applied."""
-    from guiagent.config import load_yaml
-
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise CheckpointError(f"{run_dir} holds no config.yaml: is it a training run directory?")
@@ -252,8 +249,6 @@ def _holds_run(out: Path) -> bool:
 def check_out(out: str, *, resume: str | None, overwrite: bool) -> None:
     """A new run's ``--out`` is missing or empty, or ``--overwrite`` is given; a ConfigError (one line,
     saying how to go on) otherwise. Creates and deletes nothing; ``--resume`` runs are not checked."""
-    from guiagent.config import ConfigError
-
     p = Path(out)
     if resume or overwrite or not p.is_dir():
         return

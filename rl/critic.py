@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from rl.losses import value_loss
@@ -46,14 +47,15 @@ class ValueHead(nn.Module):
 
 @torch.no_grad()
 def turn_features(policy: Any, chats: Sequence[Any], *, micro_batch_size: int = 8) -> torch.Tensor:
-    """``[N, H]`` float32: the policy's last-layer hidden state at each chat's last prompt token.
+    """``[N, H]`` float32: the policy's last-layer hidden state at each prompt's last token. A prompt
+    is a chat or its encoding (``TrainTurn.inputs``: a rollout's turn is not encoded again).
 
     Prompts are left-padded by the policy's collation, so the last position is every row's
     last real token.
     """
     rows = []
     for i in range(0, len(chats), micro_batch_size):
-        encs = [policy.encoder.encode(c) for c in chats[i:i + micro_batch_size]]
+        encs = [encoded(policy, c) for c in chats[i:i + micro_batch_size]]
         batch = policy._collate(encs)
         with policy._compute():
             out = policy.model(**batch, output_hidden_states=True, logits_to_keep=1, use_cache=False)
@@ -61,6 +63,11 @@ def turn_features(policy: Any, chats: Sequence[Any], *, micro_batch_size: int = 
     if not rows:
         return torch.zeros(0, 0)
     return torch.cat(rows)
+
+
+def encoded(policy: Any, prompt: Any) -> Any:
+    """``prompt`` as ``policy``'s model inputs: an encoding as it is, a chat encoded."""
+    return prompt if hasattr(prompt, "input_ids") else policy.encoder.encode(prompt)
 
 
 class TurnCritic:
@@ -133,15 +140,11 @@ class TurnCritic:
         return {} if self.head is None else {k: v.detach().clone() for k, v in self.head.state_dict().items()}
 
     def save(self, folder: Path) -> None:
-        from safetensors.torch import save_file
-
         if self.head is not None:
             save_file(self.state_dict(), str(Path(folder) / CRITIC_FILE))
 
     def load(self, folder: Path) -> bool:
         """Restore the head from ``folder/critic.safetensors`` (False when the folder has none)."""
-        from safetensors.torch import load_file
-
         path = Path(folder) / CRITIC_FILE
         if not path.is_file():
             return False

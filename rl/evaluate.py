@@ -14,19 +14,35 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
+import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
-from guiagent.config import to_mapping
+from emulators.suites import get_suite, parse_env_id
+from emulators.suites.mixed import split_env
+from guiagent.config import Flat, build, check_model_path, to_mapping, validate_out_dir
+from guiagent.policy.hf import load_transformers
+from guiagent.policy.tiny import TinyModelSpec, build_tiny_model
+from guiagent.progress import progress_bar
+from guiagent.store import Store
+from rl.agents import COMPACT_JSON_PROMPT, AgentSettings, OraclePolicy, RandomPolicy, load_agent
+from rl.match import MatchConfig
+from rl.offline_eval import RecordedPolicy, run_offline_eval
+from rl.replay import recorded_episodes
+from rl.rollout import EpisodeRequest, run_rollout
+from rl.settings import TRAIN_SEED_RANGE, FleetSettings, SamplingSettings
+from rl.sft import SFTConfig, load_examples, load_trajectories, train_sft
+from rl.sop import semi_online_eval
 
 __all__ = ["EVAL_SEED_BASE", "MAX_EPISODES", "EvalConfig", "EvalResult", "pick_tasks", "make_policy", "episode_plan",
            "run_eval", "suite_of", "success_by_suite", "warm_start"]
 
 log = logging.getLogger(__name__)
 
-EVAL_SEED_BASE = 1_000_000
+EVAL_SEED_BASE = TRAIN_SEED_RANGE
 #: most episodes one evaluation (or one training iteration) runs: every finished trajectory is kept
 #: in memory for the run's figures, so a larger count is refused up front instead of growing until
 #: the machine runs out (several evaluations may share one --out)
@@ -76,31 +92,23 @@ class EvalConfig:
     action_format: str = "auto"
     """--agent model: the action format the model speaks (json, uitars, uitars15, qwen_mobile, qwen_computer;
     auto: what the model folder's guiagent_agent.json says, else json)"""
-    temperature: float = 0.0
-    """--agent model: sampling temperature (0 = greedy)"""
-    top_p: float = 1.0
-    """--agent model: nucleus sampling when temperature > 0"""
-    min_p: float = 0.0
-    """--agent model: min-p sampling when temperature > 0 (0: off)"""
-    resample_unparseable: int = 0
-    """--agent model, temperature > 0: draw a reply that does not parse again, up to N times (0: off)"""
     name: str = ""
     """run name shown in the web UI (default: <agent>-<env>)"""
     json: bool = False
     """print one JSON object with the figures as the last stdout line"""
-    slots: int = 1
-    """envs run side by side (a model then generates for all of them in one batch)"""
-    device: dict[str, str] = field(default_factory=dict)
-    """extra device options passed to the suite (e.g. chromium_path)"""
+    sampling: Flat[SamplingSettings] = field(default_factory=lambda: SamplingSettings(temperature=0.0,
+                                                                                       max_new_tokens=96))
+    fleet: Flat[FleetSettings] = field(default_factory=lambda: FleetSettings(slots=1, pool="inprocess"))
+
+    @classmethod
+    def build(cls, **fields: Any) -> "EvalConfig":
+        """A config from field values by flag name or by section (:func:`guiagent.config.build`)."""
+        return build(cls, **fields)
 
     def __post_init__(self) -> None:
         if not 0 < self.episodes <= MAX_EPISODES:
             raise ValueError(f"--episodes must lie in 1..{MAX_EPISODES:,} (a run keeps every finished episode in "
                              "memory); run several evaluations into the same --out for more")
-        if self.slots <= 0:
-            raise ValueError("--slots must be positive")
-        if self.resample_unparseable < 0:
-            raise ValueError("--resample-unparseable must be >= 0 (0: off)")
         if self.agent == "model" and not self.model:
             raise ValueError("--agent model needs --model DIR|HUB_ID|URL")
         if self.mode == "semi-online" and (not self.data or self.agent != "model"):
@@ -158,8 +166,6 @@ def pick_tasks(suite: Any, cfg: EvalConfig) -> list[str]:
 
 def make_policy(cfg: EvalConfig) -> Any:
     """The turn policy ``cfg.agent`` names."""
-    from rl.agents import AgentSettings, OraclePolicy, RandomPolicy, load_agent
-
     if cfg.agent == "oracle":
         return OraclePolicy()
     if cfg.agent == "random":
@@ -167,14 +173,13 @@ def make_policy(cfg: EvalConfig) -> Any:
     settings = AgentSettings.load(cfg.model) if cfg.action_format == "auto" else None
     if settings is None:
         settings = AgentSettings(action_format="json" if cfg.action_format == "auto" else cfg.action_format)
-    return load_agent(cfg.model, backend=cfg.backend, settings=settings, temperature=cfg.temperature,
-                      top_p=cfg.top_p, min_p=cfg.min_p, resample_unparseable=cfg.resample_unparseable)
+    s = cfg.sampling
+    return load_agent(cfg.model, backend=cfg.backend, settings=settings, temperature=s.temperature, top_p=s.top_p,
+                      min_p=s.min_p, max_new_tokens=s.max_new_tokens, resample_unparseable=s.resample_unparseable)
 
 
 def episode_plan(ids: list[str], episodes: int, seed: int, max_steps: int | None) -> list[Any]:
     """Episode i runs task ids[i % n] with seed ``seed + i // n``."""
-    from rl.rollout import EpisodeRequest
-
     n = len(ids)
     return [EpisodeRequest(ids[i % n], seed + i // n, "", max_steps) for i in range(episodes)]
 
@@ -199,8 +204,6 @@ def success_by_suite(trajectories: Any, suites: list[str]) -> dict[str, float]:
 
 def resolve_env(cfg: EvalConfig) -> tuple[str, tuple[str, ...]]:
     """(suite name, task selection): an env id ``guiagent/<suite>.<task>`` selects one task."""
-    from emulators.suites import parse_env_id
-
     if cfg.env.startswith("guiagent/"):
         env_name, task = parse_env_id(cfg.env)
         return env_name, (task,)
@@ -210,13 +213,6 @@ def resolve_env(cfg: EvalConfig) -> tuple[str, tuple[str, ...]]:
 def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalResult:
     """Run the evaluation; ``policy`` overrides the one ``cfg`` names (e.g. a model already in memory),
     ``pool`` an env pool to run on (left open) instead of a fresh in-process one."""
-    from emulators.pool_mixed import open_pool
-    from emulators.suites import get_suite
-    from emulators.suites.mixed import split_env
-    from guiagent.config import check_model_path, validate_out_dir
-    from guiagent.store import Store
-    from rl.rollout import run_rollout
-
     # checked before any model loads or file is written: a typo costs nothing (ConfigError, one line)
     validate_out_dir(cfg.out)
     if policy is None and cfg.agent == "model" and cfg.backend != "openai":
@@ -227,7 +223,7 @@ def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalRe
         return _run_offline(cfg, policy)
     env_name, tasks_sel = resolve_env(cfg)
     suite = get_suite(env_name)
-    ids = pick_tasks(suite, EvalConfig(**{**cfg.__dict__, "env": env_name, "tasks": tasks_sel}))
+    ids = pick_tasks(suite, replace(cfg, env=env_name, tasks=tasks_sel))
     policy = policy or make_policy(cfg)
     store = Store.open(cfg.out)
     run_id = store.create_run(cfg.name or f"{cfg.agent}-{env_name}", env=env_name, algo="eval",
@@ -236,7 +232,7 @@ def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalRe
     progress = _Progress(cfg.episodes, per_task, qualify="," in env_name)
     own_pool = pool is None
     if own_pool:
-        pool = open_pool(env_name, slots=cfg.slots, device_options=cfg.device)
+        pool = cfg.fleet.open_pool(env_name)
     try:
         with _closing_run(store, run_id):
             res = run_rollout(pool, policy, episode_plan(ids, cfg.episodes, cfg.seed, cfg.max_steps),
@@ -273,12 +269,6 @@ def _closing_run(store: Any, run_id: str) -> Iterator[None]:
 
 def _run_semi_online(cfg: EvalConfig, policy: Any) -> EvalResult:
     """Semi-online evaluation (SOP) of ``cfg.data``'s recorded episodes; stored like any eval run."""
-    import time
-
-    from guiagent.store import Store
-    from rl.match import MatchConfig
-    from rl.semi_online import recorded_episodes, semi_online_eval
-
     episodes = recorded_episodes(cfg.data, cfg.tasks)[:cfg.episodes]
     policy = policy or make_policy(cfg)
     store = Store.open(cfg.out)
@@ -300,13 +290,6 @@ def _run_semi_online(cfg: EvalConfig, policy: Any) -> EvalResult:
 def _run_offline(cfg: EvalConfig, policy: Any) -> EvalResult:
     """Offline metrics of ``cfg.data``'s recorded episodes (rl.offline_eval); stored like any eval run,
     the metrics as run metrics ``offline/<level>/...``."""
-    import time
-
-    from guiagent.store import Store
-    from rl.match import MatchConfig
-    from rl.offline_eval import RecordedPolicy, run_offline_eval
-    from rl.semi_online import recorded_episodes
-
     episodes = recorded_episodes(cfg.data, cfg.tasks)[:cfg.episodes]
     if policy is None:
         policy = RecordedPolicy(episodes) if cfg.agent == "oracle" else make_policy(cfg)
@@ -327,7 +310,7 @@ def _run_offline(cfg: EvalConfig, policy: Any) -> EvalResult:
     t0 = time.perf_counter()
     with _closing_run(store, run_id):
         res = run_offline_eval(policy, episodes, levels=levels, match=MatchConfig.preset(cfg.match),
-                               batch_size=cfg.slots, store=store, run_id=run_id,
+                               batch_size=cfg.fleet.slots, store=store, run_id=run_id,
                                agent_name=f"offline:{cfg.agent}", on_batch=progress)
     seconds = time.perf_counter() - t0
     first = res[levels[0]]
@@ -347,8 +330,6 @@ class _Progress:
     """
 
     def __init__(self, episodes: int, per_task: dict[str, list[float]], *, qualify: bool = False):
-        from guiagent.progress import progress_bar
-
         self.episodes, self.per_task, self.done, self.qualify = episodes, per_task, 0, qualify
         self.bar = progress_bar(episodes, "eval", "episode")
 
@@ -370,8 +351,6 @@ class _Progress:
 
 
 def _has_oracles(env: str, tasks: list[str]) -> bool:
-    from emulators.suites import get_suite
-
     suite = get_suite(env)
     return any(getattr(suite.task_class(t), "has_oracle", True) for t in tasks)
 
@@ -384,13 +363,6 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
     ``demos_from`` (run directories) instead. Returns the SFT model folder (``out/sft``); a
     finished warm start in ``out`` is reused.
     """
-    import sys
-
-    from guiagent.policy.hf import load_transformers
-    from guiagent.policy.tiny import TinyModelSpec, build_tiny_model
-    from rl.agents import COMPACT_JSON_PROMPT, AgentSettings
-    from rl.sft import SFTConfig, load_examples, load_trajectories, train_sft
-
     sft_dir = out / "sft"
     if (sft_dir / "config.json").is_file():
         return str(sft_dir)

@@ -25,6 +25,7 @@ always written. Example::
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -182,7 +183,6 @@ def make_loggers(names: Sequence[str], out_dir: str | os.PathLike[str], run_name
         raise ValueError(f"unknown logger(s) {unknown}; known: {', '.join(BACKENDS)}")
     if "store" in names and (store is None or run_id is None):
         raise ValueError("the store logger needs store= and run_id=")
-    import importlib.util
     for name, module, extra in (("tensorboard", "tensorboardX", "tensorboard"), ("wandb", "wandb", "wandb")):
         if name in names and importlib.util.find_spec(module) is None:
             raise ImportError(f"--log-to {name} needs {module}: pip install 'guiagent[{extra}]'")

@@ -1,77 +1,16 @@
-"""From a rollout to the learner's batch: which turns to learn from, their advantages, and the
-rollout's metrics. The maths are the pure functions of :mod:`rl.advantages`; this module picks
-the episodes and turns they apply to.
-"""
+"""A rollout's metrics (success, reward parts, parse errors, entropy; per suite of a mixed run) and
+the words the iteration line uses when an iteration made no update; the stability guards, which
+read an iteration's metrics."""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    from rl.settings import GuardSettings
 
-from rl.config import TrainConfig
-
-__all__ = ["compute_advantages", "rollout_metrics", "no_update_reason"]
-
-
-def compute_advantages(cfg: TrainConfig, result: Any) -> tuple[list[Any], torch.Tensor, dict[str, float]]:
-    """Turns to learn from and their advantages (one per turn), from the stored step rewards only
-    (every reward part, the judge's included, is in them)."""
-    from rl.advantages import (
-        discounted_returns, grpo_advantages, group_stats, nonzero_variance_mask, scale_negative_advantages,
-        step_group_advantages,
-    )
-
-    trajs = [t for t in result.trajectories if t.status == "completed" and t.group_id]
-    short = _groups_short_by_aborts(result.trajectories)
-    if not trajs:
-        return [], torch.zeros(0), {"groups_kept": 0.0, "groups_short": float(short)}
-    gids = {g: i for i, g in enumerate(sorted({t.group_id for t in trajs}))}
-    ep_reward = torch.tensor([t.total_reward for t in trajs], dtype=torch.float64)
-    ep_group = torch.tensor([gids[t.group_id] for t in trajs])
-    ep_success = torch.tensor([t.success for t in trajs], dtype=torch.float64)
-    keep = nonzero_variance_mask(ep_reward, ep_group) if cfg.filter_zero_variance else torch.ones(len(trajs), dtype=torch.bool)
-    normalize = cfg.algo == "grpo"
-    ep_adv = grpo_advantages(ep_reward, ep_group, normalize_std=normalize)
-    if cfg.neg_adv_min_scale < 1.0:
-        group_success, _, _ = group_stats(ep_success, ep_group)
-        ep_adv = scale_negative_advantages(ep_adv, group_success, min_scale=cfg.neg_adv_min_scale)
-    by_episode = {t.episode_id: i for i, t in enumerate(trajs)}
-    turns = [u for u in result.turns if u.episode_id in by_episode and keep[by_episode[u.episode_id]]]
-    # The update sees groups in one order whichever env finished first (stable within a group).
-    turns.sort(key=lambda u: u.group_id)
-    if cfg.advantage == "episode":
-        adv = torch.tensor([float(ep_adv[by_episode[u.episode_id]]) for u in turns])
-    else:
-        step_ret: dict[tuple[str, int], float] = {}
-        for t in trajs:
-            r = torch.tensor([[s.reward for s in t.steps]], dtype=torch.float64)
-            g = discounted_returns(r, gamma=cfg.gamma)[0] if t.steps else r[0]
-            for s, v in zip(t.steps, g.tolist()):
-                step_ret[(t.episode_id, s.index)] = v
-        rets = torch.tensor([step_ret[(u.episode_id, u.step_index)] for u in turns], dtype=torch.float64)
-        grp = torch.tensor([gids[u.group_id] for u in turns])
-        idx = torch.tensor([u.step_index for u in turns])
-        adv = step_group_advantages(rets, grp, idx, normalize_std=normalize).float()
-    kept_groups = {trajs[i].group_id for i in range(len(trajs)) if keep[i]}
-    sizes = {g: sum(t.group_id == g for t in trajs) for g in gids}
-    stats = {"groups_kept": float(len(kept_groups)), "groups": float(len(gids)),
-             # groups of >= 2 completed episodes left out because their rewards were equal
-             "groups_equal": float(sum(1 for g, n in sizes.items() if n >= 2 and g not in kept_groups)),
-             # groups that aborted episodes left with fewer than 2 completed ones: nothing to compare
-             "groups_short": float(short)}
-    return turns, adv, stats
-
-
-def _groups_short_by_aborts(trajectories: Any) -> int:
-    completed: dict[str, int] = {}
-    aborted: set[str] = set()
-    for t in trajectories:
-        if t.group_id:
-            completed[t.group_id] = completed.get(t.group_id, 0) + (t.status == "completed")
-            if t.status == "aborted":
-                aborted.add(t.group_id)
-    return sum(1 for g in aborted if completed[g] < 2)
+__all__ = ["rollout_metrics", "suite_metrics", "no_update_reason", "iteration_line", "guard_tripped"]
 
 
 def no_update_reason(m: dict[str, float]) -> str:
@@ -133,3 +72,29 @@ def suite_metrics(trajectories: Any, suites: Any) -> dict[str, float]:
             m[f"suite/{suite}/success_rate"] = sum(t.success for t in done) / len(done)
             m[f"suite/{suite}/reward_mean"] = sum(t.total_reward for t in done) / len(done)
     return m
+
+
+def iteration_line(it: int, iterations: int, m: dict[str, float], *, redrawn: bool = False) -> str:
+    """The log line of iteration ``it`` (0-based) from its metrics."""
+    upd = f"loss {m['loss']:.4f} grad {m['grad_norm']:.3f}" if "loss" in m else "no update: " + no_update_reason(m)
+    alarms = " ".join(k.split("/", 1)[1].upper() for k in m if k.startswith("alarm/"))
+    ent = f" entropy {m['entropy']:.2f}" if "entropy" in m else ""
+    aborted = f" aborted {int(m['aborted'])}" if m.get("aborted") else ""
+    mode = "[semi] " if m.get("semi_online") else ""
+    redraw = f" (redrawn {m.get('resampled_rate', 0.0):.2f})" if redrawn else ""
+    return (f"[{it + 1}/{iterations}] {mode}success {m['success_rate']:.2f} reward {m['reward_mean']:.3f} "
+            f"len {m['episode_length']:.1f} parse-err {m['parse_error_rate']:.2f}{redraw}{ent}{aborted} {upd} "
+            f"({m['iteration_seconds']:.1f} s)" + (f" ALARM {alarms}" if alarms else ""))
+
+
+def guard_tripped(g: "GuardSettings", m: dict[str, float]) -> str | None:
+    """The first stability guard ``m`` trips (None: all within bounds); alarms go into ``m`` either way."""
+    if g.min_entropy and m.get("entropy", math.inf) < g.min_entropy:
+        m["alarm/entropy"] = 1.0
+    if g.max_parse_error_rate and m["parse_error_rate"] > g.max_parse_error_rate:
+        m["alarm/parse_error_rate"] = 1.0
+        return f"parse-error rate {m['parse_error_rate']:.2f} > --max-parse-error-rate {g.max_parse_error_rate}"
+    if g.max_kl_ref and m.get("kl", 0.0) > g.max_kl_ref:
+        m["alarm/kl_ref"] = 1.0
+        return f"KL to the reference {m['kl']:.4f} > --max-kl-ref {g.max_kl_ref}"
+    return None

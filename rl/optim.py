@@ -22,13 +22,14 @@ Example::
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import torch
 
-from guiagent.policy.hf import PRECISIONS, resolve_precision
+from guiagent.policy.hf import LANGUAGE_LINEAR_TARGETS, PRECISIONS, resolve_precision
 
 __all__ = ["PRECISIONS", "OptimConfig", "MasterWeightAdamW", "build_optimizer", "MemoryEstimate",
            "estimate_memory", "estimate_memory_for", "lora_trainable_params", "GiB"]
@@ -251,10 +252,6 @@ def estimate_memory_for(model: Any, *, precision: str, micro_batch_size: int, se
     ``meta`` device from a config: no memory, exact counts). ``lora_rank > 0`` counts LoRA adapters
     on the layers ``lora_targets`` (default: the language model's projections) of a plain model;
     a model already wrapped by peft is counted as it is."""
-    import re
-
-    from guiagent.policy.hf import LANGUAGE_LINEAR_TARGETS
-
     text = getattr(model.config, "text_config", model.config)
     ps = list(model.parameters())
     seen: set[int] = set()

@@ -23,8 +23,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
+from tqdm import tqdm
 
+from guiagent.store import EpisodeFilter, StoreReader
 from guiagent.types import Trajectory
+from rl.agents import format_for_policy
+from rl.prompting import sft_example
 
 __all__ = ["SFTConfig", "SFTExample", "load_examples", "token_weights", "train_sft"]
 
@@ -72,8 +76,6 @@ class SFTExample:
 def load_trajectories(run_dirs: Sequence[str], *, successful_only: bool = True, tasks: Sequence[str] = ()
                       ) -> list[Trajectory]:
     """Completed (and, by default, successful) trajectories of the given run directories, with pixels."""
-    from guiagent.store import EpisodeFilter, StoreReader
-
     out: list[Trajectory] = []
     for d in run_dirs:
         reader = StoreReader(d)
@@ -117,9 +119,6 @@ def load_examples(trajs: Sequence[Trajectory], policy: Any, fmt: Any, prompt_con
     """One example per step with an action: the chat the agent saw and the target ``fmt`` prints,
     with coordinates in the frame of ``policy``'s image processor (see
     :func:`rl.agents.format_for_policy`)."""
-    from rl.prompting import sft_example
-    from rl.agents import format_for_policy
-
     fmt = format_for_policy(fmt, policy)  # targets in the frame of the model's own image processor
     out = []
     for t in trajs:
@@ -174,7 +173,6 @@ def train_sft(policy: Any, examples: Sequence[SFTExample], cfg: SFTConfig, *, ou
     """
     if not examples:
         raise ValueError("no SFT examples: the given runs hold no successful episodes with actions")
-    from tqdm import tqdm
 
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)

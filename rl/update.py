@@ -1,28 +1,35 @@
-"""The learner's update: PPO-clip steps over a batch of turns, in mini- and micro-batches.
+"""The learner's update: optimiser steps over a batch of turns, in mini- and micro-batches, with the
+strategy's loss (PPO-clip, or AWR's weighted regression).
 
-With ``cfg.rescore == "on"`` the learner first re-scores every turn (no grad): those log-probs are
-the PPO ratio's old ones, and the rollout engine's own (vLLM's, or any sampler's) only enter
-through truncated importance sampling weights ``min(π_learner / π_rollout, C)`` on the advantages
-(``cfg.tis_cap``; 0: none) and the stored ``mismatch_kl``.
+With ``--rescore on`` (a strategy whose loss has a ratio) the learner first re-scores every turn
+(no grad): those log-probs are the PPO ratio's old ones, and the rollout engine's own (vLLM's, or
+any sampler's) only enter through truncated importance sampling weights
+``min(π_learner / π_rollout, C)`` on the advantages (``--tis-cap``; 0: none) and the stored
+``mismatch_kl``.
 """
 
 from __future__ import annotations
 
 import random
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rl.config import TrainConfig
+from rl.critic import encoded
+from rl.losses import mismatch_kl, tis_advantages, tis_weights
 
-__all__ = ["update"]
+if TYPE_CHECKING:
+    from rl.settings import UpdateSettings
+    from rl.strategies import Strategy
+
+__all__ = ["update", "rescore", "score_turns"]
 
 
-def update(cfg: TrainConfig, policy: Any, ref: Any, opt: torch.optim.Optimizer, turns: list[Any],
-           adv: torch.Tensor, *, rng: random.Random | None = None) -> dict[str, float]:
-    """PPO steps over ``turns``: ``epochs`` shuffled passes, one optimiser step per mini-batch,
-    each mini-batch in micro-batches with gradient accumulation.
+def update(strategy: "Strategy", settings: "UpdateSettings", policy: Any, ref: Any, opt: torch.optim.Optimizer,
+           turns: list[Any], adv: torch.Tensor, *, rng: random.Random | None = None) -> dict[str, float]:
+    """Steps over ``turns`` with ``strategy``'s loss: ``settings.epochs`` shuffled passes, one optimiser
+    step per mini-batch, each mini-batch in micro-batches with gradient accumulation.
 
     Within a mini-batch the turns of one group at one step (a group's samples of one screen) go
     into the same micro-batch, where they share their prompt's forward pass (see
@@ -31,71 +38,37 @@ def update(cfg: TrainConfig, policy: Any, ref: Any, opt: torch.optim.Optimizer, 
     the shuffle made them).
 
     ``rng`` shuffles the turns (a seeded one makes the update reproducible); ``ref`` is the
-    reference policy of the KL term (None: no KL term).
+    reference policy of the KL term (None, or ``settings.kl_coef`` 0: no KL term).
     """
     rng = rng or random.Random(0)
-    from rl.losses import awr_loss, ppo_clip_loss, tis_advantages, tis_weights
-
+    s = settings
     params = [p for p in policy.parameters() if p.requires_grad]
     out = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "grad_norm": 0.0, "approx_kl_old": 0.0, "optimizer_steps": 0.0,
            "early_stopped": 0.0}
     n_mb = 0
     learner_old = None
-    if cfg.rescore == "on" and cfg.algo != "awr":
-        learner_old, stats = rescore(policy, turns, cfg.micro_batch_size, tis_cap=cfg.tis_cap)
+    if s.rescore == "on" and strategy.ratio:
+        learner_old, stats = rescore(policy, turns, s.micro_batch_size, tis_cap=s.tis_cap)
         out.update(stats)
     order = list(range(len(turns)))
-    mini = cfg.mini_batch_size or len(turns)
-    for _ in range(cfg.epochs):
+    mini = s.mini_batch_size or len(turns)
+    aggregate_by_group = strategy.loss_agg == "group_token_mean"
+    for _ in range(s.epochs):
         if out["early_stopped"]:
             break
         rng.shuffle(order)
         for m in range(0, len(order), mini):
             part = order[m:m + mini]
-            if cfg.micro_batch_size < len(part) and cfg.loss_agg != "group_token_mean":
+            if s.micro_batch_size < len(part) and not aggregate_by_group:
                 part = _cluster(part, turns)
-            part_tokens = sum(len(turns[j].completion_ids) for j in part)
             opt.zero_grad(set_to_none=True)
-            loss_sum = kl_old = 0.0
-            for i in range(0, len(part), cfg.micro_batch_size):
-                idx = part[i:i + cfg.micro_batch_size]
-                mb = [turns[j] for j in idx]
-                chats = [u.prompt for u in mb]
-                comps = [list(u.completion_ids) for u in mb]
-                sb = policy.score_batch(chats, comps, grad=True)
-                old = _place(sb.mask, [u.old_logprobs for u in mb], sb.logprobs.dtype)
-                adv_mb = adv[idx].to(sb.logprobs.dtype)
-                if learner_old is not None:  # the learner's own old log-probs; TIS on the advantages
-                    rollout_old = old
-                    old = _place(sb.mask, [learner_old[j] for j in idx], sb.logprobs.dtype)
-                    if cfg.tis_cap > 0:
-                        w, _ = tis_weights(old, rollout_old, sb.mask, cap=cfg.tis_cap)
-                        adv_mb = tis_advantages(adv_mb, w)
-                ref_lp = None
-                if ref is not None and cfg.kl_coef > 0:
-                    ref_lp = ref.score_batch(chats, comps, grad=False).logprobs.detach()
-                loss, st = ppo_clip_loss(sb.logprobs, old, adv_mb, sb.mask,
-                                         clip_eps_low=cfg.clip_eps_low, clip_eps_high=cfg.clip_eps_high,
-                                         agg=cfg.loss_agg, ref_logp=ref_lp, kl_coef=cfg.kl_coef, kl_kind=cfg.kl_kind,
-                                         max_len=cfg.max_new_tokens,
-                                         group_ids=torch.tensor([_group_index(u.group_id) for u in mb]))
-                if cfg.algo == "awr":  # advantage-weighted regression: adv holds the weights exp(A/β), no ratio
-                    loss, st = awr_loss(sb.logprobs, adv[idx].to(sb.logprobs.dtype), sb.mask, agg=cfg.loss_agg,
-                                        max_len=cfg.max_new_tokens)
-                # Each micro-batch's share of the mini-batch, so accumulation equals one big batch.
-                share = (int(sb.mask.sum()) / max(part_tokens, 1)) if cfg.loss_agg == "token_mean" else len(mb) / len(part)
-                (loss * share).backward()
-                loss_sum += float(loss.detach()) * share
-                out["clip_frac"] += st.clip_frac
-                out["kl"] += st.kl
-                out["approx_kl_old"] += st.approx_kl_old
-                kl_old += st.approx_kl_old * len(mb) / len(part)
-                n_mb += 1
-            if cfg.max_kl_old and kl_old > cfg.max_kl_old:  # this mini-batch left the trust region
+            loss_sum, kl_old, n = _accumulate(strategy, s, policy, ref, turns, adv, part, learner_old, out)
+            n_mb += n
+            if s.max_kl_old and kl_old > s.max_kl_old:  # this mini-batch left the trust region
                 opt.zero_grad(set_to_none=True)
                 out["early_stopped"] = 1.0
                 break
-            gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            gn = torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)
             opt.step()
             out["loss"] += loss_sum
             out["grad_norm"] += float(gn)
@@ -109,14 +82,50 @@ def update(cfg: TrainConfig, policy: Any, ref: Any, opt: torch.optim.Optimizer, 
     return out
 
 
+def _accumulate(strategy: "Strategy", s: "UpdateSettings", policy: Any, ref: Any, turns: list[Any],
+                adv: torch.Tensor, part: list[int], learner_old: list[tuple[float, ...]] | None,
+                out: dict[str, float]) -> tuple[float, float, int]:
+    """One mini-batch's gradient, accumulated over its micro-batches: (its loss, its approximate KL
+    to the sampling policy, the number of micro-batches). Adds the loss statistics to ``out``."""
+    part_tokens = sum(len(turns[j].completion_ids) for j in part)
+    loss_sum = kl_old = 0.0
+    n = 0
+    for i in range(0, len(part), s.micro_batch_size):
+        idx = part[i:i + s.micro_batch_size]
+        mb = [turns[j] for j in idx]
+        comps = [list(u.completion_ids) for u in mb]
+        sb = score_turns(policy, mb, comps, grad=True)
+        old = _place(sb.mask, [u.old_logprobs for u in mb], sb.logprobs.dtype)
+        adv_mb = adv[idx].to(sb.logprobs.dtype)
+        if learner_old is not None:  # the learner's own old log-probs; TIS on the advantages
+            rollout_old = old
+            old = _place(sb.mask, [learner_old[j] for j in idx], sb.logprobs.dtype)
+            if s.tis_cap > 0:
+                w, _ = tis_weights(old, rollout_old, sb.mask, cap=s.tis_cap)
+                adv_mb = tis_advantages(adv_mb, w)
+        ref_lp = None
+        if ref is not None and s.kl_coef > 0:
+            ref_lp = score_turns(ref, mb, comps, grad=False).logprobs.detach()
+        loss, st = strategy.loss(sb.logprobs, old, adv_mb, sb.mask, ref_logp=ref_lp, kl_coef=s.kl_coef,
+                                 group_ids=torch.tensor([_group_index(u.group_id) for u in mb]))
+        # Each micro-batch's share of the mini-batch, so accumulation equals one big batch.
+        share = (int(sb.mask.sum()) / max(part_tokens, 1)) if strategy.loss_agg == "token_mean" else len(mb) / len(part)
+        (loss * share).backward()
+        loss_sum += float(loss.detach()) * share
+        out["clip_frac"] += st.clip_frac
+        out["kl"] += st.kl
+        out["approx_kl_old"] += st.approx_kl_old
+        kl_old += st.approx_kl_old * len(mb) / len(part)
+        n += 1
+    return loss_sum, kl_old, n
+
+
 def rescore(policy: Any, turns: list[Any], micro_batch_size: int, *,
             tis_cap: float = 0.0) -> tuple[list[tuple[float, ...]], dict[str, float]]:
     """The learner's log-probs of each turn's sampled tokens (no grad), and how far the rollout's own
     (``turn.old_logprobs``) are from them over all tokens: ``mismatch_kl`` (k3 estimate of
     KL(π_rollout ‖ π_learner)), ``mismatch_max_abs`` (largest |Δ log p| of a token) and, with a cap,
     ``tis_clip_frac`` / ``tis_weight_mean`` of the truncated importance weights."""
-    from rl.losses import mismatch_kl, tis_weights
-
     perm = list(range(len(turns)))
     if micro_batch_size < len(turns):
         perm = _cluster(perm, turns)
@@ -125,7 +134,7 @@ def rescore(policy: Any, turns: list[Any], micro_batch_size: int, *,
     tokens = 0
     for i in range(0, len(turns), micro_batch_size):
         mb = [turns[j] for j in perm[i:i + micro_batch_size]]
-        sb = policy.score_batch([u.prompt for u in mb], [list(u.completion_ids) for u in mb], grad=False)
+        sb = score_turns(policy, mb, [list(u.completion_ids) for u in mb], grad=False)
         lp = sb.logprobs.detach().float()
         for b in range(len(mb)):
             rows.append(tuple(lp[b, sb.mask[b]].tolist()))
@@ -148,6 +157,14 @@ def rescore(policy: Any, turns: list[Any], micro_batch_size: int, *,
     if tis_cap > 0:
         stats.update(tis_clip_frac=clip / max(tokens, 1), tis_weight_mean=wmean / max(tokens, 1))
     return rows, stats
+
+
+def score_turns(policy: Any, turns: list[Any], completions: list[list[int]], *, grad: bool) -> Any:
+    """Teacher-forced log-probs of ``turns``' completions under ``policy``: from each turn's encoding
+    where generation kept one (so a turn is encoded once, however often it is scored), else its chat."""
+    if hasattr(policy, "score_encoded") and hasattr(policy, "encoder"):
+        return policy.score_encoded([encoded(policy, u.inputs) for u in turns], completions, grad=grad)
+    return policy.score_batch([u.prompt for u in turns], completions, grad=grad)
 
 
 def _cluster(idx: list[int], turns: list[Any]) -> list[int]:

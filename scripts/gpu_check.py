@@ -8,7 +8,7 @@ The machine it is made for has one CUDA GPU, torch, transformers, peft and accel
 network, no Ray, Playwright or browser, and takes at most 64 MiB of files along. What runs there
 (``run``) is semi-online RL (the UI-S1 replay of recorded episodes) on oracle demonstrations
 recorded here, through the same library functions ``guiagent train --mode semi-online`` composes
-(``rl.semi_online.run_semi_online`` -> ``semi_online_turn_advantages`` -> ``rl.update.update``),
+(``rl.replay.run_semi_online`` -> ``rl.strategies.SemiOnline`` -> ``rl.update.update``),
 without the store, checkpoints and loggers around them (a full fine-tuning checkpoint of a 3B
 model is ~45 GB a save), with:
 
@@ -203,7 +203,9 @@ def run_variant(name: str, model_dir: str, episodes: list, args: argparse.Namesp
     from rl.agents import load_agent
     from rl.config import TrainConfig
     from rl.optim import GiB, build_optimizer, estimate_memory_for
-    from rl.semi_online import run_semi_online, semi_online_turn_advantages
+    from rl.replay import run_semi_online
+    from rl.strategies import SemiOnline
+    from rl.strategies.semi_online import semi_online_turn_advantages
     from rl.update import update
 
     dev = args.device
@@ -218,9 +220,11 @@ def run_variant(name: str, model_dir: str, episodes: list, args: argparse.Namesp
                                gradient_checkpointing=checkpointing)
     load_s = time.perf_counter() - t_load
     counter = FlopCounter(policy.model)
-    cfg = TrainConfig(micro_batch_size=args.micro_batch, lr=1e-5 if lora else 1e-6, max_new_tokens=args.new_tokens,
-                      filter_zero_variance=False, precision=precision, group_size=args.group_size)
-    opt = build_optimizer(policy, cfg.lr, betas=(0.9, 0.98), weight_decay=0.01, precision=precision)
+    cfg = TrainConfig.build(micro_batch_size=args.micro_batch, lr=1e-5 if lora else 1e-6,
+                            max_new_tokens=args.new_tokens, filter_zero_variance=False, precision=precision,
+                            group_size=args.group_size)
+    strategy = SemiOnline(cfg, Path("."), None)  # grpo's credit and loss for the replayed turns
+    opt = build_optimizer(policy, cfg.update.lr, betas=(0.9, 0.98), weight_decay=0.01, precision=precision)
     agent = load_agent(model_dir, loaded=policy, temperature=1.0, max_new_tokens=args.new_tokens,
                        keep_chats=True, frame=policy)
     trainable = [p for p in policy.parameters() if p.requires_grad]
@@ -260,7 +264,7 @@ def run_variant(name: str, model_dir: str, episodes: list, args: argparse.Namesp
             counter.phase = "update"
             _sync(dev)
             t1 = time.perf_counter()
-            stats = update(cfg, policy, None, opt, turns, adv, rng=random.Random(it))
+            stats = update(strategy, cfg.update, policy, None, opt, turns, adv, rng=random.Random(it))
             _sync(dev)
             update_s = time.perf_counter() - t1
             if not stats["optimizer_steps"]:
@@ -310,7 +314,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"gpu_check: no recorded demonstrations in {demos} (bash scripts/gpu_check.sh --prepare records "
               "them)", file=sys.stderr)
         return 2
-    from rl.semi_online import recorded_episodes
+    from rl.replay import recorded_episodes
 
     episodes = recorded_episodes([str(demos)])
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="gpu-check-"))

@@ -15,7 +15,8 @@ Three rules (ARCHITECTURE.md, "Layers and imports"):
 module (Python imports the submodule, not the rest of the package's ``__init__``), else of the
 package; ``import a.b.c`` counts as an import of ``a.b.c``. Importing a submodule runs its parent
 packages' ``__init__`` first, as Python always does; that is not counted as an edge. Imports by
-name (``importlib.import_module``: the CLI's command table, the suite table) are not seen.
+name (``importlib.import_module``: the CLI's command table, the suite table) are not seen, nor
+imports under ``if TYPE_CHECKING:`` (they never run; annotations only).
 
 Run ``python tests/test_architecture.py`` to print the number of imports inside functions per package.
 """
@@ -134,6 +135,8 @@ def read_imports(module: str, path: Path, modules: dict[str, Path]) -> list[Impo
 
     def visit(node: ast.AST, in_function: bool) -> None:
         for child in ast.iter_child_nodes(node):
+            if _type_checking_only(child):
+                continue
             if isinstance(child, ast.Import):
                 for alias in child.names:
                     add(child, alias.name, _resolve(alias.name, modules), in_function)
@@ -154,6 +157,15 @@ def read_imports(module: str, path: Path, modules: dict[str, Path]) -> list[Impo
 
     visit(tree, False)
     return found
+
+
+def _type_checking_only(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``) without an ``else``: imports for annotations."""
+    if not isinstance(node, ast.If) or node.orelse:
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def all_imports(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> list[Import]:
@@ -264,45 +276,26 @@ def function_level_counts(imports: list[Import]) -> Counter[str]:
 
 # ---- the rules, per package -------------------------------------------------------------------
 
-_RL_PENDING = pytest.mark.xfail(strict=False, reason="rl/ is being refactored (strategies, one rollout "
-                                                    "loop); remove this mark once it passes")
-
-
-def _per_package(*, rl_pending: bool = True) -> list:
-    return [pytest.param(p, marks=_RL_PENDING) if p == "rl" and rl_pending else p for p in PACKAGES]
-
-
 @pytest.fixture(scope="module")
 def imports() -> list[Import]:
     return all_imports()
 
 
-@pytest.mark.parametrize("package", _per_package(rl_pending=False))  # rl/ keeps to its layer already
+@pytest.mark.parametrize("package", PACKAGES)
 def test_each_package_imports_only_the_layers_below_it(imports, package):
     bad = layer_violations(imports, package)
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize("package", _per_package())
+@pytest.mark.parametrize("package", PACKAGES)
 def test_no_import_cycle_between_modules(imports, package):
     bad = [" -> ".join(c) for c in cycles(imports) if any(_top(m) == package for m in c)]
     assert not bad, "import cycles (counting imports inside functions):\n" + "\n".join(bad)
 
 
-#: modules held in rl/'s refactor (uncommitted there): their imports inside functions are checked apart,
-#: as rl/ is; move them back when it lands and they pass
-_PENDING = ("guiagent.config", "guiagent.cli.eval", "guiagent.cli.train")
-
-
-@pytest.mark.parametrize("package", _per_package())
+@pytest.mark.parametrize("package", PACKAGES)
 def test_imports_inside_functions_are_of_heavy_dependencies_or_say_why(imports, package):
-    bad = [b for b in lazy_violations(imports, package) if b.partition(":")[0] not in _PENDING]
-    assert not bad, "\n".join(bad)
-
-
-@_RL_PENDING
-def test_imports_inside_functions_of_the_modules_rl_refactor_holds(imports):
-    bad = lazy_violations(imports, "guiagent", _PENDING)
+    bad = lazy_violations(imports, package)
     assert not bad, "\n".join(bad)
 
 
@@ -354,6 +347,19 @@ def test_checker_finds_layer_breaks_and_cycles_a_lazy_import_closes(tmp_path):
     assert layer_violations(imps, "judge") == []
     # ``from judge import y`` is an import of the module judge.y; ``from judge import X`` of judge/__init__
     assert cycles(imps) == [["judge", "judge.x", "judge.y", "judge"]]
+
+
+def test_checker_skips_imports_for_annotations_only(tmp_path):
+    imps = _tree(tmp_path, {
+        "guiagent/__init__.py": "",
+        "guiagent/a.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from guiagent import b\n"
+                          "import typing\nif typing.TYPE_CHECKING:\n    import guiagent.b\n"
+                          "if TYPE_CHECKING:\n    pass\nelse:\n    from guiagent import b\n"),
+        "guiagent/b.py": "from guiagent import a\n",
+    })
+    # only the import in the else branch runs, and it closes a cycle
+    assert {(i.module, i.line) for i in imps if i.resolved} == {("guiagent.a", 10), ("guiagent.b", 1)}
+    assert cycles(imps) == [["guiagent.a", "guiagent.b", "guiagent.a"]]
 
 
 def test_checker_resolves_relative_imports_and_submodules(tmp_path):

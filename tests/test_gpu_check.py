@@ -49,7 +49,9 @@ def test_cpu_check_runs_semi_online_rl_full_and_lora_and_ships_no_browser(tiny_m
     assert info["forbidden_imported"] == []
     imported = {b for _, b in info["edges"]}
     assert not imported & {"ray", "playwright", "flask", "pyarrow"}
-    assert {"tyro", "gymnasium", "pillow"} <= set(info["ship"])
+    assert {"tyro", "pillow"} <= set(info["ship"])  # the config and image libraries the path imports
+    # a distribution ships because the path imports it: the replay path no longer reaches the envs
+    assert ("gymnasium" in info["ship"]) == ("gymnasium" in imported)
     assert not set(info["ship"]) & {"torch", "transformers", "numpy", "miniwob", "ray", "playwright"}
 
 

@@ -65,11 +65,14 @@ def _suite_names(env: str) -> list[str]:
 
 
 def _check_android(cfg: EvalConfig) -> None:
-    from emulators.android.preflight import AndroidSetupError, check_androidworld_eval
-    from emulators.pool_mixed import suite_options
+    from emulators.android.preflight import (  # lazy: the env pool modules (0.3 s); --help does not
+        AndroidSetupError,
+        check_androidworld_eval,
+    )
+    from emulators.pool_mixed import suite_options  # lazy: the env pool modules (0.3 s); --help does not
 
     try:
-        check_androidworld_eval(env=cfg.env, agent=cfg.agent, slots=cfg.slots,
-                                device=suite_options("androidworld", _suite_names(cfg.env), cfg.device))
+        check_androidworld_eval(env=cfg.env, agent=cfg.agent, slots=cfg.fleet.slots,
+                                device=suite_options("androidworld", _suite_names(cfg.env), cfg.fleet.device))
     except AndroidSetupError as e:
         raise ConfigError(str(e)) from None

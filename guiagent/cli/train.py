@@ -11,10 +11,18 @@ held-out success printed before and after::
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
-from guiagent.cli._common import emit_json
+from guiagent.cli._common import (
+    CLIError,
+    check_model_path,
+    check_suite_tasks,
+    emit_json,
+    quiet_library_bars,
+    validate_out_dir,
+)
 from guiagent.config import parse_config
 from guiagent.logs import show_progress
 
@@ -24,12 +32,16 @@ def preflight(cfg) -> None:
     resume (its saved config and its checkpoint's trainer state), a new run's output folder (empty,
     or --overwrite), the suite and tasks (and the suite's package), the model path. Raises
     ConfigError (one line, exit code 2)."""
-    from guiagent.cli._common import CLIError, check_model_path, check_suite_tasks, validate_out_dir
-    from rl.checkpoint import CheckpointError, check_out, find_checkpoint, read_state
+    from rl.checkpoint import (  # lazy: the trainer loads torch (2 s); --help does not
+        CheckpointError,
+        check_out,
+        find_checkpoint,
+        read_state,
+    )
 
     if cfg.resume:
-        from rl.checkpoint import load_config
-        from rl.trainer import TrainConfig
+        from rl.checkpoint import load_config  # lazy: the trainer loads torch (2 s); --help does not
+        from rl.trainer import TrainConfig  # lazy: the trainer loads torch (2 s); --help does not
 
         run_dir = Path(cfg.resume)
         if not run_dir.is_dir():
@@ -59,8 +71,8 @@ def preflight(cfg) -> None:
         if not (Path(d) / "store.sqlite").is_file():
             raise CLIError(f"--data {d}: no trajectory store there (record one with guiagent eval --agent oracle "
                            "--out DIR, or import one with guiagent data import)")
-    if cfg.rollout_engine == "vllm":  # vLLM and a CUDA GPU, before any file or model
-        from guiagent.policy.vllm_backend import require_vllm
+    if cfg.rollouts.rollout_engine == "vllm":  # vLLM and a CUDA GPU, before any file or model
+        from guiagent.policy.vllm_backend import require_vllm  # lazy: the optional vllm extra
 
         require_vllm()
     validate_out_dir(cfg.out)
@@ -73,16 +85,17 @@ def suite_names(env: str) -> list[str]:
 
 def check_android(cfg) -> None:
     """What an AndroidWorld run needs (emulators.android.preflight), as a one-line CLIError."""
-    import math
+    from emulators.android.preflight import (  # lazy: the env pool modules (0.3 s); --help does not
+        AndroidSetupError,
+        check_androidworld,
+    )
+    from emulators.pool_mixed import suite_options  # lazy: the env pool modules (0.3 s); --help does not
 
-    from emulators.android.preflight import AndroidSetupError, check_androidworld
-    from emulators.pool_mixed import suite_options
-    from guiagent.cli._common import CLIError
-
-    slots = cfg.workers * math.ceil(cfg.slots / cfg.workers) if cfg.pool == "ray" else cfg.slots
+    f = cfg.fleet
+    slots = f.workers * math.ceil(f.slots / f.workers) if f.pool == "ray" else f.slots
     try:
         check_androidworld(env=cfg.env, model=cfg.model, data=cfg.data, resume=cfg.resume, slots=slots,
-                           device=suite_options("androidworld", suite_names(cfg.env), cfg.device))
+                           device=suite_options("androidworld", suite_names(cfg.env), f.device))
     except AndroidSetupError as e:
         raise CLIError(str(e)) from None
 
@@ -96,16 +109,15 @@ def _names_a_start(argv: list[str]) -> bool:
 def parse_args(argv: list[str]):
     """The run's TrainConfig: the embedded default's recipe under the flags, unless a model, a run
     to resume or a config file is named (then the class defaults)."""
-    from rl.trainer import TrainConfig
+    from rl.trainer import TrainConfig  # lazy: the trainer loads torch (2 s); --help does not
 
     return parse_config(TrainConfig, argv, prog="guiagent train",
                         default=None if _names_a_start(argv) else TrainConfig.embedded())
 
 
 def main(argv: list[str]) -> int:
-    from guiagent.cli._common import quiet_library_bars
-    from rl.checkpoint import CheckpointError
-    from rl.trainer import train, write_summary
+    from rl.checkpoint import CheckpointError  # lazy: the trainer loads torch (2 s); --help does not
+    from rl.trainer import train, write_summary  # lazy: the trainer loads torch (2 s); --help does not
 
     cfg = parse_args(argv)
     preflight(cfg)
@@ -120,8 +132,6 @@ def main(argv: list[str]) -> int:
     best = (f"; best {result.best_success:.1%} at iteration {result.best_iteration} -> {result.best_model}"
             if result.best_model else "")
     stopped = f"; stopped early: {result.stopped_by}" if result.stopped_by else ""
-    import math
-
     held = ("no held-out evaluation (--eval-episodes 0)"
             if math.isnan(result.success_before) and math.isnan(result.success_after) else
             f"held-out success {result.success_before:.1%} before, {result.success_after:.1%} after")

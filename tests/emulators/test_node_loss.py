@@ -93,7 +93,7 @@ def test_training_goes_on_when_a_node_is_lost_mid_iteration(tiny_model_dir, tmp_
 
         killer = threading.Thread(target=kill_when_iteration_two_runs, daemon=True)
         killer.start()
-        result = train(TrainConfig(model=tiny_model_dir, tasks=("go_home", "open_app"), iterations=3,
+        result = train(TrainConfig.build(model=tiny_model_dir, tasks=("go_home", "open_app"), iterations=3,
                                    groups_per_iteration=1, group_size=2, slots=2, workers=2, pool="ray",
                                    ray_address=cluster.address, max_new_tokens=8, eval_episodes=0,
                                    out=str(out), seed=2))

@@ -157,7 +157,7 @@ def test_trainer_on_a_colocated_vllm_engine_3b(model_3b, tmp_path):
     from rl.trainer import Trainer
 
     torch.cuda.reset_peak_memory_stats()
-    cfg = TrainConfig(model=model_3b, tasks=("go_home", "open_app"), iterations=2, groups_per_iteration=2,
+    cfg = TrainConfig.build(model=model_3b, tasks=("go_home", "open_app"), iterations=2, groups_per_iteration=2,
                       group_size=4, slots=4, pool="inprocess", max_new_tokens=48, eval_episodes=2,
                       filter_zero_variance=False, action_format="qwen_mobile", precision="bf16-mixed",
                       lora_rank=32, lora_alpha=64, gradient_checkpointing=True, lr=1e-5, rollout_engine="vllm",
@@ -172,4 +172,4 @@ def test_trainer_on_a_colocated_vllm_engine_3b(model_3b, tmp_path):
     with StoreReader(tmp_path / "run") as reader:
         mk = reader.metrics(result.run_id, ["mismatch_kl"])["mismatch_kl"]
     assert len(mk) == 2 and all(0 <= p.value < 1.0 for p in mk)
-    assert trainer.colocated.engine.version == trainer.policy.version
+    assert trainer.engine.colocated.engine.version == trainer.policy.version

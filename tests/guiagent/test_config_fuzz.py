@@ -284,7 +284,7 @@ def test_a_saved_run_config_has_no_aliases_and_loads_back(tmp_path):
     from rl.checkpoint import save_config
     from rl.config import TrainConfig
 
-    cfg = TrainConfig(tasks=("open_app", "go_home"), data=("runs/a", "runs/b"), env_weights={}, seed=7)
+    cfg = TrainConfig.build(tasks=("open_app", "go_home"), data=("runs/a", "runs/b"), env_weights={}, seed=7)
     save_config(tmp_path, cfg)
     text = (tmp_path / "config.yaml").read_text()
     assert "&" not in text and "*" not in text

@@ -289,7 +289,7 @@ def test_uis1_jsonl_episodes(tmp_path):
     )]
     assert a.steps[1].thought == "tap the meeting" and b.steps[0].action == Wait(2.0)
     # the imported swipe is the finger path: it reveals content below, like a "scroll down"
-    from rl.semi_online import match_action
+    from rl.match import match_action
 
     assert match_action(Scroll("down"), a.steps[2].action, size=(1080, 2400)).matched
     assert (

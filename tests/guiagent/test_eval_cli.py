@@ -29,7 +29,7 @@ def test_eval_oracle_stores_every_episode(tmp_path):
 def _eval_in_process(**kw):
     from rl.evaluate import EvalConfig, run_eval
 
-    return run_eval(EvalConfig(**kw)).to_dict()
+    return run_eval(EvalConfig.build(**kw)).to_dict()
 
 
 def test_eval_random_on_miniwob(tmp_path):
@@ -65,4 +65,4 @@ def test_eval_rejects_a_negative_redraw_budget():
     from rl.evaluate import EvalConfig
 
     with pytest.raises(ValueError, match="resample-unparseable must be >= 0"):
-        EvalConfig(agent="model", model="m", resample_unparseable=-1)
+        EvalConfig.build(agent="model", model="m", resample_unparseable=-1)

@@ -18,7 +18,7 @@ def test_judge_score_is_a_stored_reward_part_and_calibration_is_logged(tiny_mode
     judge = JudgeSettings(model=judge_server.url, served_model="verdict-success", api_key_env="GUIAGENT_JUDGE_KEY",
                           weight=0.5, retries=0, timeout=30.0)
     out = tmp_path / "run"
-    r = train(TrainConfig(model=tiny_model_dir, tasks=("go_home",), iterations=1, groups_per_iteration=1,
+    r = train(TrainConfig.build(model=tiny_model_dir, tasks=("go_home",), iterations=1, groups_per_iteration=1,
                           group_size=2, slots=2, pool="inprocess", max_new_tokens=8, eval_episodes=0,
                           filter_zero_variance=False, judge=judge, out=str(out), seed=1))
     reader = StoreReader(out)
@@ -35,5 +35,5 @@ def test_judge_score_is_a_stored_reward_part_and_calibration_is_logged(tiny_mode
 
 def test_a_judge_with_weight_zero_is_refused_unless_log_only():
     with pytest.raises(ValueError, match="--judge.mode log"):
-        TrainConfig(judge=JudgeSettings(model="http://127.0.0.1:1/v1"))
-    TrainConfig(judge=JudgeSettings(model="http://127.0.0.1:1/v1", mode="log"))
+        TrainConfig.build(judge=JudgeSettings(model="http://127.0.0.1:1/v1"))
+    TrainConfig.build(judge=JudgeSettings(model="http://127.0.0.1:1/v1", mode="log"))

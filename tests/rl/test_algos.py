@@ -10,7 +10,9 @@ import torch
 
 from guiagent.store import Store, StoreReader
 from guiagent.types import Click, Finish, Observation, Step, TaskSpec, Trajectory
-from rl.algos import Credit, horizon_at, parse_horizon_schedule, thumbnail
+from rl.settings import horizon_at, parse_horizon_schedule
+from rl.strategies import make_strategy
+from rl.strategies.gigpo import thumbnail
 from rl.checkpoint import TrainerState
 from rl.config import TrainConfig
 from rl.critic import TurnCritic
@@ -40,7 +42,7 @@ def _episode(eid: str, screens: list[bytes], rewards: list[float], group: str = 
 
 
 def _rollout(trajs: list[Trajectory]) -> RolloutResult:
-    turns = [TrainTurn(t.group_id, t.episode_id, s.index, None, (1, 2), (-0.5, -1.0 - s.index), s.reward, 0, True)
+    turns = [TrainTurn(t.group_id, t.episode_id, s.index, None, (1, 2), (-0.5, -1.0 - s.index), 0, True)
              for t in trajs for s in t.steps]
     return RolloutResult(trajectories=trajs, turns=turns)
 
@@ -53,7 +55,7 @@ def test_horizon_schedule():
         with pytest.raises(ValueError, match="--horizon-schedule"):
             parse_horizon_schedule(bad)
     with pytest.raises(ValueError, match="--horizon-schedule"):
-        TrainConfig(horizon_schedule="x")
+        TrainConfig.build(horizon_schedule="x")
 
 
 def test_gigpo_credit_from_anchor_states_is_stored_per_step(tmp_path):
@@ -65,8 +67,8 @@ def test_gigpo_credit_from_anchor_states_is_stored_per_step(tmp_path):
     run = store.create_run("gigpo")
     for t in (a, b):
         store.write_trajectory(run, t)
-    cfg = TrainConfig(algo="gigpo", gamma=0.9, model="m")
-    turns, adv, stats = Credit(cfg, tmp_path, TrainerState()).batch(_rollout([a, b]), None, 3, store=store)
+    cfg = TrainConfig.build(algo="gigpo", gamma=0.9, model="m")
+    turns, adv, stats = make_strategy(cfg, tmp_path, TrainerState()).batch(_rollout([a, b]), None, 3, store=store)
     got = {(u.episode_id, u.step_index): float(x) for u, x in zip(turns, adv)}
     assert got[("A", 0)] == pytest.approx(0.045, abs=1e-6) and got[("B", 0)] == pytest.approx(-0.045, abs=1e-6)
     assert got[("A", 1)] == pytest.approx(0.0, abs=1e-6) and got[("B", 1)] == pytest.approx(0.0, abs=1e-6)
@@ -82,11 +84,11 @@ def test_gigpo_tolerant_match_joins_screens_that_differ_in_the_clock(tmp_path):
     a = _episode("A", [_screen(0, clock=0), _screen(1)], [0.0, 1.0])
     b = _episode("B", [_screen(0, clock=3), _screen(2), _screen(1)], [0.0, 0.0, 1.0])
     assert a.steps[0].observation.screenshot != b.steps[0].observation.screenshot
-    exact = Credit(TrainConfig(algo="gigpo", gamma=0.9, model="m"), tmp_path, TrainerState())
+    exact = make_strategy(TrainConfig.build(algo="gigpo", gamma=0.9, model="m"), tmp_path, TrainerState())
     turns, _, st = exact.batch(_rollout([a, b]), None, 0)
     # the clock split the first screens apart: no anchor shared with another return, no signal, group dropped
     assert turns == [] and st["groups_kept"] == 0.0
-    tolerant = Credit(TrainConfig(algo="gigpo", gamma=0.9, model="m", anchor_match="tolerant"), tmp_path,
+    tolerant = make_strategy(TrainConfig.build(algo="gigpo", gamma=0.9, model="m", anchor_match="tolerant"), tmp_path,
                       TrainerState())
     turns, adv, st = tolerant.batch(_rollout([a, b]), None, 0)
     got = {(u.episode_id, u.step_index): float(x) for u, x in zip(turns, adv)}
@@ -98,11 +100,11 @@ def test_per_task_normalisation_and_entropy_modulation_apply_on_top():
     a = _episode("A", [_screen(0), _screen(1)], [0.0, 1.0], group="g1")
     b = _episode("B", [_screen(0), _screen(2)], [0.0, 0.0], group="g1")
     res = _rollout([a, b])
-    plain = Credit(TrainConfig(algo="grpo", model="m"), ".", TrainerState()).batch(res, None, 0)[1]
-    per_task = Credit(TrainConfig(algo="grpo", model="m", adv_norm="per-task"), ".", TrainerState()).batch(res, None, 0)[1]
+    plain = make_strategy(TrainConfig.build(algo="grpo", model="m"), ".", TrainerState()).batch(res, None, 0).adv
+    per_task = make_strategy(TrainConfig.build(algo="grpo", model="m", adv_norm="per-task"), ".", TrainerState()).batch(res, None, 0).adv
     assert float(per_task.mean()) == pytest.approx(0.0, abs=1e-6) and float(per_task.std()) == pytest.approx(1.0, abs=1e-4)
     assert torch.equal(torch.sign(per_task), torch.sign(plain))
-    aem = Credit(TrainConfig(algo="grpo", model="m", entropy_modulation=0.5), ".", TrainerState()).batch(res, None, 0)[1]
+    aem = make_strategy(TrainConfig.build(algo="grpo", model="m", entropy_modulation=0.5), ".", TrainerState()).batch(res, None, 0).adv
     assert torch.equal(torch.sign(aem), torch.sign(plain)) and not torch.allclose(aem, plain)
 
 
@@ -173,7 +175,7 @@ def test_awr_trains_offline_from_stored_runs_and_keeps_its_replay_buffer_in_chec
     demos = tmp_path / "demos"
     _demo_store(demos, 3)
     out = tmp_path / "awr"
-    cfg = TrainConfig(model=tiny_model_dir, algo="awr", tasks=("settings_dark_theme",), iterations=1,
+    cfg = TrainConfig.build(model=tiny_model_dir, algo="awr", tasks=("settings_dark_theme",), iterations=1,
                       offline_iterations=2, data=(str(demos),), eval_episodes=0, max_new_tokens=8, out=str(out),
                       replay_episodes=2, seed=1)
     r = train(cfg)  # offline: no rollout, no env is started
@@ -188,7 +190,7 @@ def test_awr_trains_offline_from_stored_runs_and_keeps_its_replay_buffer_in_chec
     state_file.write_text(json.dumps(raw))
     saved_head = TurnCritic()
     saved_head.load(ckpt)
-    r2 = train(TrainConfig(resume=str(out), iterations=2))
+    r2 = train(TrainConfig.build(resume=str(out), iterations=2))
     assert r2.iterations == 2 and r2.last["replay"] == 2.0
 
     # online episodes join the buffer and are read back from the run's own store
@@ -198,7 +200,7 @@ def test_awr_trains_offline_from_stored_runs_and_keeps_its_replay_buffer_in_chec
     online = _episode("online-0", [_screen(0), _screen(1)], [0.0, 1.0], group="g")
     store.write_trajectory(run, online)
     state = TrainerState(replay=[[str(demos.resolve()), "demo-0"]])
-    credit = Credit(TrainConfig(algo="awr", model="m", replay_episodes=2), tmp_path / "online", state,
+    credit = make_strategy(TrainConfig.build(algo="awr", model="m", replay_episodes=2), tmp_path / "online", state,
                     AgentSettings.load(tiny_model_dir) or AgentSettings())
     turns, w, stats = credit.batch(RolloutResult(trajectories=[online]), policy, 0, store=store)
     assert [p[1] for p in state.replay] == ["demo-0", "online-0"] and stats["replay"] == 2.0
@@ -220,8 +222,8 @@ def test_ppo_credit_is_gae_over_the_critics_values_and_the_critic_fits_after(tin
     a = _episode("A", [_screen(0), _screen(1)], [0.0, 1.0])
     b = _episode("B", [_screen(0), _screen(2), _screen(1)], [0.0, -0.1, 0.0])
     turns = [TrainTurn(t.group_id, t.episode_id, s.index, build_chat(t.task.goal, t.steps[:s.index], s.observation, fmt),
-                       (1, 2), (-0.5, -1.0), s.reward, 0, True) for t in (a, b) for s in t.steps]
-    credit = Credit(TrainConfig(algo="ppo", model="m", gamma=0.9, gae_lambda=0.8, adv_norm="none"), tmp_path,
+                       (1, 2), (-0.5, -1.0), 0, True) for t in (a, b) for s in t.steps]
+    credit = make_strategy(TrainConfig.build(algo="ppo", model="m", gamma=0.9, gae_lambda=0.8, adv_norm="none"), tmp_path,
                     TrainerState())
     got, adv, _ = credit.batch(RolloutResult(trajectories=[a, b], turns=turns), policy, 0)
     values = credit.critic.values(credit.critic.features(policy, [u.prompt for u in got])).double()
@@ -249,18 +251,18 @@ def test_the_critic_reads_the_frozen_start_while_the_actor_moves(tiny_model_dir,
     fmt = get_format("json")
     a = _episode("A", [_screen(0), _screen(1)], [0.0, 1.0])
     turns = [TrainTurn(a.group_id, a.episode_id, s.index, build_chat(a.task.goal, a.steps[:s.index], s.observation, fmt),
-                       (1, 2), (-0.5, -1.0), s.reward, 0, True) for s in a.steps]
+                       (1, 2), (-0.5, -1.0), 0, True) for s in a.steps]
     res = RolloutResult(trajectories=[a], turns=turns)
     chats = [u.prompt for u in turns]
     for encoder, want in ((start, turn_features(start, chats)), (None, turn_features(policy, chats))):
-        credit = Credit(TrainConfig(algo="ppo", model="m", adv_norm="none"), tmp_path, TrainerState())
+        credit = make_strategy(TrainConfig.build(algo="ppo", model="m", adv_norm="none"), tmp_path, TrainerState())
         credit.encoder = encoder
         got, _, _ = credit.batch(res, policy, 0)
         feats = credit._pending[0]
         assert torch.allclose(feats, want, atol=1e-5)
     assert not torch.allclose(turn_features(start, chats), turn_features(policy, chats), atol=1e-3)
-    with pytest.raises(ValueError, match="critic-features"):
-        TrainConfig(model="m", algo="ppo", critic_features="other")
+    with pytest.raises(ValueError, match="critic.features"):
+        TrainConfig.build(model="m", algo="ppo", critic_features="other")
 
 
 @pytest.mark.slow  # a trainer run on a browser (~30 s on an idle machine; minutes on a loaded one)
@@ -268,7 +270,7 @@ def test_the_critic_reads_the_frozen_start_while_the_actor_moves(tiny_model_dir,
 def test_ppo_run_stores_credit_checkpoints_its_critic_and_follows_the_horizon(tiny_model_dir, tmp_path):
     from rl.trainer import train
 
-    ppo = train(TrainConfig(model=tiny_model_dir, algo="ppo", tasks=("settings_dark_theme",), iterations=2,
+    ppo = train(TrainConfig.build(model=tiny_model_dir, algo="ppo", tasks=("settings_dark_theme",), iterations=2,
                             critic_warmup=1, groups_per_iteration=1, group_size=2, slots=2, pool="inprocess",
                             max_new_tokens=8, eval_episodes=0, horizon_schedule="0:2", out=str(tmp_path / "ppo"),
                             seed=1))
@@ -299,4 +301,4 @@ def test_ppo_run_stores_credit_checkpoints_its_critic_and_follows_the_horizon(ti
 ])
 def test_config_rejects_combinations_that_cannot_work(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        TrainConfig(model="m", **kwargs)
+        TrainConfig.build(model="m", **kwargs)

@@ -124,7 +124,7 @@ def test_producer_errors_reach_the_learner():
 def test_async_training_with_periodic_evaluation(tiny_model_dir, tmp_path):
     """Async mode shares the pool between the rollout thread and held-out evaluations."""
     out = tmp_path / "run"
-    result = train(TrainConfig(model=tiny_model_dir, tasks=("go_home",), rollout="async", max_lag=1, iterations=2,
+    result = train(TrainConfig.build(model=tiny_model_dir, tasks=("go_home",), rollout="async", max_lag=1, iterations=2,
                                groups_per_iteration=1, group_size=2, slots=2, pool="inprocess", max_new_tokens=8,
                                eval_episodes=2, eval_every=1, top_p=0.9, out=str(out), seed=1))
     assert result.iterations == 2
@@ -158,7 +158,7 @@ class LaggingTrainer(Trainer):
             self._sync_weights()
         super().iterate()
 
-LaggingTrainer(TrainConfig(model=sys.argv[1], out=sys.argv[2], tasks=("go_home",), rollout="async", max_lag=0,
+LaggingTrainer(TrainConfig.build(model=sys.argv[1], out=sys.argv[2], tasks=("go_home",), rollout="async", max_lag=0,
                            iterations=3, groups_per_iteration=1, group_size=2, slots=2, pool="inprocess",
                            max_new_tokens=8, eval_episodes=0, seed=5)).run()
 """

@@ -20,7 +20,7 @@ TASKS = ("open_app", "settings_turn_on", "settings_turn_off")
 
 
 def test_sft_warm_start_reaches_held_out_success(tmp_path):
-    result = train(TrainConfig(tasks=TASKS, iterations=0, warm_start_demos=60, warm_start_steps=250,
+    result = train(TrainConfig.build(tasks=TASKS, iterations=0, warm_start_demos=60, warm_start_steps=250,
                                eval_episodes=18, out=str(tmp_path / "run"), seed=0))
     assert result.success_after >= 0.3, result
 
@@ -59,7 +59,7 @@ def test_grpo_raises_held_out_success_from_an_sft_checkpoint(tmp_path):
     """The README's GRPO learning check, end to end: demos -> SFT (checkpoint at step 160 of 400,
     on the rise of the SFT curve) -> GRPO on three fixed-layout tasks -> held-out greedy success."""
     start = _sft_checkpoint(tmp_path, WARM_START_TASKS, demos=120)
-    result = train(TrainConfig(model=start, tasks=TASKS, algo="dr_grpo",
+    result = train(TrainConfig.build(model=start, tasks=TASKS, algo="dr_grpo",
                                iterations=15, groups_per_iteration=8, group_size=8, slots=8, workers=2,
                                lr=3e-4, epochs=2, mini_batch_size=32, temperature=1.0, min_p=0.05,
                                neg_adv_min_scale=0.5, kl_coef=0.1, kl_kind="k3", min_informative_groups=3,
@@ -76,7 +76,7 @@ def test_awr_raises_held_out_success_on_three_step_tasks(tmp_path):
     buffer seeded with the demonstrations) on three 3-step fixed-layout tasks -> held-out greedy
     success on 48 episodes, before and after (measured 43.8% -> 68.8% on seeds 0 and 1)."""
     start = _sft_checkpoint(tmp_path, MULTI_STEP_TASKS, demos=90, steps=180, every=20, at=140)
-    result = train(TrainConfig(model=start, tasks=MULTI_STEP_TASKS, algo="awr", data=(str(tmp_path / "demos"),),
+    result = train(TrainConfig.build(model=start, tasks=MULTI_STEP_TASKS, algo="awr", data=(str(tmp_path / "demos"),),
                                iterations=10, groups_per_iteration=8, group_size=8, slots=8, pool="inprocess",
                                lr=3e-4, epochs=2, mini_batch_size=32, temperature=1.0, min_p=0.05,
                                neg_adv_min_scale=0.5, min_informative_groups=3, max_sampling_rounds=2,
@@ -100,14 +100,14 @@ def test_semi_online_raises_online_held_out_success(tmp_path):
     demos = tmp_path / "demos4"
     _run("eval", "--env", "webapps", "--agent", "oracle", "--seed", "0", "--episodes", "160", "--out", str(demos),
          "--tasks", *SEMI_TASKS)
-    result = train(TrainConfig(model=start, mode="semi-online", data=(str(demos),), tasks=SEMI_TASKS,
+    result = train(TrainConfig.build(model=start, mode="semi-online", data=(str(demos),), tasks=SEMI_TASKS,
                                algo="dr_grpo", iterations=30, groups_per_iteration=8, group_size=8, slots=8,
                                pool="inprocess", lr=3e-4, epochs=1, mini_batch_size=32, temperature=1.0, min_p=0.05,
                                kl_coef=0.1, min_informative_groups=6, max_sampling_rounds=4, eval_episodes=48,
                                eval_every=10, out=str(tmp_path / "semi"), seed=0))
 
     def online(model: str, name: str) -> float:
-        return run_eval(EvalConfig(env="webapps", agent="model", model=model, episodes=96, slots=8, seed=2_000_000,
+        return run_eval(EvalConfig.build(env="webapps", agent="model", model=model, episodes=96, slots=8, seed=2_000_000,
                                    tasks=SEMI_TASKS, out=str(tmp_path / name))).success_rate
 
     assert online(result.model, "after") >= online(start, "before") + 0.1, result

@@ -11,7 +11,8 @@ from emulators.pool_mixed import MixedPool, suite_options, suite_resources
 from emulators.pool_types import ActionRequest, PoolRequestError, ResetRequest
 from emulators.suites import get_suite
 from emulators.suites.mixed import MixedSuite, split_env, split_task
-from rl.config import TrainConfig, sample_tasks
+from rl.config import TrainConfig
+from rl.produce import sample_tasks
 
 
 def test_mixed_suite_names_tasks_by_suite():
@@ -39,9 +40,9 @@ def test_suite_weights_steer_sampling():
     rng = random.Random(5)
     assert sample_tasks(random.Random(5), tasks, 4) == [rng.choice(tasks) for _ in range(4)]
     with pytest.raises(ValueError, match="--env-weights chess"):
-        TrainConfig(env="webapps,miniwob", env_weights={"chess": 1.0})
+        TrainConfig.build(env="webapps,miniwob", env_weights={"chess": 1.0})
     with pytest.raises(ValueError, match="weights are positive"):
-        TrainConfig(env="webapps,miniwob", env_weights={"miniwob": 0.0})
+        TrainConfig.build(env="webapps,miniwob", env_weights={"miniwob": 0.0})
 
 
 def test_suite_resources_go_to_their_suites_workers_only():
@@ -56,7 +57,7 @@ def test_suite_resources_go_to_their_suites_workers_only():
 
 def test_per_suite_metrics_and_charts():
     from guiagent.types import Click, Observation, Step, TaskSpec, Trajectory
-    from rl.batching import rollout_metrics
+    from rl.metrics import rollout_metrics
     from rl.rollout import RolloutResult
     from webui.data import chart_groups
 
@@ -126,7 +127,7 @@ def test_a_mixed_run_trains_and_shows_per_suite_curves(tiny_model_dir, tmp_path)
     from webui import AppConfig, create_app
 
     out = tmp_path / "runs" / "mixed"
-    result = train(TrainConfig(env="webapps,miniwob", model=tiny_model_dir, tasks=("webapps.go_home",
+    result = train(TrainConfig.build(env="webapps,miniwob", model=tiny_model_dir, tasks=("webapps.go_home",
                                                                                      "miniwob.click-button"),
                                env_weights={"webapps": 1.0, "miniwob": 1.0}, groups_per_iteration=2, group_size=2,
                                slots=2, pool="inprocess", iterations=2, eval_episodes=2, eval_every=1,

@@ -71,7 +71,7 @@ def test_model_agent_turns_carry_tokens_and_logprobs(pool, tiny_model_dir):
 
 
 def test_replies_set_aside_are_stored_with_the_step_and_counted(pool, tiny_model_dir, tmp_path):
-    from rl.batching import rollout_metrics
+    from rl.metrics import rollout_metrics
 
     policy = load_agent(tiny_model_dir, temperature=1.0, max_new_tokens=10, keep_chats=True, resample_unparseable=2)
     policy.seed = 4
@@ -224,8 +224,8 @@ def test_log_mode_stores_verdicts_without_a_reward_part(pool, tmp_path, judge_se
 
 def test_learner_turns_and_advantages_read_the_judged_rewards(pool, tiny_model_dir, judge_server, monkeypatch,
                                                               tmp_path):
-    from rl.batching import compute_advantages
     from rl.config import TrainConfig
+    from rl.strategies import make_strategy
 
     judge = _judge(judge_server, monkeypatch, tmp_path, "verdict-success", weight=0.5)
     policy = load_agent(tiny_model_dir, temperature=1.0, max_new_tokens=8, keep_chats=True)
@@ -237,7 +237,7 @@ def test_learner_turns_and_advantages_read_the_judged_rewards(pool, tiny_model_d
     for t in res.trajectories:
         [turn] = [u for u in res.turns if u.episode_id == t.episode_id]
         assert t.steps[-1].reward_parts["judge"] == pytest.approx(0.9)
-        assert turn.reward == t.steps[-1].reward == pytest.approx(t.total_reward)
+        assert res.reward_of(turn) == t.steps[-1].reward == pytest.approx(t.total_reward)
     # the trainer's advantages, given no extra reward, see the judge's part through the stored rewards
-    turns, adv, _ = compute_advantages(TrainConfig(filter_zero_variance=False), res)
+    turns, adv, _ = make_strategy(TrainConfig.build(filter_zero_variance=False), ".", None).batch(res, None, 0)
     assert len(turns) == 2 and adv.shape == (2,)

@@ -38,17 +38,11 @@ from rl.advantages import (
     semi_online_step_rewards,
 )
 from rl.agents import PolicyTurn
-from rl.semi_online import (
-    EpisodeOutcome,
-    MatchConfig,
-    PatchConfig,
-    match_action,
-    run_semi_online,
-    semi_online_eval,
-    semi_online_turn_advantages,
-    sop_from_outcomes,
-    text_similarity,
-)
+from rl.match import MatchConfig, match_action, text_similarity
+from rl.patching import PatchConfig
+from rl.replay import run_semi_online
+from rl.sop import EpisodeOutcome, semi_online_eval, sop_from_outcomes
+from rl.strategies.semi_online import semi_online_turn_advantages
 
 SIZE = (1000, 2000)
 BOX = (0.4, 0.4, 0.6, 0.5)  # enlarged 1.2x: x 0.38..0.62, y 0.39..0.51
@@ -327,7 +321,7 @@ def test_all_matched_episode_succeeds_with_own_history(tmp_path):
     last_hist = pol.histories[-1][1]
     assert [s.thought for s in last_hist] == ["my thought 0", "my thought 1", "my thought 2"]
     assert [s.action for s in last_hist] == [GOOD[0], GOOD[1], GOOD[2]]
-    assert len(res.turns) == 4 and all(tt.reward == pytest.approx(1.0) for tt in res.turns)
+    assert len(res.turns) == 4 and all(res.reward_of(tt) == pytest.approx(1.0) for tt in res.turns)
     assert res.turns[0].completion_ids == (1, 2, 3) and res.turns[0].old_logprobs == (-0.1, -0.2, -0.3)
     # stored with its step metadata, readable by the web UI's reader
     back = StoreReader(tmp_path).load_trajectory(t.episode_id)
@@ -356,7 +350,7 @@ def test_mismatch_is_patched_with_the_recorded_action(mode, thought):
     # the next turn's history holds the recorded action with the patch thought
     hist = pol.histories[2][1]
     assert hist[1].action == Type("hello") and hist[1].thought == thought
-    assert [tt.reward for tt in res.turns] == pytest.approx([1.0, 0.55, 1.0, 1.0])
+    assert [res.reward_of(tt) for tt in res.turns] == pytest.approx([1.0, 0.55, 1.0, 1.0])
     assert res.turns[1].completion_ids == (1, 2, 3)  # trained on its own completion only
 
 
@@ -368,10 +362,10 @@ def test_format_can_require_a_thought():
             return [replace(t, thought="") for t in super().act_batch(contexts, pool)]
 
     _, res = _run([GOOD], PatchConfig())
-    assert res.turns[0].reward == pytest.approx(1.0)
+    assert res.reward_of(res.turns[0]) == pytest.approx(1.0)
     res = run_semi_online(NoThought([GOOD]), [_episode()],
                           rewards=SemiOnlineRewardConfig(format_requires_thought=True))
-    assert [t.reward for t in res.turns] == pytest.approx([0.9] * 4)
+    assert [res.reward_of(t) for t in res.turns] == pytest.approx([0.9] * 4)
 
 
 def test_budget_exhausted_ends_the_episode_at_the_mismatch():
@@ -398,7 +392,7 @@ def test_parse_error_gets_no_format_reward_and_policy_patch_uses_explainer():
     pol, res = _run([script], PatchConfig(mode="policy", budget=2), explainer=explainer)
     (t,) = res.trajectories
     assert t.steps[0].parse_error is not None and t.steps[0].action is None
-    assert res.turns[0].reward == 0.0 and res.turns[0].parse_ok is False
+    assert res.reward_of(res.turns[0]) == 0.0 and res.turns[0].parse_ok is False
     assert len(asked) == 1 and asked[0].action == Click(0.5, 0.45) and asked[0].goal == "goal of rec1"
     assert pol.histories[1][1][0].thought == "because click" and pol.histories[1][1][0].action == Click(
         0.5, 0.45
@@ -462,7 +456,7 @@ def test_semi_online_eval_stops_at_first_mismatch():
 
 def test_tiny_model_semi_online_rollout(tiny_model_dir, tmp_path):
     from rl.agents import load_agent
-    from rl.semi_online import ModelExplainer
+    from rl.patching import ModelExplainer
 
     real = [_episode("a", "t1")]
     real = [
@@ -528,7 +522,7 @@ class ReplayPolicy:
 
 def test_imported_uis1_episodes_replay_through_semi_online(tmp_path):
     from guiagent.datasets import import_dataset
-    from rl.semi_online import load_recorded_episodes
+    from rl.replay import load_recorded_episodes
 
     img = tmp_path / "img"
     img.mkdir()
@@ -566,7 +560,7 @@ def _record_oracle_demos(tmp_path):
     from emulators.pool import InProcessPool
     from rl.agents import OraclePolicy
     from rl.rollout import make_groups, run_rollout
-    from rl.semi_online import load_recorded_episodes
+    from rl.replay import load_recorded_episodes
 
     store = Store.open(tmp_path)
     run = store.create_run("demos", env="webapps")
@@ -623,21 +617,21 @@ def test_the_trainer_keeps_only_groups_whose_samples_differ():
     advantage anywhere; the trainer counts the informative groups and leaves the others out of the update."""
     from types import SimpleNamespace
 
-    from rl.algos import Credit
+    from rl.checkpoint import TrainerState
     from rl.config import TrainConfig
-    from rl.trainer import Trainer, _semi_informative_groups
+    from rl.strategies import SemiOnline
+    from rl.strategies.semi_online import semi_informative_groups
 
     eps = [_episode("a", "t1"), _episode("b", "t2")]
     bad = {**GOOD, 1: Type("zzz qqq")}
     # episode a: samples 0, 1 differ at the typed text; episode b: samples 2, 3 reply alike
     res = run_semi_online(ScriptedPolicy([GOOD, bad, GOOD, GOOD]), eps, group_size=2, patch=PatchConfig(budget=0))
-    assert _semi_informative_groups(res) == 1
+    assert semi_informative_groups(res) == 1
     by_group = {t.group_id: t.steps[0].metadata["recorded_episode"] for t in res.trajectories}
     for keep_all in (False, True):
-        cfg = TrainConfig(mode="semi-online", data=("x",), filter_zero_variance=not keep_all)
-        metrics: dict[str, float] = {}
-        credit = SimpleNamespace(_shape=lambda t, a, r, cfg=cfg: Credit._shape(SimpleNamespace(cfg=cfg), t, a, r))
-        turns, adv, stats = Trainer._semi_online_batch(SimpleNamespace(cfg=cfg, credit=credit), res, metrics)
+        cfg = TrainConfig.build(mode="semi-online", data=("x",), filter_zero_variance=not keep_all)
+        turns, adv, stats = SemiOnline(cfg, ".", TrainerState()).batch(res, None, 0)
+        metrics = stats
         assert len(turns) == len(adv) and stats["groups"] == 2
         if keep_all:
             assert len(turns) == len(res.turns) and stats["groups_kept"] == 2
@@ -651,15 +645,14 @@ def test_the_trainer_keeps_only_groups_whose_samples_differ():
 def test_semi_online_replays_more_episodes_until_enough_groups_differ(scripts, rounds):
     """--min-informative-groups in a semi-online iteration: another round of recorded episodes while too
     few groups differ, at most --max-sampling-rounds rounds."""
-    import random
-    from types import SimpleNamespace
-
+    from rl.checkpoint import TrainerState
     from rl.config import TrainConfig
-    from rl.trainer import Trainer
+    from rl.produce import Producer
+    from rl.strategies import SemiOnline
 
-    cfg = TrainConfig(mode="semi-online", data=("x",), groups_per_iteration=1, group_size=2,
-                      min_informative_groups=2, max_sampling_rounds=3)
-    me = SimpleNamespace(cfg=cfg, recorded=[_episode("a", "t1"), _episode("b", "t2")], sampler=ScriptedPolicy(scripts),
-                         store=None, state=SimpleNamespace(run_id=None))
-    res = Trainer._replay(me, random.Random(0))
+    cfg = TrainConfig.build(mode="semi-online", data=("x",), groups_per_iteration=1, group_size=2,
+                            min_informative_groups=2, max_sampling_rounds=3)
+    produce = Producer(cfg, [], [_episode("a", "t1"), _episode("b", "t2")], ScriptedPolicy(scripts), store=None,
+                       run_id="", judge=None, pool=lambda: None)
+    res = produce(0, SemiOnline(cfg, ".", TrainerState()))
     assert len(res.trajectories) == 2 * rounds and len({t.group_id for t in res.trajectories}) == rounds

@@ -17,7 +17,7 @@ from emulators.pool import InProcessPool
 from guiagent.store import EpisodeFilter, StoreReader
 from rl.agents import load_agent
 from rl.rollout import make_groups, run_rollout
-from rl.batching import compute_advantages
+from rl.strategies import make_strategy
 from rl.config import TrainConfig
 from rl.update import update
 
@@ -36,10 +36,10 @@ def test_update_changes_parameters_with_finite_loss(tiny_model_dir):
     assert len(turns) >= 2
     adv = torch.tensor([1.0 if i % 2 else -1.0 for i in range(len(turns))])
     before = [p.detach().clone() for p in policy.parameters()]
-    cfg = TrainConfig(micro_batch_size=1, lr=1e-3)
-    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr)
+    cfg = TrainConfig.build(micro_batch_size=1, lr=1e-3)
+    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.update.lr)
     v0 = policy.version
-    stats = update(cfg, policy, None, opt, turns, adv)
+    stats = update(make_strategy(cfg, ".", None), cfg.update, policy, None, opt, turns, adv)
     assert math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"]) and stats["grad_norm"] > 0
     changed = sum(not torch.equal(a, b.detach()) for a, b in zip(before, policy.parameters()))
     assert changed > 0 and policy.version == v0 + 1
@@ -47,14 +47,14 @@ def test_update_changes_parameters_with_finite_loss(tiny_model_dir):
     assert stats["clip_frac"] == 0.0
     assert stats["optimizer_steps"] == 1
     # mini-batches: one optimiser step per mini-batch and epoch, one new policy version in all
-    cfg2 = TrainConfig(micro_batch_size=1, mini_batch_size=1, epochs=2, lr=1e-3)
-    stats2 = update(cfg2, policy, None, opt, turns, adv)
+    cfg2 = TrainConfig.build(micro_batch_size=1, mini_batch_size=1, epochs=2, lr=1e-3)
+    stats2 = update(make_strategy(cfg2, ".", None), cfg2.update, policy, None, opt, turns, adv)
     assert stats2["optimizer_steps"] == 2 * len(turns) and policy.version == v0 + 2
     assert math.isfinite(stats2["loss"]) and math.isfinite(stats2["grad_norm"])
     # trust region: the behaviour policy is now two updates old, so the first mini-batch is
     # already outside a tiny KL bound; nothing is stepped and the version stays
-    cfg3 = TrainConfig(micro_batch_size=1, mini_batch_size=1, epochs=3, lr=1e-3, max_kl_old=1e-9)
-    stats3 = update(cfg3, policy, None, opt, turns, adv)
+    cfg3 = TrainConfig.build(micro_batch_size=1, mini_batch_size=1, epochs=3, lr=1e-3, max_kl_old=1e-9)
+    stats3 = update(make_strategy(cfg3, ".", None), cfg3.update, policy, None, opt, turns, adv)
     assert stats3["early_stopped"] == 1.0 and stats3["optimizer_steps"] == 0 and policy.version == v0 + 2
 
 
@@ -69,17 +69,18 @@ def test_compute_advantages_filters_zero_variance_groups(tiny_model_dir):
         return Trajectory(eid, spec, (Step(0, obs, Click(0.5, 0.5), reward=r),), group_id=gid)
 
     trajs = [traj("a", "g1", 1.0), traj("b", "g1", 0.0), traj("c", "g2", 0.5), traj("d", "g2", 0.5)]
-    turns = [TrainTurn(t.group_id, t.episode_id, 0, None, (1,), (-0.1,), 0.0, 0, True) for t in trajs]
+    turns = [TrainTurn(t.group_id, t.episode_id, 0, None, (1,), (-0.1,), 0, True) for t in trajs]
     res = RolloutResult(trajectories=trajs, turns=turns)
-    kept, adv, stats = compute_advantages(TrainConfig(algo="dr_grpo"), res)
+    kept, adv, stats = make_strategy(TrainConfig.build(algo="dr_grpo"), ".", None).batch(res, None, 0)
     assert [u.episode_id for u in kept] == ["a", "b"]
     assert adv.tolist() == pytest.approx([0.5, -0.5])
-    assert stats == {"groups_kept": 1.0, "groups": 2.0, "groups_equal": 1.0, "groups_short": 0.0}
+    assert {k: v for k, v in stats.items() if k.startswith("groups")} == {"groups_kept": 1.0, "groups": 2.0,
+                                                                         "groups_equal": 1.0, "groups_short": 0.0}
 
 
 def test_aborted_episodes_are_reported_as_aborted_not_as_equal_rewards():
     from guiagent.types import Click, Observation, Step, TaskSpec, Trajectory
-    from rl.batching import no_update_reason, rollout_metrics
+    from rl.metrics import no_update_reason, rollout_metrics
     from rl.rollout import RolloutResult, TrainTurn
 
     obs, spec = Observation(b"x", 2, 2), TaskSpec("androidworld", "t", 0, "g")
@@ -92,16 +93,16 @@ def test_aborted_episodes_are_reported_as_aborted_not_as_equal_rewards():
     # g1: one completed + one aborted; g2: both aborted; g3: two completed with equal rewards
     trajs = [traj("a", "g1", 1.0), traj("b", "g1", 0, "aborted"), traj("c", "g2", 0, "aborted"),
              traj("d", "g2", 0, "aborted"), traj("e", "g3", 0.0), traj("f", "g3", 0.0)]
-    turns = [TrainTurn(t.group_id, t.episode_id, 0, None, (1,), (-0.1,), 0.0, 0, True) for t in trajs if t.steps]
+    turns = [TrainTurn(t.group_id, t.episode_id, 0, None, (1,), (-0.1,), 0, True) for t in trajs if t.steps]
     res = RolloutResult(trajectories=trajs, turns=turns, aborted=3)
-    kept, _, stats = compute_advantages(TrainConfig(), res)
+    kept, _, stats = make_strategy(TrainConfig(), ".", None).batch(res, None, 0)
     assert kept == [] and stats["groups_short"] == 2.0 and stats["groups_equal"] == 1.0
     m = {**rollout_metrics(res), **stats}
     assert m["aborted"] == 3.0
     assert no_update_reason(m) == ("3 episode(s) aborted, leaving 2 group(s) with fewer than 2 completed episodes; "
                                    "1 group(s) got equal rewards")
     only_aborted = RolloutResult(trajectories=trajs[1:4], aborted=3)
-    _, _, stats = compute_advantages(TrainConfig(), only_aborted)
+    _, _, stats = make_strategy(TrainConfig(), ".", None).batch(only_aborted, None, 0)
     reason = no_update_reason({**rollout_metrics(only_aborted), **stats})
     assert reason == "3 episode(s) aborted, leaving 2 group(s) with fewer than 2 completed episodes"
     assert "equal" not in reason
@@ -157,7 +158,7 @@ def test_dynamic_sampling_rounds_and_adaptive_kl_coefficient(tiny_model_dir, tmp
     # most rounds, each with --groups-per-iteration fresh groups
     # (equal-reward groups are kept here, so the update runs and the adaptive KL β moves: the
     # policy starts at the reference, KL 0 < target, so β shrinks)
-    result = train(TrainConfig(model=tiny_model_dir, tasks=("go_home",), iterations=1, groups_per_iteration=1,
+    result = train(TrainConfig.build(model=tiny_model_dir, tasks=("go_home",), iterations=1, groups_per_iteration=1,
                                group_size=2, slots=2, pool="inprocess", max_new_tokens=8, eval_episodes=0,
                                min_informative_groups=99, max_sampling_rounds=2, filter_zero_variance=False,
                                kl_coef=0.05, kl_target=0.01, kl_horizon=10, out=str(out), seed=2,
@@ -200,7 +201,7 @@ def test_rollout_results_merge_and_count_informative_groups():
 ])
 def test_train_config_rejects_bad_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        TrainConfig(**kwargs)
+        TrainConfig.build(**kwargs)
 
 
 def test_action_format_switches_the_format_and_keeps_the_history():
@@ -217,7 +218,7 @@ def _tiny_cfg(tiny_model_dir, out, **kw):
     base = dict(model=tiny_model_dir, tasks=("go_home",), iterations=1, groups_per_iteration=1, group_size=2,
                 slots=2, pool="inprocess", max_new_tokens=8, eval_episodes=0, filter_zero_variance=False,
                 out=str(out), seed=1)
-    return TrainConfig(**{**base, **kw})
+    return TrainConfig.build(**{**base, **kw})
 
 
 def test_kl_reference_stays_the_starting_policy_across_resumes(tiny_model_dir, tmp_path):
@@ -232,7 +233,7 @@ def test_kl_reference_stays_the_starting_policy_across_resumes(tiny_model_dir, t
         t = Trainer(dataclasses.replace(cfg, resume=str(out), iterations=target))
         result = t.run()
         assert result.iterations == target and t.state.model_dir == tiny_model_dir
-        ref, now = t.ref.state_dict(), t.policy.state_dict()
+        ref, now = t.learner.ref.state_dict(), t.policy.state_dict()
         assert all(torch.equal(ref[k], start[k]) for k in start)  # the reference is the start, not the checkpoint
         assert any(not torch.equal(now[k], start[k]) for k in start)
         assert "kl" in t.history[-1] and t.history[-1]["kl_coef"] == 0.05  # the KL term ran against it
@@ -259,16 +260,16 @@ def test_one_seed_gives_one_run_and_two_seeds_two(tiny_model_dir, tmp_path):
 
 
 def test_stability_guards_trip_and_raise_alarms():
-    from rl.trainer import Trainer
+    from rl.metrics import guard_tripped
 
-    t = Trainer(TrainConfig(max_parse_error_rate=0.2, max_kl_ref=0.1, min_entropy=0.5))
+    g = TrainConfig.build(max_parse_error_rate=0.2, max_kl_ref=0.1, min_entropy=0.5).guards
     m = {"parse_error_rate": 0.1, "kl": 0.05, "entropy": 0.2}
-    assert t._guards(m) is None and m["alarm/entropy"] == 1.0
+    assert guard_tripped(g, m) is None and m["alarm/entropy"] == 1.0
     m = {"parse_error_rate": 0.3, "kl": 0.05}
-    assert "parse-error rate" in t._guards(m) and m["alarm/parse_error_rate"] == 1.0
+    assert "parse-error rate" in guard_tripped(g, m) and m["alarm/parse_error_rate"] == 1.0
     m = {"parse_error_rate": 0.0, "kl": 0.5}
-    assert "KL to the reference" in t._guards(m)
-    assert Trainer(TrainConfig())._guards({"parse_error_rate": 1.0, "kl": 9.0, "entropy": 0.0}) is None
+    assert "KL to the reference" in guard_tripped(g, m)
+    assert guard_tripped(TrainConfig().guards, {"parse_error_rate": 1.0, "kl": 9.0, "entropy": 0.0}) is None
 
 
 def test_a_tripped_guard_rolls_back_and_the_best_model_is_kept(tiny_model_dir, tmp_path):
@@ -324,7 +325,7 @@ def test_a_lora_runs_guard_rolls_back_its_adapters(tiny_model_dir, tmp_path):
     with torch.no_grad():
         for p in adapters.values():
             p.add_(0.5)  # an update that went wrong
-    t._rollback("test")
+    t.learner.rollback("test")
     assert all(torch.equal(p, kept[n]) for n, p in t.policy.model.named_parameters() if "lora_" in n)
 
 

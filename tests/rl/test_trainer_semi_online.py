@@ -25,7 +25,7 @@ def test_mixed_mode_interleaves_semi_online_and_online_iterations(tiny_model_dir
     from rl.trainer import train
 
     out = tmp_path / "run"
-    r = train(TrainConfig(model=tiny_model_dir, mode="mixed", data=(demos,), tasks=("open_app", "settings_turn_on"),
+    r = train(TrainConfig.build(model=tiny_model_dir, mode="mixed", data=(demos,), tasks=("open_app", "settings_turn_on"),
                           iterations=2, groups_per_iteration=1, group_size=2, slots=2, pool="inprocess",
                           max_new_tokens=8, eval_episodes=0, filter_zero_variance=False, out=str(out), seed=1))
     reader = StoreReader(out)
@@ -43,11 +43,11 @@ def test_mixed_mode_interleaves_semi_online_and_online_iterations(tiny_model_dir
 
 def test_semi_online_needs_data_and_says_so(tmp_path):
     with pytest.raises(ValueError, match="--data"):
-        TrainConfig(mode="semi-online")
+        TrainConfig.build(mode="semi-online")
     from rl.trainer import train
 
     with pytest.raises(KeyError, match="no trajectory store"):
-        train(TrainConfig(mode="semi-online", data=(str(tmp_path / "none"),), out=str(tmp_path / "out")))
+        train(TrainConfig.build(mode="semi-online", data=(str(tmp_path / "none"),), out=str(tmp_path / "out")))
     assert not (tmp_path / "out").exists()  # nothing created
 
 
@@ -68,7 +68,7 @@ def test_the_embedded_default_runs_its_stages_on_a_tiny_budget(tmp_path):
     from rl.trainer import train
 
     out = tmp_path / "default"
-    cfg = TrainConfig(out=str(out), warm_start_demos=6, warm_start_steps=10, iterations=2, groups_per_iteration=1,
+    cfg = TrainConfig.build(out=str(out), warm_start_demos=6, warm_start_steps=10, iterations=2, groups_per_iteration=1,
                       group_size=2, slots=2, pool="inprocess", eval_episodes=2, max_new_tokens=8,
                       filter_zero_variance=False)
     assert cfg.mode == "staged"
@@ -93,7 +93,7 @@ def test_one_seed_gives_one_semi_online_run(tiny_model_dir, demos, tmp_path):
     from rl.trainer import train
 
     def run(name, seed):
-        r = train(TrainConfig(model=tiny_model_dir, mode="semi-online", data=(demos,), iterations=2,
+        r = train(TrainConfig.build(model=tiny_model_dir, mode="semi-online", data=(demos,), iterations=2,
                               groups_per_iteration=2, group_size=2, max_new_tokens=8, temperature=1.0,
                               eval_episodes=0, filter_zero_variance=False, min_informative_groups=2,
                               max_sampling_rounds=2, out=str(tmp_path / name), seed=seed))
@@ -112,7 +112,7 @@ def test_semi_online_iterations_take_their_own_epochs(tiny_model_dir, demos, tmp
     from rl.trainer import train
 
     out = tmp_path / "run"
-    r = train(TrainConfig(model=tiny_model_dir, mode="mixed", data=(demos,), tasks=("open_app", "settings_turn_on"),
+    r = train(TrainConfig.build(model=tiny_model_dir, mode="mixed", data=(demos,), tasks=("open_app", "settings_turn_on"),
                           iterations=2, groups_per_iteration=1, group_size=2, slots=2, pool="inprocess",
                           max_new_tokens=8, eval_episodes=0, filter_zero_variance=False, mini_batch_size=0,
                           epochs=1, semi=SemiOnlineSettings(epochs=3), out=str(out), seed=1))
@@ -135,7 +135,7 @@ def test_kl_reference_stage_reanchors_where_the_online_stage_begins(tiny_model_d
     from rl.trainer import Trainer
 
     out = tmp_path / "run"
-    cfg = TrainConfig(model=tiny_model_dir, mode="staged", data=(demos,), tasks=("open_app", "settings_turn_on"),
+    cfg = TrainConfig.build(model=tiny_model_dir, mode="staged", data=(demos,), tasks=("open_app", "settings_turn_on"),
                       iterations=1, groups_per_iteration=1, group_size=2, slots=2, pool="inprocess",
                       max_new_tokens=8, eval_episodes=0, filter_zero_variance=False, lr=1e-3, kl_coef=0.05,
                       kl_reference="stage", semi=SemiOnlineSettings(iterations=1), out=str(out), seed=1)
@@ -145,16 +145,16 @@ def test_kl_reference_stage_reanchors_where_the_online_stage_begins(tiny_model_d
     saved = load_transformers(str(out / "reference")).state_dict()
     assert any(not torch.equal(after_semi[k], start[k]) for k in start)
     assert all(torch.equal(saved[k], after_semi[k]) for k in start)
-    assert all(torch.equal(t.ref.state_dict()[k], after_semi[k]) for k in start)
+    assert all(torch.equal(t.learner.ref.state_dict()[k], after_semi[k]) for k in start)
 
     t2 = Trainer(dataclasses.replace(cfg, resume=str(out), iterations=2))  # one online iteration, resumed
     t2.run()
-    assert all(torch.equal(t2.ref.state_dict()[k], after_semi[k]) for k in start)
+    assert all(torch.equal(t2.learner.ref.state_dict()[k], after_semi[k]) for k in start)
     assert "kl" in t2.history[-1] and not t2.history[-1].get("semi_online")
 
     with pytest.raises(ValueError, match="--kl-reference stage"):
-        TrainConfig(mode="staged", kl_coef=0.1, kl_reference="stage", lora_rank=8)
-    assert TrainConfig(model=tiny_model_dir, kl_coef=0.1, kl_reference="stage").mode == "online"  # one stage
+        TrainConfig.build(mode="staged", kl_coef=0.1, kl_reference="stage", lora_rank=8)
+    assert TrainConfig.build(model=tiny_model_dir, kl_coef=0.1, kl_reference="stage").mode == "online"  # one stage
 
 
 def _semi_result():
@@ -174,7 +174,7 @@ def _semi_result():
         trajs.append(Trajectory(eid, task, steps, group_id=g))
         for k in range(2):
             lp = -0.1 * (1 + i + 2 * k + (3 if g == "g2" else 0))
-            turns.append(TrainTurn(g, eid, k, None, (1, 2), (lp, lp), 0.0, 0, True))
+            turns.append(TrainTurn(g, eid, k, None, (1, 2), (lp, lp), 0, True))
     return RolloutResult(trajectories=trajs, turns=turns)
 
 
@@ -184,15 +184,12 @@ def test_adv_norm_and_entropy_modulation_shape_semi_online_iterations(tmp_path):
     import torch
 
     from rl.advantages import aem_modulation, whiten
-    from rl.algos import Credit
     from rl.checkpoint import TrainerState
-    from rl.trainer import Trainer
+    from rl.strategies import SemiOnline
 
     def batch(**kw):
-        cfg = TrainConfig(model="m", mode="semi-online", data=("d",), algo="dr_grpo", **kw)
-        t = Trainer(cfg)
-        t.credit = Credit(cfg, tmp_path, TrainerState())
-        turns, adv, _ = t._semi_online_batch(_semi_result(), {})
+        cfg = TrainConfig.build(model="m", mode="semi-online", data=("d",), algo="dr_grpo", **kw)
+        turns, adv, _ = SemiOnline(cfg, tmp_path, TrainerState()).batch(_semi_result(), None, 0)
         return turns, adv
 
     turns, plain = batch()

@@ -12,6 +12,7 @@ from guiagent.policy import message
 from guiagent.policy.hf import load_transformers
 from rl.config import TrainConfig
 from rl.rollout import TrainTurn
+from rl.strategies import make_strategy
 from rl.update import rescore, update
 
 
@@ -34,7 +35,7 @@ def _turns(policy, groups: int = 3, size: int = 3) -> tuple[list[TrainTurn], tor
             comps.append(tuple(rng.randrange(16, 200) for _ in range(rng.randint(2, 5))))
             ids.append((f"g{g}", f"e{g}-{k}"))
     olds = policy.score(chats, comps)
-    turns = [TrainTurn(g, e, 0, c, comp, tuple(old), 0.0, 0, True)
+    turns = [TrainTurn(g, e, 0, c, comp, tuple(old), 0, True)
              for (g, e), c, comp, old in zip(ids, chats, comps, olds)]
     rng.shuffle(turns)
     adv = torch.tensor([rng.choice([-1.0, 1.0]) for _ in turns])
@@ -47,15 +48,16 @@ def test_micro_batches_hold_whole_groups_and_the_step_is_that_of_one_batch(tiny_
     for micro in (6, 2):
         policy = load_transformers(tiny_model_dir, device="cpu")
         turns, adv = _turns(policy, groups=3, size=2)
-        real = policy.score_batch
+        real = policy.score_encoded
 
-        def spy(chats, comps, grad=True, _real=real, _turns=turns):
-            seen.append(sorted({u.group_id for u in _turns if any(u.prompt is c for c in chats)}))
-            return _real(chats, comps, grad=grad)
+        def spy(encs, comps, grad=True, _real=real, _turns=turns, _policy=policy):
+            seen.append(sorted({u.group_id for u in _turns if any(_policy.encoder.encode(u.prompt) is e for e in encs)}))
+            return _real(encs, comps, grad=grad)
 
-        monkeypatch.setattr(policy, "score_batch", spy)
+        monkeypatch.setattr(policy, "score_encoded", spy)
         opt = torch.optim.SGD(policy.parameters(), lr=1.0)  # the step is the gradient itself
-        update(TrainConfig(micro_batch_size=micro, lr=1.0, max_grad_norm=1e9), policy, None, opt, turns, adv)
+        cfg = TrainConfig.build(micro_batch_size=micro, lr=1.0, max_grad_norm=1e9)
+        update(make_strategy(cfg, ".", None), cfg.update, policy, None, opt, turns, adv)
         steps[micro] = {n: t.detach().clone() for n, t in policy.model.named_parameters()}
     assert seen[0] == ["g0", "g1", "g2"] and all(len(s) == 1 for s in seen[1:])  # one group a micro-batch
     for n in steps[6]:

@@ -24,6 +24,7 @@ import torch
 
 from rl.config import TrainConfig
 from rl.rollout import TrainTurn
+from rl.strategies import make_strategy
 from rl.update import rescore, update
 from tests.guiagent.vllm_standin import VERSIONS, RecordedLLM, install
 
@@ -47,7 +48,7 @@ def learner_and_turns(tiny_model_dir):
     chats = [[message("user", png(i), f"Goal: task {i}.")] for i in range(4)]
     gens = pol.generate(chats, SamplingParams(max_new_tokens=6, temperature=1.0, seeds=(1, 2, 3, 4)))
     turns = [TrainTurn(group_id=f"g{i // 2}", episode_id=f"e{i}", step_index=0, prompt=c, completion_ids=g.token_ids,
-                       old_logprobs=g.logprobs, reward=float(i % 2), policy_version=0, parse_ok=True)
+                       old_logprobs=g.logprobs, policy_version=0, parse_ok=True)
              for i, (c, g) in enumerate(zip(chats, gens))]
     return pol, turns
 
@@ -85,9 +86,9 @@ def test_mismatch_kl_and_tis_weights_by_hand(learner_and_turns, delta, clip_frac
 def _sgd_update(pol, turns, adv, **cfg_kw):
     """One plain-SGD step (gradients scale linearly with the advantages) from the same weights."""
     start = {k: v.clone() for k, v in pol.model.state_dict().items()}
-    cfg = TrainConfig(micro_batch_size=2, lr=0.05, max_grad_norm=1e9, **cfg_kw)
-    opt = torch.optim.SGD([p for p in pol.parameters() if p.requires_grad], lr=cfg.lr)
-    stats = update(cfg, pol, None, opt, turns, adv)
+    cfg = TrainConfig.build(micro_batch_size=2, lr=0.05, max_grad_norm=1e9, **cfg_kw)
+    opt = torch.optim.SGD([p for p in pol.parameters() if p.requires_grad], lr=cfg.update.lr)
+    stats = update(make_strategy(cfg, ".", None), cfg.update, pol, None, opt, turns, adv)
     after = {k: v.clone() for k, v in pol.model.state_dict().items()}
     pol.model.load_state_dict(start)
     return stats, after
@@ -111,8 +112,8 @@ def test_rescored_update_uses_the_learners_ratio_and_tis_weights_the_advantages(
 
 
 def test_rescore_config():
-    assert TrainConfig().rescore == "off" and TrainConfig(rollout_engine="vllm").rescore == "on"
-    assert TrainConfig(rollout_engine="vllm", rescore="off").rescore == "off"
+    assert TrainConfig().update.rescore == "off" and TrainConfig.build(rollout_engine="vllm").update.rescore == "on"
+    assert TrainConfig.build(rollout_engine="vllm", rescore="off").update.rescore == "off"
     for kw, msg in ((dict(rollout_engine="vllm", rollout="async", model="m"), "sync mode"), (dict(tis_cap=-1.0), "tis-cap"),
                     (dict(algo="awr", rescore="on"), "no ratio"),
                     (dict(vllm={"gpu_memory_utilization": 1.5}), "gpu-memory-utilization")):
@@ -120,9 +121,9 @@ def test_rescore_config():
             if "vllm" in kw:
                 from rl.config import VLLMSettings
 
-                TrainConfig(vllm=VLLMSettings(**kw["vllm"]))
+                TrainConfig.build(vllm=VLLMSettings(**kw["vllm"]))
             else:
-                TrainConfig(**kw)
+                TrainConfig.build(**kw)
 
 
 # ---- a run on a colocated engine -----------------------------------------------------------------
@@ -172,7 +173,7 @@ def test_a_run_on_a_colocated_engine_pushes_weights_and_stores_the_mismatch(tiny
 
     _StandInEngine.engines = []
     install(monkeypatch, VERSIONS[-1], _StandInEngine)
-    cfg = TrainConfig(model=tiny_model_dir, tasks=("go_home",), iterations=2, groups_per_iteration=1, group_size=2,
+    cfg = TrainConfig.build(model=tiny_model_dir, tasks=("go_home",), iterations=2, groups_per_iteration=1, group_size=2,
                       slots=2, pool="inprocess", max_new_tokens=8, eval_episodes=2, filter_zero_variance=False,
                       temperature=1.0, out=str(tmp_path / "run"), seed=3, rollout_engine="vllm",
                       vllm=VLLMSettings(gpu_memory_utilization=0.4, sleep_level=1))
@@ -215,4 +216,4 @@ def test_a_run_on_a_colocated_engine_pushes_weights_and_stores_the_mismatch(tiny
 
 
 def engine_version(t):
-    return t.colocated.engine.version
+    return t.engine.colocated.engine.version

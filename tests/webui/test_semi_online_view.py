@@ -3,7 +3,8 @@
 from guiagent.store import EpisodeFilter, Store, StoreReader
 from guiagent.types import Click, Finish, NavigateBack, Step, TaskSpec, Trajectory
 from rl.agents import RandomPolicy
-from rl.semi_online import PatchConfig, run_semi_online
+from rl.patching import PatchConfig
+from rl.replay import run_semi_online
 from tests.webui.conftest import obs
 from webui import AppConfig, create_app
 

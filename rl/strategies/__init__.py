@@ -1,0 +1,15 @@
+"""Training algorithms as registered strategies (see :mod:`rl.strategies.base`).
+
+``--algo`` names one of :data:`STRATEGIES`: ``grpo``, ``dr_grpo`` (:mod:`.group`), ``gigpo``
+(:mod:`.gigpo`), ``ppo``, ``awr`` (:mod:`.critic`). A semi-online iteration's credit is
+:class:`~rl.strategies.semi_online.SemiOnline`, which takes its loss and defaults from the online one.
+"""
+
+from rl.strategies.base import STRATEGIES, Batch, Strategy, make_strategy, register, strategy_class
+from rl.strategies.critic import AWR, PPO
+from rl.strategies.gigpo import GiGPO
+from rl.strategies.group import GRPO, DrGRPO
+from rl.strategies.semi_online import SemiOnline
+
+__all__ = ["STRATEGIES", "Batch", "Strategy", "make_strategy", "register", "strategy_class", "GRPO", "DrGRPO", "GiGPO", "PPO", "AWR",
+           "SemiOnline"]
