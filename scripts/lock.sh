@@ -24,7 +24,12 @@ else torch_src=(--extra-index-url https://download.pytorch.org/whl/cpu --index-s
 common=(--python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes --no-header
         --quiet -c constraints/cpu.txt "${torch_src[@]}")
 out=constraints
-if [ "${1:-}" = "--check" ]; then out=$(mktemp -d); fi
+if [ "${1:-}" = "--check" ]; then
+  # the current lock as uv's preferences: the check asks whether it still satisfies pyproject.toml,
+  # not whether something newer came out since
+  out=$(mktemp -d)
+  for f in cpu cpu-dev; do grep -v '^# The CPU install' "constraints/$f.lock" > "$out/$f.lock.new"; done
+fi
 "$UV" pip compile pyproject.toml constraints/build.in "${common[@]}" -o "$out/cpu.lock.new"
 "$UV" pip compile pyproject.toml constraints/build.in --extra dev "${common[@]}" -c "$out/cpu.lock.new" \
     -o "$out/cpu-dev.lock.new"
@@ -33,11 +38,13 @@ for f in cpu cpu-dev; do
   { echo "$header"; cat "$out/$f.lock.new"; } > "$out/$f.lock"; rm "$out/$f.lock.new"
 done
 if [ "${1:-}" = "--check" ]; then
-  if diff -q constraints/cpu.lock "$out/cpu.lock" >/dev/null && diff -q constraints/cpu-dev.lock "$out/cpu-dev.lock" >/dev/null; then
+  pins() { grep -vE '^[[:space:]]*#' "$1"; }   # requirements and hashes; uv's "via" notes aside
+  if diff -q <(pins constraints/cpu.lock) <(pins "$out/cpu.lock") >/dev/null \
+     && diff -q <(pins constraints/cpu-dev.lock) <(pins "$out/cpu-dev.lock") >/dev/null; then
     echo "lock: up to date"; exit 0
   fi
-  echo "lock: constraints/*.lock differ from a fresh resolution (run bash scripts/lock.sh):" >&2
-  diff <(grep -E '^[A-Za-z0-9]' constraints/cpu-dev.lock) <(grep -E '^[A-Za-z0-9]' "$out/cpu-dev.lock") >&2 || true
+  echo "lock: constraints/*.lock no longer satisfy pyproject.toml (run bash scripts/lock.sh):" >&2
+  diff <(pins constraints/cpu-dev.lock) <(pins "$out/cpu-dev.lock") >&2 || true
   exit 1
 fi
 echo "lock: $(grep -cE '^[A-Za-z0-9]' constraints/cpu.lock) packages in constraints/cpu.lock, $(grep -cE '^[A-Za-z0-9]' constraints/cpu-dev.lock) in constraints/cpu-dev.lock" >&2
