@@ -23,28 +23,41 @@ nothing focused, blocked navigation, unknown key) is *data*: it becomes the next
 observation's ``last_action_error`` and the episode goes on. :class:`DeviceError`
 (the browser or emulator died) truncates the episode with the reason in
 ``StepInfo.device_error``; the next ``reset`` must work on a fresh device.
+
+Snapshots: ``GuiEnv.snapshot()`` returns an :class:`~emulators.snapshot.EnvState` and
+``GuiEnv.restore(state)`` puts it back (on this env or another of the same task) and returns the
+observation; ``GuiEnv.can_snapshot`` / ``snapshot_support()`` say whether the env can. The task
+captures what it holds (``Task.snapshot`` / ``Task.restore``, by default its attributes and the
+device's ``snapshot``) or asks to be replayed (``Task.snapshot_mode = "replay"``). See
+:mod:`emulators.snapshot` and docs/gymnasium.md.
 """
 
 from __future__ import annotations
 
+import copy
 import io
 import json
+import logging
 import random
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Generic, Mapping, TypeVar
 
 import gymnasium
 import numpy as np
 from gymnasium import spaces
 from PIL import Image
 
+from emulators.snapshot import DeviceState, EnvState, SnapshotError, StartStates
 from guiagent.types import (Action, Answer, Finish, Observation, ParseError, TaskSpec, action_from_dict,
                             is_terminal)
 
 __all__ = ["ActionError", "DeviceError", "Device", "Task", "GuiEnv", "StepInfo", "ActionText", "UnicodeText",
-           "check_env", "dead_observation", "decode_screenshot", "observation_space", "parse_action"]
+           "check_env", "dead_observation", "decode_screenshot", "observation_space", "parse_action",
+           "SnapshotError", "EnvState", "DeviceState", "StartStates"]
+
+log = logging.getLogger(__name__)
 
 
 class ActionError(Exception):
@@ -78,6 +91,25 @@ class Device(ABC):
     def close(self) -> None:
         """Release every resource. Safe to call twice."""
 
+    #: whether :meth:`snapshot` and :meth:`restore` work (a device may decide per instance)
+    can_snapshot: bool = False
+
+    def snapshot(self) -> DeviceState:
+        """The device's state as it stands (between two actions), for :meth:`restore`.
+
+        Raises :class:`~emulators.snapshot.SnapshotError` where the device cannot capture it
+        (the default)."""
+        raise SnapshotError(f"{type(self).__name__} cannot snapshot its state")
+
+    def restore(self, state: DeviceState) -> None:
+        """Put back a state :meth:`snapshot` took; :class:`~emulators.snapshot.SnapshotError` when it cannot."""
+        raise SnapshotError(f"{type(self).__name__} cannot restore a state")
+
+    def state_key(self) -> str:
+        """What the device's first screen of an episode depends on besides the task (its
+        configuration), for :class:`~emulators.snapshot.StartStates`; ``""``: unknown, never shared."""
+        return ""
+
     def __enter__(self) -> "Device":
         return self
 
@@ -85,7 +117,11 @@ class Device(ABC):
         self.close()
 
 
-class Task(ABC):
+#: the kind of device a task drives: ``Task[BrowserDevice]`` gets a ``BrowserDevice`` in every method
+DeviceT = TypeVar("DeviceT", bound=Device)
+
+
+class Task(ABC, Generic[DeviceT]):
     """One task template; an instance holds the sampled parameters of one episode.
 
     Subclasses set ``task_id``, ``template`` (goal text with ``{param}`` fields),
@@ -93,6 +129,12 @@ class Task(ABC):
     the abstract methods. ``evaluate`` must read the device's or app's state, never
     the agent's actions, except the final answer of information-retrieval tasks,
     which the environment passes in.
+
+    A task is generic over the device it drives: ``class WebTask(Task[BrowserDevice])``
+    types every ``device`` argument as a ``BrowserDevice`` (the webapps tasks); a plain
+    ``Task`` subclass takes any :class:`Device`. The parameter is for type checkers: a task
+    that needs a particular device checks it where the episode starts (``reset_device`` or
+    ``setup``) and raises ``TypeError`` for another.
     """
 
     suite: ClassVar[str] = ""
@@ -113,7 +155,7 @@ class Task(ABC):
     def goal(self) -> str:
         return self.template.format(**self.params)
 
-    def reset_device(self, device: Device) -> None:
+    def reset_device(self, device: DeviceT) -> None:
         """Give the episode a clean device; :class:`GuiEnv` calls it just before :meth:`setup`.
 
         The default is ``device.reset()``. A task whose start page is known before the
@@ -123,30 +165,71 @@ class Task(ABC):
         device.reset()
 
     @abstractmethod
-    def setup(self, device: Device) -> str:
+    def setup(self, device: DeviceT) -> str:
         """Put the (freshly reset) device/app into the task's start state; return the goal text."""
 
     @abstractmethod
-    def evaluate(self, device: Device, answer: str | None = None) -> float:
+    def evaluate(self, device: DeviceT, answer: str | None = None) -> float:
         """Task success in [0, 1] from device/app state (``answer``: the agent's Answer text)."""
 
-    def milestones(self, device: Device) -> list[bool]:
+    def milestones(self, device: DeviceT) -> list[bool]:
         """Sub-goals reached so far, in order, for progress rewards. Default: none."""
         return []
 
-    def is_done(self, device: Device) -> bool:
+    def is_done(self, device: DeviceT) -> bool:
         """Whether the task ended by itself (e.g. a MiniWoB page that finished its episode)."""
         return False
 
     @abstractmethod
-    def oracle(self, device: Device) -> Action | None:
+    def oracle(self, device: DeviceT) -> Action | None:
         """The next action of a scripted solver from the current state, ``None`` if stuck."""
 
-    def teardown(self, device: Device) -> None:
+    def teardown(self, device: DeviceT) -> None:
         """Undo what ``setup`` did, if anything outlives the episode."""
 
     def spec(self, seed: int) -> TaskSpec:
         return TaskSpec(self.suite, self.task_id, seed, self.goal, self.max_steps, dict(self.params))
+
+    # --- snapshots (emulators.snapshot) ---------------------------------------------------------
+
+    #: how :meth:`GuiEnv.snapshot` captures an episode: ``capture`` (:meth:`snapshot` /
+    #: :meth:`restore`: the task's state and the device's) or ``replay`` (the actions since the
+    #: reset, played again on the same seed and checked against the captured screen)
+    snapshot_mode: ClassVar[str] = "capture"
+
+    @classmethod
+    def snapshot_support(cls, device: Device) -> str | None:
+        """``None`` when episodes of this task on ``device`` can be snapshotted, else why not (one line).
+
+        Default: capture mode needs a device that can snapshot; replay mode works anywhere."""
+        if cls.snapshot_mode == "replay" or device.can_snapshot:
+            return None
+        return f"{type(device).__name__} cannot snapshot its state"
+
+    def snapshot(self, device: Device) -> tuple[Any, DeviceState | None]:
+        """``(task state, device state)`` of the running episode (capture mode).
+
+        Default: a deep copy of this instance's attributes (the parameters and whatever ``setup``
+        recorded) and ``device.snapshot()``. A task whose state lives elsewhere (a server session)
+        overrides this and :meth:`restore`."""
+        state: dict[str, Any] = {}
+        for name, value in vars(self).items():
+            try:
+                state[name] = copy.deepcopy(value)
+            except Exception as e:  # a generator, a lock, a connection: nothing a state can hold
+                raise SnapshotError(f"{self.task_id}: its attribute {name!r} ({type(value).__name__}) "
+                                    f"cannot be copied: {e}") from None
+        return state, device.snapshot()
+
+    def restore(self, device: Device, state: EnvState) -> Observation | None:
+        """Put ``state`` (taken by :meth:`snapshot` on this task class) back on ``device`` and into this
+        fresh instance; return the observation when the state's own is the screen now (``None``:
+        :class:`GuiEnv` observes the device)."""
+        if state.device is None:
+            raise SnapshotError(f"{self.task_id}: the state holds no device state")
+        device.restore(state.device)
+        vars(self).update(copy.deepcopy(state.task or {}))
+        return None
 
 
 @dataclass(frozen=True)
@@ -324,6 +407,14 @@ class GuiEnv(gymnasium.Env):
     ``reset()`` draws the episode seed from the env's ``np_random`` (so a seeded reset
     followed by unseeded ones is reproducible). The env owns its device: :meth:`close` closes it.
 
+    Snapshots (:mod:`emulators.snapshot`): :meth:`snapshot` captures the episode between two
+    steps, :meth:`restore` puts a state back (this env's or another env's of the same task) and
+    returns its observation; :attr:`can_snapshot` says whether this env can. With
+    ``start_states`` (a :class:`~emulators.snapshot.StartStates`), a reset to a start this
+    process has seen before (same task, parameters and device configuration: the G episodes of a
+    group) restores that start instead of building it again; the observation, task state and
+    milestones are the same either way.
+
     Example::
 
         env = GuiEnv(device, MyTask)
@@ -335,7 +426,7 @@ class GuiEnv(gymnasium.Env):
     metadata = {"render_modes": ["rgb_array"]}
 
     def __init__(self, device: Device, task_cls: type[Task], *, max_steps: int | None = None,
-                 render_mode: str | None = None):
+                 render_mode: str | None = None, start_states: StartStates | None = None):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
         self.device = device
@@ -349,6 +440,12 @@ class GuiEnv(gymnasium.Env):
         self.done = True
         self.answer: str | None = None
         self._last: Observation | None = None
+        #: restores a start seen before instead of building it (see the class docstring)
+        self.start_states = start_states
+        self._milestones: tuple[bool, ...] = ()
+        self._actions: list[Action | ParseError] = []  # since the reset: what a replay state plays again
+        self._oracle_calls: list[int] = []  # the step count at each oracle call since the reset
+        self._dead: str | None = None  # why the device died in this episode
         self.action_space = ActionText()
         size = _screen_size(device)
         # a device that learns its screen size only once connected (Android) gets its
@@ -370,6 +467,16 @@ class GuiEnv(gymnasium.Env):
         if seed is None:
             seed = int(self.np_random.integers(2**31))
         params = dict((options or {}).get("params") or self.task_cls.sample_params(random.Random(seed)))
+        key = self.start_key(params) if self.start_states is not None else ""
+        start = self.start_states.get(key) if key else None  # type: ignore[union-attr]
+        if start is not None:
+            try:
+                spec = replace(start.spec, seed=seed, max_steps=self.max_steps)
+                obs = self._restore(replace(start, spec=spec))
+                return obs, {"task": self.task_spec, "milestones": self._milestones}
+            except (SnapshotError, DeviceError) as e:  # built the ordinary way below, and kept anew
+                log.warning("%s: restoring the start state failed (%s); resetting", self.task_cls.task_id, e)
+                self.start_states.discard(key)  # type: ignore[union-attr]
         self.task = self.task_cls(params)
         self.task.reset_device(self.device)
         goal = self.task.setup(self.device)
@@ -377,12 +484,19 @@ class GuiEnv(gymnasium.Env):
         self.steps = 0
         self.done = False
         self.answer = None
+        self._actions, self._oracle_calls, self._dead = [], [], None
         obs = self.device.observe()
         self._last = obs
         if not self._space_fixed:
             self.observation_space = observation_space(obs.width, obs.height)
             self._space_fixed = True
-        return obs, {"task": self.task_spec, "milestones": tuple(self.task.milestones(self.device))}
+        self._milestones = tuple(self.task.milestones(self.device))
+        if key:
+            try:
+                self.start_states.put(key, self.snapshot())  # type: ignore[union-attr]
+            except SnapshotError as e:  # this start cannot be kept (the page was busy): built again next time
+                log.debug("%s: start state not kept: %s", self.task_cls.task_id, e)
+        return obs, {"task": self.task_spec, "milestones": self._milestones}
 
     def step_typed(self, action: Action | ParseError | str | Mapping[str, Any]
                    ) -> tuple[Observation, bool, bool, StepInfo]:
@@ -396,6 +510,7 @@ class GuiEnv(gymnasium.Env):
             action = parse_action(json.dumps(dict(action), default=str))
         t0 = time.perf_counter()
         self.steps += 1
+        self._actions.append(action)
         action_error: str | None = None
         target: tuple[float, float, float, float] | None = None
         parse_error = action if isinstance(action, ParseError) else None
@@ -422,6 +537,7 @@ class GuiEnv(gymnasium.Env):
                 success = float(self.task.evaluate(self.device, self.answer))
         except DeviceError as e:
             self.done = True
+            self._dead = str(e)
             obs = dead_observation(str(e))
             self._last = obs
             info = StepInfo(parse_error=parse_error, device_error=str(e),
@@ -429,6 +545,7 @@ class GuiEnv(gymnasium.Env):
             return obs, False, True, info
         self.done = terminated or truncated
         self._last = obs
+        self._milestones = milestones
         info = StepInfo(action_error=action_error, parse_error=parse_error, success=success,
                         milestones=milestones, target_box=target, elapsed_ms=(time.perf_counter() - t0) * 1e3)
         return obs, terminated, truncated, info
@@ -481,10 +598,133 @@ class GuiEnv(gymnasium.Env):
     def oracle_action(self) -> Action | None:
         if self.task is None:
             raise RuntimeError("reset() first")
+        self._oracle_calls.append(self.steps)
         return self.task.oracle(self.device)
 
     def close(self) -> None:
         self.device.close()
+
+    # --- snapshots ----------------------------------------------------------------------------
+
+    def snapshot_support(self) -> str | None:
+        """``None`` when :meth:`snapshot` works on this env's task and device, else why not (one line)."""
+        return self.task_cls.snapshot_support(self.device)
+
+    @property
+    def can_snapshot(self) -> bool:
+        """Whether :meth:`snapshot` / :meth:`restore` work here (:meth:`snapshot_support` says why not)."""
+        return self.snapshot_support() is None
+
+    def start_key(self, params: Mapping[str, Any]) -> str:
+        """The :class:`~emulators.snapshot.StartStates` key of a start with ``params`` on this env's
+        device; ``""`` when starts are not shared (replay-mode tasks, devices of unknown configuration)."""
+        device_key = self.device.state_key()
+        if not device_key or self.task_cls.snapshot_mode != "capture" or self.snapshot_support() is not None:
+            return ""
+        try:
+            text = json.dumps(dict(params), sort_keys=True)
+        except (TypeError, ValueError):  # parameters that are not plain data: no key, no sharing
+            return ""
+        return f"{self.task_cls.suite}.{self.task_cls.task_id}|{text}|{device_key}"
+
+    def snapshot(self) -> EnvState:
+        """The episode's state now (between two steps): its spec, counters, last observation and
+        milestones, and the task's and device's state (or the actions to replay). Raises
+        :class:`~emulators.snapshot.SnapshotError` when the env cannot (see :meth:`snapshot_support`),
+        before a reset, or after the device died; the episode goes on either way."""
+        if self.task is None or self.task_spec is None or self._last is None:
+            raise SnapshotError("no episode to snapshot: reset() first")
+        if self._dead:
+            raise SnapshotError(f"the device died in this episode ({self._dead})")
+        why = self.snapshot_support()
+        if why is not None:
+            raise SnapshotError(why)
+        base = dict(spec=self.task_spec, steps=self.steps, done=self.done, answer=self.answer,
+                    observation=self._last, milestones=self._milestones)
+        if self.task_cls.snapshot_mode == "replay":
+            return EnvState(**base, mode="replay", actions=tuple(self._actions),
+                            oracle_calls=tuple(self._oracle_calls))
+        try:
+            task_state, device_state = self.task.snapshot(self.device)
+        except DeviceError as e:
+            raise SnapshotError(f"the device failed while capturing: {e}") from None
+        return EnvState(**base, mode="capture", task=task_state, device=device_state)
+
+    def restore(self, state: EnvState) -> Observation:
+        """Put ``state`` back (taken on this env or on another env of the same task) and return its
+        observation; the episode continues from there (``step``), at the state's step count.
+
+        Raises :class:`~emulators.snapshot.SnapshotError` for a state this env cannot take (another
+        task, a device that cannot restore it, a replayed screen that came back different); the env
+        then has no running episode (``reset`` or ``restore`` again)."""
+        if not isinstance(state, EnvState):
+            raise TypeError(f"restore takes an EnvState, got {type(state).__name__}")
+        super().reset()  # Gymnasium's bookkeeping: an episode starts here (the RNG is left as it is)
+        return self._restore(state)
+
+    def _restore(self, state: EnvState) -> Observation:
+        spec = state.spec
+        if (spec.suite, spec.task_id) != (self.task_cls.suite, self.task_cls.task_id):
+            raise SnapshotError(f"a state of {spec.suite}.{spec.task_id} cannot be restored on an env of "
+                                f"{self.task_cls.suite}.{self.task_cls.task_id}")
+        why = self.snapshot_support()
+        if why is not None:
+            raise SnapshotError(why)
+        if state.mode != self.task_cls.snapshot_mode:
+            raise SnapshotError(f"a {state.mode} state; {spec.task_id} is restored by {self.task_cls.snapshot_mode}")
+        if self.task is not None:
+            try:
+                self.task.teardown(self.device)
+            except DeviceError:
+                pass
+        self.task, self.done = None, True  # no episode until the state is back
+        if state.mode == "replay":
+            obs = self._replay(state)
+        else:
+            task = self.task_cls(dict(spec.params))
+            try:
+                obs = task.restore(self.device, state)
+                self.task = task
+                if obs is None:
+                    obs = self.device.observe()
+            except DeviceError as e:
+                raise SnapshotError(f"the device failed while restoring: {e}") from None
+            self._actions, self._oracle_calls = list(state.actions), list(state.oracle_calls)
+        self.task_spec, self.max_steps = spec, spec.max_steps
+        self.steps, self.done, self.answer = state.steps, state.done, state.answer
+        self._dead = None
+        self._milestones = tuple(state.milestones)
+        self._last = obs
+        return obs
+
+    def _replay(self, state: EnvState) -> Observation:
+        """A fresh episode of the state's seed and parameters, its actions played again (and the
+        oracle asked where it was, so a scripted plan is where it was), then the screen checked."""
+        spec = state.spec
+        starts, self.start_states = self.start_states, None
+        try:
+            self.reset_typed(seed=spec.seed, options={"params": dict(spec.params)})
+        finally:
+            self.start_states = starts
+        self.max_steps = spec.max_steps
+        calls = list(state.oracle_calls)
+        obs = self._last
+        for i, action in enumerate(state.actions):
+            while calls and calls[0] <= i:
+                self.oracle_action()
+                calls.pop(0)
+            obs, _, _, info = self.step_typed(action)
+            if info.device_error:
+                self.done = True
+                raise SnapshotError(f"the device failed while replaying step {i + 1}: {info.device_error}")
+        for _ in calls:
+            self.oracle_action()
+        assert obs is not None
+        if obs.screenshot != state.observation.screenshot:
+            self.done = True
+            raise SnapshotError(f"{spec.task_id}: the replayed screen differs from the captured one after "
+                                f"{state.steps} steps (the page changes with time, not only with actions)")
+        return obs
 
 
 def _screen_size(device: Device) -> tuple[int, int] | None:

@@ -25,6 +25,12 @@ aborted, and a blocked main-frame navigation is reported as an
 :class:`~emulators.base.ActionError` on the step that caused it, the page going
 back to where it was.
 
+**Snapshots.** A page's state lives partly in its script (variables, closures, timers), which no
+browser API can read or write, so a generic page cannot be captured (``can_snapshot`` is False).
+A page whose own script can hand its state over and take it back (the webapps suite's
+``window.webapps.snapshot`` / ``restore``) is captured with :meth:`BrowserDevice.snapshot_page` and
+put back with :meth:`BrowserDevice.restore_page`, in the open document (no page load).
+
 **Faults.** A crashed page, a closed target or a lost browser raise
 :class:`~emulators.base.DeviceError` from ``execute``/``observe``; ``reset`` then
 opens a fresh page and, when this device launched the browser itself, a fresh
@@ -45,13 +51,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from emulators.base import ActionError, Device, DeviceError
+from emulators.snapshot import DeviceState, SnapshotError
 from emulators.browser_support import (
     KEY_EXAMPLES, SETTLE_INIT_SCRIPT, SETTLE_POLL_JS, BrowserHandle, ChromiumNotFound, build_marks, launch,
     normalise_key, origin_of, url_allowed,
@@ -196,6 +204,26 @@ _IN_PAGE_RESET_JS = """async (url) => {
     getSelection().removeAllRanges();
     if (document.activeElement && document.activeElement !== document.body) document.activeElement.blur();
     return true;
+}"""
+
+
+#: :meth:`BrowserDevice.snapshot_page`'s script around the page's capture (``CAPTURE``): only a quiet page
+_SNAPSHOT_JS = """async (wait) => {
+    const g = window.__ga;
+    if (!g) return {busy: 'no settle script'};
+    const s = await (POLL)(wait);
+    if (s.busy) return {busy: s.why};
+    const data = (CAPTURE)();
+    return data ? {data: data} : {busy: 'the page cannot capture its state now'};
+}"""
+#: :meth:`BrowserDevice.restore_page`'s script around the page's restore (``RESTORE``)
+_RESTORE_JS = """async ([data, rewrite]) => {
+    const g = window.__ga;
+    if (!g || g.navigating || g.fetches > 0 || document.readyState !== 'complete') return false;
+    for (const id of Array.from(g.timers.keys())) clearTimeout(id);
+    getSelection().removeAllRanges();
+    if (document.activeElement && document.activeElement !== document.body) document.activeElement.blur();
+    return await (RESTORE)(data, rewrite);
 }"""
 
 
@@ -390,6 +418,117 @@ class BrowserDevice(Device):
         self._drop_context()
         if self._owns_browser and self._handle is not None:
             self._handle.close()
+
+    # --- snapshots ----------------------------------------------------------------------------
+
+    def _layout_key(self) -> list[Any]:
+        """What a page's layout depends on: a page state restores only onto the same."""
+        c = self.config
+        return [list(c.viewport), c.mobile, c.device_scale_factor, c.user_agent or "", c.locale, c.timezone_id]
+
+    def state_key(self) -> str:
+        """Everything an observation of a page depends on besides the page: the layout, what the
+        observation holds (tree, marks, image format) and the browser that renders it."""
+        c = self.config
+        try:  # Playwright keeps the version from the launch: no round trip
+            version = self._handle.browser.version if self._handle is not None else ""
+        except Exception:
+            version = ""
+        return json.dumps([self._layout_key(), c.tree, c.image_format, c.jpeg_quality, c.marks, c.init_script,
+                           c.headless, c.chromium_path or "", version])
+
+    def snapshot_page(self, capture: str) -> DeviceState:
+        """The open page's state as its own script captures it: ``capture`` is the source of a
+        JavaScript function returning plain data (or null when the page cannot now). Taken on a quiet
+        page only (nothing in flight, no timer due, no animation; waited for up to ``settle_timeout_ms``):
+        :class:`SnapshotError` otherwise,
+        or when the page's history holds entries its script does not see (another origin's)."""
+        self._guard()
+        from playwright.sync_api import Error as PlaywrightError
+        try:
+            got = self.page.evaluate(_SNAPSHOT_JS.replace("POLL", SETTLE_POLL_JS.strip(), 1)
+                                     .replace("CAPTURE", capture, 1), self.config.settle_timeout_ms)
+            hist = self._cdp.send("Page.getNavigationHistory")
+            url = self.page.url
+        except PlaywrightError as e:
+            raise self._wrap(e) from e
+        if not isinstance(got, dict) or "data" not in got:
+            raise SnapshotError(f"the page cannot be captured now: {(got or {}).get('busy', 'no answer')}")
+        data = got["data"]
+        entries = data.get("entries") if isinstance(data, dict) else None
+        if isinstance(entries, list) and (len(entries) != len(hist["entries"])
+                                          or data.get("index") != hist["currentIndex"]):
+            raise SnapshotError("the page's history holds pages its script does not see (another origin's)")
+        return DeviceState("browser-page", {"page": data, "url": url, "layout": self._layout_key(),
+                                            "key": self.state_key()})
+
+    def restore_page(self, state: DeviceState, restore: str, *, url: str,
+                     rewrite: Sequence[tuple[str, str]] = (), marks: Any = None) -> bool:
+        """Put back a :meth:`snapshot_page` state through the page's own script: ``restore`` is the
+        source of a JavaScript function of ``(data, rewrite)`` that resolves to true once the document
+        stands as captured (``rewrite``: url prefixes to map, e.g. another session's urls to this
+        one's). It runs in the open document when that is a quiet page of ``url``'s origin in a
+        context not due for replacement; otherwise ``url`` is loaded first (a page whose script can
+        restore). Cookies are cleared, the history is the captured one, the old document's timers,
+        selection and focus are gone. ``marks``: the observation's marks the state came with (what
+        element actions refer to until the next observation).
+
+        Returns whether a page was loaded (the server saw a request). :class:`SnapshotError` when
+        the state was taken on another layout (viewport, scale, user agent) or the page did not
+        take it back; :class:`DeviceError` when the device died."""
+        if self._closed:
+            raise DeviceError("the device was closed")
+        data = state.data if state.kind == "browser-page" else None
+        if not isinstance(data, Mapping) or not isinstance(data.get("page"), Mapping):
+            raise SnapshotError(f"not a browser page state: {state.kind}")
+        if data.get("layout") != self._layout_key():
+            raise SnapshotError(f"the page was captured on another screen ({data.get('layout')}); "
+                                f"this device is {self._layout_key()}")
+        from playwright.sync_api import Error as PlaywrightError
+        c = self.config
+        loaded = False
+        if (self._dead or self._page is None or not c.reuse_context
+                or self._context_resets >= c.context_max_resets
+                or origin_of(url) != origin_of(self._page.url)):
+            home, self.home_url = self.home_url, url
+            try:
+                self.reset()
+            finally:
+                self.home_url = home
+            loaded = True
+        try:
+            self._context.clear_cookies()
+            self._blocked.clear()
+            self._popup_url = None
+            self._quiet_mutations = None
+            self._cdp.send("Page.resetNavigationHistory")
+            script = _RESTORE_JS.replace("RESTORE", restore, 1)
+            ok = self.page.evaluate(script, [dict(data["page"]), [list(p) for p in rewrite]])
+            if not ok and not loaded:  # a busy page or one without the script: load one and try again
+                home, self.home_url = self.home_url, url
+                try:
+                    self.reset()
+                finally:
+                    self.home_url = home
+                loaded = True
+                self._cdp.send("Page.resetNavigationHistory")
+                ok = self.page.evaluate(script, [dict(data["page"]), [list(p) for p in rewrite]])
+            if not ok:
+                raise SnapshotError("the page did not take the state back")
+            hist = self._cdp.send("Page.getNavigationHistory")
+            entries = data["page"].get("entries")
+            if isinstance(entries, list) and (len(hist["entries"]) != len(entries)
+                                              or hist["currentIndex"] != data["page"].get("index")):
+                raise SnapshotError("the restored history is not the captured one")
+            if not loaded:
+                self._context_resets += 1
+            self._settle()
+        except PlaywrightError as e:
+            raise self._wrap(e) from e
+        if self._dead:
+            raise DeviceError(self._dead)
+        self._marks = marks
+        return loaded
 
     # --- events -----------------------------------------------------------------------------
 

@@ -24,7 +24,12 @@ from typing import Any
 
 from emulators.suites.base import Suite
 
+from . import snapshot as _snapshot
 from .tasks import TASKS, WebTask
+
+# WebTask's snapshot methods (session state + the page) live in .snapshot beside the server code
+# they depend on; the task modules hold the tasks' data
+_snapshot.install(WebTask)
 
 __all__ = ["SUITE", "WebAppsSuite", "TASKS", "WebTask", "AppServer", "AppClient", "SHUFFLED_TASKS", "TASK_SETS"]
 

@@ -117,8 +117,15 @@
     const resp = await fetch(url, { cache: "no-store", credentials: "same-origin", referrerPolicy: referrerPolicy });
     if (!(resp.headers.get("content-type") || "").startsWith("text/html")) return false;
     const doc = new DOMParser().parseFromString(await resp.text(), "text/html");
+    if (appOnly && (!resp.ok || resp.redirected || assets(doc) !== assets(document))) return false;
+    put(doc);
+    return true;
+  }
+
+  // `doc`'s <html> attributes, <head> and <body> in place of this page's; answers to this page's
+  // POSTs still in flight are dropped
+  function put(doc) {
     const sameHead = assets(doc) === assets(document);
-    if (appOnly && (!resp.ok || resp.redirected || !sameHead)) return false;
     const html = document.documentElement;
     for (const a of Array.from(html.attributes)) html.removeAttribute(a.name);
     for (const a of Array.from(doc.documentElement.attributes)) html.setAttribute(a.name, a.value);
@@ -129,7 +136,6 @@
     clearTimeout(hold);
     window.__pending = 0;
     init();
-    return true;
   }
 
   // the referrer each history entry's page was opened with (a page load keeps it with the entry)
@@ -145,6 +151,8 @@
     window.scrollTo(0, 0);
     referrer = "";
     referrers.clear();  // the device leaves this entry alone in the history
+    scrolls.clear();
+    rebuilt.clear();
     if (window.navigation) referrers.set(navigation.currentEntry.key, referrer);
     return true;
   }
@@ -158,16 +166,23 @@
   // all of it off: every page change is then a page load.
   let fullLoad = !!window.__webappsPageLoads;
   if (window.navigation) navigation.addEventListener("navigate", (e) => {
+    if (restoring) {  // a restore rebuilding the history (snapshots, below): it sets scroll and focus itself
+      if (e.canIntercept) e.intercept({ scroll: "manual", focusReset: "manual" });
+      return;
+    }
+    if (navigation.currentEntry) scrolls.set(navigation.currentEntry.key, [scrollX, scrollY]);
     if (fullLoad || !e.canIntercept || e.hashChange || e.downloadRequest || e.formData) return;
     // pushState / replaceState (this script's own, at a reset) move nothing: only loads and traversals
     if (e.destination.sameDocument && e.navigationType !== "traverse") return;
     const to = new URL(e.destination.url);
     if (to.origin !== location.origin || !to.pathname.startsWith("/s/")) return;
     const from = location.href, kind = e.navigationType;
+    // an entry a restore made: the browser's scroll position for it is the restore's, not the page's
+    const rebuiltScroll = kind === "traverse" && rebuilt.has(e.destination.key) ? scrolls.get(e.destination.key) : null;
     clearTimeout(hold);
     hold = setTimeout(() => {}, 1000);
     e.intercept({
-      scroll: "after-transition",
+      scroll: rebuiltScroll ? "manual" : "after-transition",
       focusReset: "after-transition",
       async handler() {
         let shown = false;
@@ -183,8 +198,94 @@
         const key = navigation.currentEntry.key;
         referrer = kind === "traverse" || kind === "reload" ? (referrers.get(key) ?? "") : from;
         referrers.set(key, referrer);
+        if (rebuiltScroll) window.scrollTo(rebuiltScroll[0], rebuiltScroll[1]);
       },
     });
   });
-  window.webapps = { visit: visit };
+
+  // --- Snapshots (the browser device's snapshot_page / restore_page, docs/webapps.md) ---
+  // What a page load cannot give back and this document holds: the history entries (urls, each
+  // one's referrer and scroll position), the page as it stands (attributes and text the page
+  // changed, form fields as typed, open dialogs, scroll positions, focus and selection). The
+  // server holds the rest (the session's state). A capture is taken on a quiet page only.
+  let restoring = false;
+  const scrolls = new Map();  // entry key -> [x, y] where the page was when it left the entry
+  const rebuilt = new Set();  // keys of the entries the last restore made
+
+  const CONTROLS = "input, textarea, select";
+  const URL_ATTRS = ["href", "action", "data-post", "formaction", "src"];
+
+  function snapshot() {
+    if (fullLoad || window.__pending || !window.navigation || !navigation.currentEntry) return null;
+    const cur = navigation.currentEntry;
+    const entries = navigation.entries().map((e) => ({
+      url: e.url, referrer: referrers.get(e.key) ?? "",
+      scroll: e.key === cur.key ? [scrollX, scrollY] : (scrolls.get(e.key) || [0, 0]) }));
+    const all = Array.from(document.body.querySelectorAll("*"));
+    const controls = Array.from(document.querySelectorAll(CONTROLS), (c) =>
+      c.type === "checkbox" || c.type === "radio" ? [c.checked] : c.tagName === "SELECT" ? [c.selectedIndex] : c.value);
+    const dialogs = Array.from(document.querySelectorAll("dialog"), (d) => (d.open ? (d.matches(":modal") ? 2 : 1) : 0));
+    const scrolled = [];
+    all.forEach((el, i) => { if (el.scrollTop || el.scrollLeft) scrolled.push([i, el.scrollLeft, el.scrollTop]); });
+    const a = document.activeElement;
+    let focus = null;
+    if (a && a !== document.body && document.body.contains(a)) {
+      let sel = null;
+      try { if (typeof a.selectionStart === "number") sel = [a.selectionStart, a.selectionEnd, a.selectionDirection]; } catch (err) { sel = null; }
+      focus = { index: all.indexOf(a), visible: a.matches(":focus-visible"), sel: sel };
+    }
+    return { entries: entries, index: cur.index, html: document.documentElement.outerHTML, controls: controls,
+             dialogs: dialogs, scrolled: scrolled, focus: focus, scroll: [scrollX, scrollY], fullLoad: false };
+  }
+
+  // Puts a snapshot back in this document. `rewrite`: [[from, to], ...] url prefixes (another
+  // session's, or another server's, urls made this one's), applied to the history and to the
+  // url attributes of the page. The caller (the device) has left this entry alone in the history.
+  async function restore(snap, rewrite) {
+    const fix = (u) => {
+      for (const [from, to] of rewrite) if (u.startsWith(from)) return to + u.slice(from.length);
+      return u;
+    };
+    restoring = true;
+    try {
+      const entries = snap.entries.map((e) => ({ url: fix(e.url), referrer: e.referrer ? fix(e.referrer) : "", scroll: e.scroll }));
+      history.replaceState(null, "", entries[0].url);
+      for (let i = 1; i < entries.length; i++) history.pushState(null, "", entries[i].url);
+      const list = navigation.entries();
+      if (list.length !== entries.length) return false;
+      if (snap.index !== list.length - 1) await navigation.traverseTo(list[snap.index].key).finished;
+      referrers.clear(); scrolls.clear(); rebuilt.clear();
+      entries.forEach((e, i) => { referrers.set(list[i].key, e.referrer); scrolls.set(list[i].key, e.scroll); rebuilt.add(list[i].key); });
+      referrer = entries[snap.index].referrer;
+
+      const doc = new DOMParser().parseFromString(snap.html, "text/html");
+      for (const attr of URL_ATTRS) {
+        for (const el of doc.querySelectorAll(`[${attr}]`)) el.setAttribute(attr, fix(el.getAttribute(attr)));
+      }
+      put(doc);
+      const all = Array.from(document.body.querySelectorAll("*"));
+      Array.from(document.querySelectorAll(CONTROLS)).forEach((c, i) => {
+        const v = snap.controls[i];
+        if (Array.isArray(v)) { if (c.tagName === "SELECT") c.selectedIndex = v[0]; else c.checked = v[0]; }
+        else if (v !== undefined) c.value = v;
+      });
+      Array.from(document.querySelectorAll("dialog")).forEach((d, i) => {
+        if (snap.dialogs[i] === 2) { d.removeAttribute("open"); d.showModal(); }
+      });
+      for (const [i, left, top] of snap.scrolled) { if (all[i]) { all[i].scrollLeft = left; all[i].scrollTop = top; } }
+      window.scrollTo(snap.scroll[0], snap.scroll[1]);
+      const f = snap.focus;
+      if (f && all[f.index]) {
+        all[f.index].focus({ preventScroll: true, focusVisible: f.visible });
+        if (f.sel) { try { all[f.index].setSelectionRange(f.sel[0], f.sel[1], f.sel[2]); } catch (err) { /* not a text field */ } }
+      } else if (document.activeElement && document.activeElement !== document.body) {
+        document.activeElement.blur();
+      }
+      return true;
+    } finally {
+      restoring = false;
+    }
+  }
+
+  window.webapps = { visit: visit, snapshot: snapshot, restore: restore };
 })();
