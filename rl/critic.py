@@ -10,8 +10,8 @@ several epochs each iteration on cached features.
 Features are computed once per iteration, before the update. By default
 (``--critic-features start``) they come from the frozen starting model, not from the learner:
 a head fitted on one iteration's features then reads the next iteration's in the same space,
-where the learner's own hidden states move under it with every update (its values drifted by
-1-2 after one update at lr 3e-4 in the step-level check, docs/training.md). The head is
+where the learner's own hidden states move under it with every update (by how much:
+docs/results.md, "The critic's fit"). The head is
 fitted on them after the policy's update with the clipped value loss
 (:func:`rl.losses.value_loss`). Only the head's weights go into checkpoints
 (``critic.safetensors``, read back as tensors only); its Adam state starts afresh on resume.

@@ -7,7 +7,7 @@ the assistant's tokens only, optionally up-weighting the action name and the
 coordinate digits ("action-aware" SFT): those are the few tokens that decide
 where the tap lands, and they drown among JSON punctuation otherwise.
 
-Recipe (measured on tiny models on CPU: docs/training.md, "Learning from scratch on
+Recipe (what it teaches a tiny model on CPU: docs/results.md, "Learning from scratch on
 CPU"): AdamW, lr 1e-3, β2 0.98, 30 warm-up steps, cosine decay, batch 8.
 """
 

@@ -1,8 +1,8 @@
 """Semi-online performance (SOP): recorded episodes replayed once each, without patches.
 
 Progress is the share of recorded steps matched before the first mismatch; success, every step
-matched. ``guiagent eval --mode semi-online`` reports both, overall and per task; measured over
-SFT checkpoints they rank models as online success does (docs/training.md).
+matched. ``guiagent eval --mode semi-online`` reports both, overall and per task; how they rank
+SFT checkpoints against online success: docs/results.md, "Semi-online RL".
 """
 
 from __future__ import annotations

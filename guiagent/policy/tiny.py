@@ -7,8 +7,8 @@ the Qwen2-VL chat template and a ``preprocessor_config.json``, so the same
 
 The tokenizer is a byte-level BPE trained here with the ``tokenizers`` library.
 Digits are split into single tokens before the byte-level step: single-digit
-tokens learn coordinates faster than multi-digit BPE pieces (measured: multi-digit
-pieces plateaued at 81%; docs/training.md, "Learning from scratch on CPU"). Its corpus is built from the action vocabulary
+tokens learn coordinates faster than multi-digit BPE pieces (docs/results.md, "Learning
+from scratch on CPU"). Its corpus is built from the action vocabulary
 (action names, JSON punctuation, numbers) and common words of task goals.
 
 Example::

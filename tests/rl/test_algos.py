@@ -1,4 +1,4 @@
-"""Training modes beyond GRPO (rl/algos.py): GiGPO on stored rollouts, the critic, the horizon
+"""Training modes beyond GRPO (rl/strategies/): GiGPO on stored rollouts, the critic, the horizon
 schedule, per-step credit in the store; a trainer run of ppo and of awr (offline, then online)."""
 
 import io

@@ -34,7 +34,7 @@ def _run(*args):
 def test_the_embedded_default_adds_at_each_stage(tmp_path):
     """README command (a), `guiagent train` with no flags: held-out success (192 episodes) after the warm
     start, after the semi-online stage and after the online stage, each above the last (measured
-    38.5% -> 53.1% -> 62.5% and 65.6% with seed 0: docs/training.md, "The embedded default")."""
+    38.5% -> 53.1% -> 62.5% and 65.6% with seed 0: docs/results.md, "The embedded default")."""
     import json
 
     got = json.loads(_run("train", "--out", str(tmp_path / "train"), "--json").strip().splitlines()[-1])
@@ -71,7 +71,7 @@ MULTI_STEP_TASKS = ("settings_dark_theme", "settings_font_size", "todo_complete"
 
 
 def test_awr_raises_held_out_success_on_three_step_tasks(tmp_path):
-    """The step-level check of docs/training.md ("Learning check: step-level credit on 3-step tasks"),
+    """The step-level check of docs/results.md ("Step-level credit on 3-step tasks"),
     its best method: demos -> SFT checkpoint at step 140 of 180 -> AWR (step-level values, a replay
     buffer seeded with the demonstrations) on three 3-step fixed-layout tasks -> held-out greedy
     success on 48 episodes, before and after (measured 43.8% -> 68.8% on seeds 0 and 1)."""
