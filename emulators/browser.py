@@ -88,9 +88,9 @@ class BrowserConfig:
     ``home_url`` (read at each request, so a suite may change ``device.home_url`` per
     episode). ``block_file_urls=False`` lets every ``file://`` url load.
     ``tree='aria'`` adds ``locator('body').aria_snapshot()`` text to each observation
-    (~8 ms, taken while the screenshot is captured). ``reuse_context`` keeps one browser
+    (taken while the screenshot is captured). ``reuse_context`` keeps one browser
     context across ``reset`` calls (faster: cookies are cleared, but local storage and the
-    cache are not), otherwise each ``reset`` opens a new context (~150 ms). A reused context is
+    cache are not), otherwise each ``reset`` opens a new context. A reused context is
     still replaced after ``context_max_resets`` resets: Playwright keeps a record of every
     navigation's request and response for the context's life (in this process and in its
     driver, up to 10,000 of each), about two per episode, so one context kept for a worker's
@@ -548,8 +548,8 @@ class BrowserDevice(Device):
     def _route_pattern(self) -> Any:
         """Which requests :meth:`_route` sees. With fixed ``allowed_origins`` the driver lets the
         allowed http(s) origins (and ``about:``/``data:``/``blob:``) through by itself: a page load
-        then costs no round trip to Python per request (~8 ms of Python and ~5 of the driver's CPU
-        a load of three requests). Everything else still comes to :meth:`_route`, which decides."""
+        then costs no round trip to Python per request (docs/benchmarks.md, "Browser device costs
+        behind its design choices"). Everything else still comes to :meth:`_route`, which decides."""
         origins = [a for a in self.config.allowed_origins if urlsplit(a).scheme in ("http", "https")]
         if not origins:  # allowed origins follow home_url, which may change between episodes
             return "**/*"
@@ -708,8 +708,8 @@ class BrowserDevice(Device):
         self._guard()
         from playwright.sync_api import Error as PlaywrightError
         c = self.config
-        # CDP's capture with optimizeForSpeed (fast zlib level) takes ~17 ms against ~35-55 ms for
-        # page.screenshot. It captures CSS pixels, though, and its clip scale breaks Playwright's
+        # CDP's capture with optimizeForSpeed (fast zlib level) is faster than page.screenshot
+        # (docs/benchmarks.md). It captures CSS pixels, though, and its clip scale breaks Playwright's
         # device-scale emulation, so scaled screens go through page.screenshot.
         fast = c.device_scale_factor == 1
         if fast:
@@ -742,7 +742,7 @@ class BrowserDevice(Device):
                  ) -> tuple[bytes, str | None, tuple[Mark, ...] | None]:
         """Screenshot, ARIA tree and marks. The fast path sends the requests at once through the
         sync API's event loop (the capture waits on the compositor while the renderer builds
-        the trees: ~8 ms less a step); it uses Playwright internals, so any mismatch falls back
+        the trees); it uses Playwright internals, so any mismatch falls back
         to one request after the other for good."""
         if fast and (want_tree or want_marks) and BrowserDevice._overlap_ok:
             try:

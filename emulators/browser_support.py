@@ -39,8 +39,8 @@ _SYSTEM_CHROMIUMS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin
                      "/usr/bin/google-chrome-stable")
 #: Chromium's headless shell (Debian's ``chromium-headless-shell``; the binary, not the wrapper
 #: script, so the browser's process is the one launched): the same Blink, without the full
-#: browser around it. Headless, it renders the same screenshots at less CPU: 18% less a tap +
-#: settle + observe and 27% less a page load (``python bench/env_cpu.py``, docs/benchmarks.md).
+#: browser around it. Headless, it renders the same screenshots at less CPU (18% less a tap step,
+#: 27% less a page load: docs/benchmarks.md, "Browser device costs behind its design choices").
 _HEADLESS_SHELLS = ("/usr/lib/chromium/chromium-headless-shell", "/usr/bin/chromium-headless-shell",
                     "/usr/bin/chrome-headless-shell")
 
@@ -419,7 +419,7 @@ async (remaining) => {
 # screenshot: ``Accessibility.getFullAXTree`` (Chromium's own roles and accessible names, and which
 # nodes are hidden) and ``DOMSnapshot.captureSnapshot`` (every node's layout box, and whether it
 # responds to clicks, listeners added from script included, which no role shows: MiniWoB's links are
-# spans with d3 click handlers). ~2-4 ms each once warm on a phone-sized page (docs/grounding.md).
+# spans with d3 click handlers). Their cost: docs/grounding.md, "Marks and element actions".
 
 #: roles a person acts on: always marked when visible
 INTERACTIVE_ROLES = frozenset({

@@ -1,7 +1,8 @@
 """Android devices for guiagent: one :class:`AndroidDevice` over interchangeable transports.
 
-* :class:`AdbTransport` — the adb client (universal, ~0.5 s a screenshot).
-* :class:`EmulatorGrpcTransport` — the emulator's gRPC service (~20 ms a screenshot), adb for the rest.
+* :class:`AdbTransport` — the adb client (universal, slow for screenshots).
+* :class:`EmulatorGrpcTransport` — the emulator's gRPC service (the fast path for pixels and input),
+  adb for the rest.
 * :class:`AppiumTransport` — an Appium UiAutomator2 session (W3C pointer actions).
 * :class:`AndroidEnvTransport` — an android_env ``AndroidEnv`` (or its FakeSimulator).
 

@@ -1,7 +1,7 @@
 """The adb transport: ``adb -s SERIAL ...`` subprocesses.
 
-Slow but universal (~0.5 s a ``screencap``; see docs/android.md for the gRPC
-fast path). Command construction is pure (the ``*_argv`` / ``*_commands``
+Slow but universal (a ``screencap`` subprocess a screenshot; see docs/android.md for the
+gRPC fast path). Command construction is pure (the ``*_argv`` / ``*_commands``
 functions) so it is tested without a device; :class:`AdbTransport` runs them and
 turns adb's complaints into typed errors::
 

@@ -89,8 +89,8 @@ class AndroidDevice(Device):
 
     ``settle_s`` waits after each action; with ``stable_timeout_s > 0`` the
     device also polls screenshots until two in a row are identical (cheap on
-    the gRPC transport, ~20 ms a frame). ``with_tree`` adds the accessibility
-    tree to observations (0.8–2 s on adb; off for pure-pixel agents). ``with_marks`` numbers
+    the gRPC transport). ``with_tree`` adds the accessibility tree to observations (a
+    ``uiautomator dump`` a step on adb: slow; off for pure-pixel agents). ``with_marks`` numbers
     the screen's controls and texts from the same dump (``Observation.marks``, for element actions
     and the ``marks`` action format; :func:`~emulators.android.uitree.ui_marks`): one dump a step
     gives both, so marks cost only their parsing when the tree is on anyway.

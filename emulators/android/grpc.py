@@ -1,7 +1,7 @@
 """The emulator gRPC transport: the Android Emulator's ``EmulatorController`` service.
 
-The fast path: ``getScreenshot(ImageFormat(format=PNG))`` returns a PNG in ~20 ms
-(vs ~500 ms for ``adb exec-out screencap -p``), and touches/keys go straight
+The fast path: ``getScreenshot(ImageFormat(format=PNG))`` returns a PNG from the emulator itself
+(no ``adb exec-out screencap -p`` subprocess), and touches/keys go straight
 into the emulator's input pipeline (``sendTouch``, ``sendKey``) without an adb
 round trip. Start the emulator with ``-grpc PORT`` (the farm images do).
 What gRPC cannot do (UI tree dumps, starting apps, the foreground activity)

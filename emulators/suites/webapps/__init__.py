@@ -73,8 +73,8 @@ class WebAppsSuite(Suite):
         (``tree="none"``, ``image_format="jpeg"``...). Contexts are reused across
         resets by default: the apps keep no state in the browser. The apps render their
         pages in the open document (resets, links, redirects, Back: see docs/webapps.md);
-        ``page_loads=True`` makes every one of them a page load instead (same screens, ~2x
-        the CPU a page change).
+        ``page_loads=True`` makes every one of them a page load instead (same screens, more CPU
+        a page change: docs/benchmarks.md).
         """
         # lazy: the browser device (asyncio, ~35 ms); `import emulators` lists tasks without it
         from emulators.browser import BrowserConfig, BrowserDevice

@@ -140,7 +140,7 @@ def create_app(store: SessionStore) -> Flask:
     app.config["STORE"] = store
     # The stylesheet and script go inline into every page: one request a page load instead of
     # three (the browser device's navigation guard routes every request, which also turns the
-    # HTTP cache off, so the files came again with every page: ~15 ms of CPU a page load).
+    # HTTP cache off, so the files came again with every page; docs/benchmarks.md).
     assets = {name: Markup((Path(app.static_folder) / f"app.{ext}").read_text())  # type: ignore[arg-type]
               for name, ext in (("app_css", "css"), ("app_js", "js"))}
     if "</style" in assets["app_css"].lower() or "</script" in assets["app_js"].lower():
@@ -296,8 +296,8 @@ class AppClient:
 class LocalClient:
     """:class:`AppClient`'s interface on a server running in this process: the session store
     read and written directly, without an HTTP round trip (what tasks use: a state check
-    costs ~1 ms instead of ~15 ms, and it never blocks the event loop that drives the
-    browsers while the server thread answers). States pass through JSON both ways, so tasks
+    costs a fraction of an HTTP call's, docs/benchmarks.md, and it never blocks the event loop
+    that drives the browsers while the server thread answers). States pass through JSON both ways, so tasks
     see exactly what the HTTP API would give them."""
 
     def __init__(self, server: AppServer):
