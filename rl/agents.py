@@ -1,4 +1,4 @@
-"""Who acts: turn policies for the rollout drivers (oracle, random, model).
+"""Who acts: turn policies for the rollout loop, live or replayed (oracle, random, model).
 
 A turn policy answers a *batch* of slots at once (``act_batch``), so a model
 generates for every busy env in one call. Each answer is typed
@@ -12,8 +12,8 @@ From model to action is one chain:
   server) turns chats into generations and knows nothing of GUIs;
 * :class:`ModelAgent` prompts it (:mod:`rl.prompting`), samples each turn from its own seed
   and parses the reply in its action format;
-* as a :class:`TurnPolicy` it answers each :class:`TurnContext` of the rollout drivers'
-  batches with one :class:`PolicyTurn`.
+* as a :class:`TurnPolicy` it answers each :class:`TurnContext` of the rollout loop's
+  batches (:mod:`rl.loop`) with one :class:`PolicyTurn`.
 
 :func:`load_agent` builds a :class:`ModelAgent` from a model folder, hub id or server URL and
 the :class:`AgentSettings` saved beside the model.

@@ -11,7 +11,7 @@ compares the policy's action with the recorded step's typed target:
 
 Each step's reward comes from format validity, kind match and match
 (:func:`rl.advantages.semi_online_step_rewards`). :class:`ReplaySide` is the rollout loop's side
-(:mod:`rl.loop`), so the episodes, turns, store writes and timers are the online driver's; the
+(:mod:`rl.loop`), so the episodes, turns, store writes and timers are the online rollouts'; the
 G samples of every active episode are answered in one ``act_batch`` call a turn: no device and no
 waiting on screens, which is what makes semi-online fast. The credit is
 :class:`rl.strategies.SemiOnline`'s.
