@@ -253,7 +253,7 @@ def test_train_precision_help_says_what_the_trainer_builds(tiny_model_dir, capsy
                                         ("fp32", torch.float32, False)):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            policy = load_transformers(tiny_model_dir, device="cpu", precision=precision)  # as Trainer._load_policy
+            policy = load_transformers(tiny_model_dir, device="cpu", precision=precision)  # as Learner.load
             opt = build_optimizer(policy, 1e-4, betas=(0.9, 0.98), weight_decay=0.01, precision=precision)
         assert {p.dtype for p in policy.parameters() if p.requires_grad} == {weights}
         assert isinstance(opt, MasterWeightAdamW) is masters
