@@ -143,3 +143,13 @@ def test_reference_and_results_link_each_other() -> None:
     training = (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
     results = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
     assert "(results.md" in training and "(training.md" in results
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if "\nContents: " in p.read_text(encoding="utf-8")],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_contents_line_lists_every_section(page: Path) -> None:
+    """A page's ``Contents:`` line links each of its ``##`` sections, in order (a new section goes there too)."""
+    text = _without_code(page.read_text(encoding="utf-8"))
+    contents = next(line for line in text.splitlines() if line.startswith("Contents: "))
+    sections = [slug(line[3:]) for line in text.splitlines() if line.startswith("## ")]
+    assert re.findall(r"\]\(#([^)]+)\)", contents) == sections
