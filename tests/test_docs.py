@@ -82,7 +82,7 @@ def test_quoted_sections_exist() -> None:
     may be named by the start of its heading up to a parenthesis, colon or comma."""
     bad = []
     for rel in _tracked():
-        if not rel.endswith(POINTER_SUFFIXES):
+        if not rel.endswith(POINTER_SUFFIXES) or rel == "tests/test_docs.py":  # its own examples
             continue
         try:
             text = (ROOT / rel).read_text(encoding="utf-8")
