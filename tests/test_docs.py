@@ -54,12 +54,12 @@ def anchors(page: Path) -> set[str]:
 
 
 def headings(page: Path) -> set[str]:
-    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
-    return {m.group(1).strip() for m in re.finditer(r"^#{1,6} (.+)$", text, flags=re.M)}
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.DOTALL)
+    return {m.group(1).strip() for m in re.finditer(r"^#{1,6} (.+)$", text, flags=re.MULTILINE)}
 
 
 def _without_code(text: str) -> str:
-    return re.sub(r"```.*?```", "", text, flags=re.S)
+    return re.sub(r"```.*?```", "", text, flags=re.DOTALL)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -92,12 +92,9 @@ def test_quoted_sections_exist() -> None:
         flat = re.sub(r"\s*\n\s*(?:#:?|\*|//)?\s*", " ", text)
         for m in re.finditer(r"((?:\.\./)?docs/|\b)([\w-]+)\.md[`']*,?\s*\(?\s*(?:\"|'')?\"([^\"]{3,80})\"", flat):
             prefix, name, section = m.groups()
-            if not prefix and rel.startswith("docs/"):
-                page = ROOT / "docs" / f"{name}.md"
-            elif prefix:
-                page = ROOT / "docs" / f"{name}.md"
-            else:
+            if not prefix and not rel.startswith("docs/"):  # a bare NAME.md outside docs/: not a page
                 continue
+            page = ROOT / "docs" / f"{name}.md"
             if not page.exists():
                 bad.append(f"{rel}: docs/{name}.md does not exist")
             elif not any(h == section or h.startswith((f"{section} (", f"{section}:", f"{section},"))
@@ -124,9 +121,9 @@ def test_module_map_names_existing_modules() -> None:
     text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
     section = text.split("## Module map", 1)[1].split("\n## ", 1)[0]
     bad = []
-    for block in re.split(r"^### ", section, flags=re.M)[1:]:
+    for block in re.split(r"^### ", section, flags=re.MULTILINE)[1:]:
         package = block.split()[0]
-        for row in re.findall(r"^\| (.+?) \|", block, flags=re.M):
+        for row in re.findall(r"^\| (.+?) \|", block, flags=re.MULTILINE):
             if row in ("module", "---"):
                 continue
             folder = ROOT / package  # `datasets/uis1.py`, `guiodyssey.py`: the later names share the folder
