@@ -41,13 +41,14 @@ from typing import Any, Sequence
 
 from emulators.pool_types import (
     ActionRequest, EnvOutput, EnvPool, PoolError, PoolRequestError, PoolStartError, ResetRequest,
-    WorkerReplacementError, dead_observation, error_output,
+    WorkerReplacementError, dead_observation, error_output, SnapshotOutput,
 )
 from emulators.pool_worker import EnvWorker, resolve_suite
+from emulators.snapshot import EnvState
 from guiagent.types import Action
 
 __all__ = [
-    "ResetRequest", "ActionRequest", "EnvOutput", "EnvPool", "InProcessPool", "RayEnvPool",
+    "ResetRequest", "ActionRequest", "EnvOutput", "SnapshotOutput", "EnvPool", "InProcessPool", "RayEnvPool",
     "PoolError", "PoolRequestError", "PoolStartError", "WorkerReplacementError", "dead_observation",
     "ensure_ray", "resolve_suite",
 ]
@@ -85,6 +86,13 @@ class _SlotBook:
                 raise PoolRequestError(f"unknown task {r.task_id!r}; known: {sorted(self.task_ids)}")
             if r.max_steps is not None and r.max_steps <= 0:
                 raise PoolRequestError(f"max_steps must be positive, got {r.max_steps}")
+            if r.state is not None:
+                if not isinstance(r.state, EnvState):
+                    raise PoolRequestError(f"slot {r.slot}: a state to restore is an EnvState, "
+                                           f"got {type(r.state).__name__}")
+                if r.state.spec.task_id != r.task_id:
+                    raise PoolRequestError(f"slot {r.slot}: a state of {r.state.spec.task_id!r} cannot start "
+                                           f"{r.task_id!r}")
 
     def check_step(self, requests: Sequence[ActionRequest]) -> None:
         self.check_slots([r.slot for r in requests])
@@ -133,6 +141,12 @@ class InProcessPool:
         slots = list(slots)
         self._book.check_slots(slots)
         return self._worker.oracle_batch(slots)
+
+    def snapshot(self, slots: Sequence[int]) -> list[SnapshotOutput]:
+        """Each slot's env state (restore it with ``ResetRequest(state=...)`` in any slot), or why not."""
+        slots = list(slots)
+        self._book.check_slots(slots)
+        return self._worker.snapshot_batch(slots)
 
     def health(self) -> list[bool]:
         return [self._worker.ping()]
@@ -294,6 +308,26 @@ class RayEnvPool:
                     got = [None] * len(groups[w])
                 answers.update(zip(groups[w], got))
         return [answers[s] for s in slots]
+
+    def snapshot(self, slots: Sequence[int]) -> list[SnapshotOutput]:
+        """Each slot's env state, all workers in parallel; a worker that fails or does not answer
+        within the step timeout gives errors (its next step or reset reports and replaces it)."""
+        import ray
+        slots = list(slots)
+        self._book.check_slots(slots)
+        groups = self._group(slots, lambda s: s)
+        with self._lock:
+            refs = {w: self._actors[w].snapshot_batch.remote(batch) for w, batch in groups.items()}
+            ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.step_timeout_s)
+            got: dict[int, SnapshotOutput] = {}
+            for w, ref in refs.items():
+                try:
+                    got.update((o.slot, o) for o in ray.get(ref, timeout=0))
+                except Exception as e:
+                    reason = f"worker {w} failed in snapshot: {_first_line(e) or type(e).__name__}"
+                    log.warning("%s", reason)
+                    got.update((s, SnapshotOutput(s, error=reason, worker_id=w)) for s in groups[w])
+        return [got[s] for s in slots]
 
     def health(self, timeout_s: float = 2.0) -> list[bool]:
         """One cheap ping per worker; ``False`` for a dead worker or one busy past ``timeout_s``."""

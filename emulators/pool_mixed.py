@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from emulators.pool import InProcessPool, RayEnvPool
-from emulators.pool_types import ActionRequest, EnvOutput, PoolRequestError, ResetRequest
+from emulators.pool_types import ActionRequest, EnvOutput, PoolRequestError, ResetRequest, SnapshotOutput
 from emulators.suites.mixed import split_env, split_task
 from guiagent.types import Action
 
@@ -81,6 +81,13 @@ class MixedPool:
         out: dict[int, Action | None] = {}
         for suite, ss in self._route(slots).items():
             out.update(zip(ss, self.pools[suite].oracle_actions(ss), strict=True))
+        return [out[s] for s in slots]
+
+    def snapshot(self, slots: Sequence[int]) -> list[SnapshotOutput]:
+        slots = list(slots)
+        out: dict[int, SnapshotOutput] = {}
+        for suite, ss in self._route(slots).items():
+            out.update(zip(ss, self.pools[suite].snapshot(ss), strict=True))
         return [out[s] for s in slots]
 
     def health(self) -> list[bool]:

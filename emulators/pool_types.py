@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from emulators.base import StepInfo
+from emulators.snapshot import EnvState
 from emulators.base import dead_observation as _dead_frame
 from guiagent.types import Action, Observation, ParseError, TaskSpec
 
 __all__ = [
-    "ResetRequest", "ActionRequest", "EnvOutput", "EnvPool", "PoolError", "PoolRequestError",
+    "ResetRequest", "ActionRequest", "EnvOutput", "SnapshotOutput", "EnvPool", "PoolError", "PoolRequestError",
     "WorkerReplacementError", "PoolStartError", "dead_observation",
 ]
 
@@ -25,13 +26,16 @@ __all__ = [
 class ResetRequest:
     """Start an episode of ``task_id`` with ``seed`` in ``slot``.
 
-    ``max_steps`` overrides the task's step budget.
+    ``max_steps`` overrides the task's step budget. ``state`` (an
+    :class:`~emulators.snapshot.EnvState` of the same task, from :meth:`EnvPool.snapshot` of any
+    slot) continues that episode here instead of starting a fresh one: a branch of it.
     """
 
     slot: int
     task_id: str
     seed: int
     max_steps: int | None = None
+    state: EnvState | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,17 @@ class EnvOutput:
         return self.terminated or self.truncated or self.worker_error is not None
 
 
+@dataclass(frozen=True)
+class SnapshotOutput:
+    """One slot's state (:meth:`EnvPool.snapshot`), or ``error``: why none was taken (the env
+    cannot snapshot, no running episode, a dead worker); the episode in the slot goes on either way."""
+
+    slot: int
+    state: EnvState | None = None
+    error: str | None = None
+    worker_id: int = 0
+
+
 class EnvPool(Protocol):
     """A fixed set of environment slots driven in batches (see ``docs/fleet.md``)."""
 
@@ -82,6 +97,8 @@ class EnvPool(Protocol):
     def step(self, requests: Sequence[ActionRequest]) -> list[EnvOutput]: ...
 
     def oracle_actions(self, slots: Sequence[int]) -> list[Action | None]: ...
+
+    def snapshot(self, slots: Sequence[int]) -> list[SnapshotOutput]: ...
 
     def health(self) -> list[bool]: ...
 

@@ -43,7 +43,8 @@ from typing import Any, Sequence
 
 from emulators.base import DeviceError, Device, GuiEnv, StepInfo
 from emulators.browser_support import launch, run_concurrently
-from emulators.pool_types import ActionRequest, EnvOutput, ResetRequest, error_output
+from emulators.pool_types import ActionRequest, EnvOutput, ResetRequest, SnapshotOutput, error_output
+from emulators.snapshot import SnapshotError
 from emulators.suites import Suite, get_suite
 from guiagent.types import Action
 
@@ -124,6 +125,24 @@ class EnvWorker:
     def step_batch(self, requests: Sequence[ActionRequest]) -> list[EnvOutput]:
         """Step each requested slot (side by side on a shared browser); outputs in request order."""
         return self._each(self._step_one, requests)
+
+    def snapshot_batch(self, slots: Sequence[int]) -> list[SnapshotOutput]:
+        """Each slot's env state (:meth:`GuiEnv.snapshot`), or why not; episodes go on unchanged."""
+        out = []
+        for s in slots:
+            slot = self._slot(s)
+            if slot.env is None or not slot.live:
+                out.append(SnapshotOutput(s, error="no running episode in this slot", worker_id=self.worker_id))
+                continue
+            try:
+                out.append(SnapshotOutput(s, slot.env.snapshot(), worker_id=self.worker_id))
+            except SnapshotError as e:
+                out.append(SnapshotOutput(s, error=str(e) or type(e).__name__, worker_id=self.worker_id))
+            except Exception as e:  # task or device code failed while capturing: no state, episode goes on
+                log.exception("slot %d: snapshot failed", s)
+                out.append(SnapshotOutput(s, error=f"{type(e).__name__}: {str(e).strip()[:500]}",
+                                          worker_id=self.worker_id))
+        return out
 
     def oracle_batch(self, slots: Sequence[int]) -> list[Action | None]:
         """The task oracle's next action per slot; ``None`` without a live episode or if it fails."""
@@ -218,6 +237,8 @@ class EnvWorker:
                     self._teardown(slot)
                     slot.env = self.suite.make_env(req.task_id, device=slot.device)
                     slot.task_id = req.task_id
+                if req.state is not None:  # a branch: the episode continues from the state
+                    return self._restore_one(slot, req)
                 slot.env.max_steps = req.max_steps or slot.env.task_cls.max_steps
                 obs, info = slot.env.reset_typed(seed=req.seed)
             except DeviceError as e:
@@ -229,6 +250,18 @@ class EnvWorker:
             return EnvOutput(slot=req.slot, observation=obs, spec=info["task"],
                              info=StepInfo(milestones=tuple(info["milestones"])), worker_id=self.worker_id)
         return error_output(req.slot, f"reset failed twice on fresh devices: {last}", self.worker_id)
+
+    def _restore_one(self, slot: _Slot, req: ResetRequest) -> EnvOutput:
+        state = req.state
+        assert state is not None
+        try:
+            obs = slot.env.restore(state)
+        except SnapshotError as e:
+            slot.live = False
+            return error_output(req.slot, f"restore failed: {e}", self.worker_id)
+        slot.live = not state.done
+        return EnvOutput(slot=req.slot, observation=obs, spec=state.spec, terminated=state.done,
+                         info=StepInfo(milestones=tuple(state.milestones)), worker_id=self.worker_id)
 
     def _step_one(self, slot: _Slot, req: ActionRequest) -> EnvOutput:
         if slot.env is None or not slot.live:
