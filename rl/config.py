@@ -21,6 +21,7 @@ from judge.compose import RewardConfig
 from judge.settings import JudgeSettings
 from rl.settings import (
     AWRSettings,
+    BranchSettings,
     CreditSettings,
     CriticSettings,
     EvalSettings,
@@ -115,6 +116,7 @@ class TrainConfig:
     update: Flat[UpdateSettings] = field(default_factory=UpdateSettings)
     learner: Flat[LearnerSettings] = field(default_factory=LearnerSettings)
     gigpo: Flat[GiGPOSettings] = field(default_factory=GiGPOSettings)
+    branch: Flat[BranchSettings] = field(default_factory=BranchSettings)
     critic: Flat[CriticSettings] = field(default_factory=CriticSettings)
     awr: Flat[AWRSettings] = field(default_factory=AWRSettings)
     evaluation: Flat[EvalSettings] = field(default_factory=EvalSettings)

@@ -125,6 +125,8 @@ class Started:
     state: Any = None
     error: str | None = None
     retry: bool = False
+    history: tuple[Step, ...] = ()
+    """steps the policy has seen before this episode's first (a branch's trunk prefix)"""
 
 
 @dataclass
@@ -259,7 +261,8 @@ class RolloutLoop:
             if self.store is not None:
                 writer = self.timed("store_seconds", self.store.begin_episode, self.run_id, got.spec, self.agent,
                                     group_id=r.group_id or None, episode_id=eid)
-            self.live[s] = Episode(r, got.spec, got.observation, eid, s, got.state, writer)
+            self.live[s] = Episode(r, got.spec, got.observation, eid, s, got.state, writer,
+                                   history=list(got.history))
 
     def _abort_unstarted(self, r: Any, got: Started) -> None:
         """A request that could not start: recorded as aborted, never silently dropped."""

@@ -2,6 +2,8 @@
 
 * online: ``--groups-per-iteration`` (task, seed) groups of G episodes on the env pool, in more
   rounds while too few groups are informative (dynamic sampling, ``--min-informative-groups``);
+  with ``--branch-at``, a trunk (or a captured start) per (task, seed) and G branches from each
+  of its chosen states (:mod:`rl.branch`);
 * semi-online: ``--groups-per-iteration`` recorded episodes replayed G times each (:mod:`rl.replay`),
   in more rounds the same way (no device: cheap);
 * offline (AWR's start): none; the strategy trains on its replay buffer.
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import torch
 
 from emulators.suites import get_suite
+from rl.branch import run_branched
 from rl.loop import RolloutResult
 from rl.patching import ModelExplainer
 from rl.replay import run_semi_online
@@ -104,8 +107,13 @@ class Producer:
         cfg = self.cfg
         picks = sample_tasks(rng, self.tasks, cfg.groups.groups_per_iteration, cfg.env_weights)
         seeds = [rng.randrange(TRAIN_SEED_RANGE) for _ in picks]
-        requests = make_groups(picks, seeds, cfg.groups.group_size, max_steps=cfg.credit.max_steps(iteration),
-                               tag=f"i{iteration}r{rnd}")
+        branched = cfg.branch.branch_at != "none"
+        requests = make_groups(picks, seeds, 1 if branched else cfg.groups.group_size,
+                               max_steps=cfg.credit.max_steps(iteration), tag=f"i{iteration}r{rnd}")
+        if branched:  # a trunk (or a captured start) per (task, seed), G branches from its states
+            return run_branched(self.pool(), self.sampler, requests, cfg.branch, group_size=cfg.groups.group_size,
+                                rewards=cfg.rewards, store=self.store, run_id=self.run_id, suite=cfg.env,
+                                judge=self.judge)
         return run_rollout(self.pool(), self.sampler, requests, rewards=cfg.rewards, store=self.store,
                            run_id=self.run_id, suite=cfg.env, judge=self.judge)
 

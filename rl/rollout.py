@@ -41,10 +41,19 @@ class EpisodeRequest:
     max_steps: int | None = None
     member: int = 0
     """which of its group's G episodes this is (with ``group_id``, the key of its sampling stream)"""
+    state: Any = None
+    """an :class:`~emulators.snapshot.EnvState` to continue instead of a reset (a branch: ``rl.branch``)"""
+    prefix: tuple[Step, ...] = ()
+    """the steps before ``state`` (the policy's history in the continuation)"""
 
     @property
     def key(self) -> str:
         return f"{self.group_id}#{self.member}" if self.group_id else f"{self.task_id}:{self.seed}#{self.member}"
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """What the episode's trajectory metadata records about the request."""
+        return {"member": self.member}
 
 
 def step_metadata(target_box: Sequence[float] | None, rejected: Sequence[str] = ()) -> dict[str, Any]:
@@ -82,11 +91,14 @@ class LiveSide:
         return policy.name
 
     def start(self, requests: Sequence[tuple[int, EpisodeRequest]]) -> list[Started]:
-        outs = self.pool.reset([ResetRequest(s, r.task_id, r.seed, r.max_steps) for s, r in requests])
+        """Reset each slot, or restore the state a branch request carries (``rl.branch``)."""
+        outs = self.pool.reset([ResetRequest(s, r.task_id, r.seed, r.max_steps, state=r.state)
+                                for s, r in requests])
         return [Started(error=str(out.worker_error), observation=out.observation, retry=True)
                 if out.worker_error is not None or out.spec is None
-                else Started(out.spec, out.observation, OnlineRewarder(self.rewards, out.info.milestones))
-                for out in outs]
+                else Started(out.spec, out.observation, OnlineRewarder(self.rewards, out.info.milestones),
+                             history=r.prefix)
+                for (_, r), out in zip(requests, outs)]
 
     def step(self, episodes: Sequence[Episode], turns: Sequence[PolicyTurn]) -> list[StepOutcome]:
         outs = self.pool.step([ActionRequest(ep.slot, t.action) for ep, t in zip(episodes, turns)])
@@ -94,7 +106,7 @@ class LiveSide:
 
     @staticmethod
     def _outcome(ep: Episode, turn: PolicyTurn, out: Any) -> StepOutcome:
-        meta = {"member": ep.req.member}
+        meta = dict(ep.req.metadata)
         if out.worker_error is not None:
             return StepOutcome(None, end="aborted", reason=f"worker died: {out.worker_error}",
                                final_observation=out.observation, metadata=meta)

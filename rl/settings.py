@@ -367,6 +367,24 @@ class WarmStartSettings:
 
 
 @dataclass(frozen=True)
+class BranchSettings:
+    """Branched rollouts (``rl.branch``): G continuations sampled from the very same env state."""
+
+    branch_at: Literal["none", "first", "every", "uncertain"] = "none"
+    """none: each of a group's G episodes starts from its own reset; first: one reset per (task,
+    seed) is captured and its G branches restored from it; every: a trunk episode is sampled
+    first and G branches start from each of its states (the trunk's turns are not trained);
+    uncertain: from the --branch-points states of each trunk where its reply was least certain.
+    Needs envs that can snapshot (webapps, miniwob; docs/gymnasium.md, "Snapshots")"""
+    branch_points: int = 1
+    """--branch-at uncertain: states of each trunk to branch from"""
+
+    def __post_init__(self) -> None:
+        if self.branch_points < 1:
+            raise ValueError(f"--branch-points must be >= 1, got {self.branch_points}")
+
+
+@dataclass(frozen=True)
 class GiGPOSettings:
     """gigpo: episode advantage + step advantage within anchor-state groups."""
 

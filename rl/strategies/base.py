@@ -85,6 +85,8 @@ class Strategy:
     default_adv_norm: ClassVar[str] = "none"
     #: --loss-agg "" means this
     default_loss_agg: ClassVar[str] = "token_mean"
+    #: learns from groups of sibling episodes, so --branch-at can sample them from one env state
+    branches: ClassVar[bool] = False
     #: options only this algorithm takes: (section, field) pairs another algorithm refuses when set
     exclusive_options: ClassVar[tuple[tuple[str, str], ...]] = ()
 
@@ -108,6 +110,13 @@ class Strategy:
                 sec = getattr(cfg, section)
                 if getattr(sec, name) != getattr(type(sec)(), name):
                     raise ValueError(f"--{name.replace('_', '-')} is for --algo {other.name}")
+        if cfg.branch.branch_at != "none":
+            if not cls.branches:
+                names = ", ".join(sorted(n for n, c in STRATEGIES.items() if c.branches))
+                raise ValueError(f"--branch-at samples sibling episodes for group advantages; --algo {cls.name} "
+                                 f"has none: use one of {names}")
+            if cfg.mode in ("semi-online", "mixed"):
+                raise ValueError(f"--branch-at branches live episodes; --mode {cfg.mode} replays recorded ones")
         if cls.online_only and cfg.mode not in ("auto", "online"):
             raise ValueError(f"--algo {cls.name} trains on online rollouts: drop --mode {cfg.mode} "
                              "(awr reads recorded runs through --data without it)")

@@ -53,6 +53,7 @@ def episode_returns(traj: Any, gamma: float) -> dict[int, float]:
 class GiGPO(Strategy):
     """Episode advantage + step advantage within anchor-state groups (same screen)."""
 
+    branches = True
     online_only = True
 
     def batch(self, result: "RolloutResult", policy: Any, iteration: int, store: Any = None) -> Batch:

@@ -93,6 +93,7 @@ def groups_short_by_aborts(trajectories: Any) -> int:
 class GRPO(Strategy):
     """Std-normalised group advantages, token-mean loss."""
 
+    branches = True
     normalize_std = True
 
     def batch(self, result: "RolloutResult", policy: Any, iteration: int, store: Any = None) -> Batch:
