@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from guiagent.store import SORT_KEYS, EpisodeFilter
+from guiagent.store import SORT_KEYS, EpisodeFilter, StoreError
 from guiagent.store.records import (
     EpisodeDetail, EpisodeSummary, JudgementRecord, MetricPoint, RunInfo, StepRecord, TaskStats,
 )
@@ -22,7 +22,7 @@ from webui.overlay import mark_shapes, overlay_shapes
 __all__ = [
     "BadQuery", "ListQuery", "parse_list_query", "run_json", "summary_json", "step_json",
     "judgement_json", "credit_by_step", "detail_json", "metrics_json", "chart_groups", "task_stats_json", "num", "int_arg",
-    "integer", "broken_json",
+    "integer", "broken_json", "branch_base", "branches_json",
 ]
 
 MAX_PAGE = 500
@@ -90,6 +90,60 @@ def step_json(r: StepRecord, screenshot_url: str | None) -> dict[str, Any]:
         "semi": semi_online_json(r),
         "rejected_replies": rejected_replies(r.metadata),
     }
+
+
+#: most branches read per branch point, and most branch points, on one episode's page
+MAX_BRANCHES, MAX_BRANCH_POINTS = 64, 100
+
+
+def branch_base(s: EpisodeSummary) -> tuple[str, str | None] | None:
+    """Where an episode sits in a branched rollout (``--branch-at``): ``(base group id, trunk
+    episode id)``, or None for an episode of no tree. A trunk's group id is ``<base>:trunk``; a
+    branch's is ``<base>@<step>`` and its metadata names its trunk (None for a captured start)."""
+    gid = s.group_id or ""
+    if gid.endswith(":trunk"):
+        return gid.removesuffix(":trunk"), s.episode_id
+    meta = s.metadata if isinstance(s.metadata, Mapping) else {}
+    if "branch_step" in meta and "@" in gid:
+        trunk = meta.get("branch_of")
+        return gid.rpartition("@")[0], trunk if isinstance(trunk, str) and trunk else None
+    return None
+
+
+def branches_json(reader: Any, s: EpisodeSummary, url_of: Any) -> dict[str, Any] | None:
+    """An episode's branch tree for its page: the trunk (if any) and, per branch point, the G
+    branches side by side (each with its first screen, first action and outcome); None when the
+    episode is in no tree."""
+    where = branch_base(s)
+    if where is None:
+        return None
+    base, trunk_id = where
+    trunk = None
+    if trunk_id is not None:
+        found = reader.list_episodes(EpisodeFilter(run_id=s.run_id, group_id=f"{base}:trunk"), limit=2).items
+        trunk = next((summary_json(e) for e in found if e.episode_id == trunk_id), None)
+    steps = trunk["num_steps"] if trunk else 1
+    points = []
+    for k in range(min(max(steps, 1), MAX_BRANCH_POINTS)):
+        eps = reader.list_episodes(EpisodeFilter(run_id=s.run_id, group_id=f"{base}@{k}"), limit=MAX_BRANCHES).items
+        if not eps:
+            continue
+        rows = []
+        for e in sorted(eps, key=lambda e: e.metadata.get("member", 0) if isinstance(e.metadata, Mapping) else 0):
+            row = summary_json(e)
+            try:
+                first = reader.get_step(e.episode_id, 0)
+            except StoreError:
+                first = None
+            row["first_action"] = (None if first is None or first.action is None else action_to_dict(first.action))
+            row["first_parse_error"] = first is not None and first.parse_error is not None
+            row["first_screenshot_url"] = url_of(first.screenshot_ref) if first and first.screenshot_ref else None
+            rows.append(row)
+        rewards = [r["total_reward"] for r in rows if isinstance(r["total_reward"], (int, float))]
+        points.append({"step": k, "group_id": f"{base}@{k}", "branches": rows,
+                       "screenshot_url": rows[0]["first_screenshot_url"],
+                       "mean_reward": num(sum(rewards) / len(rewards)) if rewards else None})
+    return {"base": base, "trunk": trunk, "points": points, "current": s.episode_id}
 
 
 def rejected_replies(meta: Any) -> list[str]:

@@ -15,7 +15,7 @@ from flask import Blueprint, current_app, render_template, request
 
 from guiagent.offline_metrics import from_run_metrics
 from guiagent.store import EpisodeFilter
-from webui.data import BadQuery, broken_json, credit_by_step, detail_json, int_arg, run_json, task_stats_json
+from webui.data import BadQuery, branches_json, broken_json, credit_by_step, detail_json, int_arg, run_json, task_stats_json
 from webui.registry import NotFound
 from webui.views import blob_url, registry
 from webui.views.api import filter_options, list_page
@@ -119,6 +119,7 @@ def _player(episode_id: str) -> dict[str, Any]:
     d["siblings"] = [e for e in reader.list_episodes(
         EpisodeFilter(run_id=summary.run_id, task_id=summary.task_id), limit=21).items
         if e.episode_id != episode_id][:20]
+    d["branches"] = branches_json(reader, summary, lambda ref: blob_url(key, ref))
     return d
 
 
