@@ -500,6 +500,9 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     out = Path(args.dir)
     wheels, demos = out / "wheels", out / "demos"
     out.mkdir(parents=True, exist_ok=True)
+    # a site installed by an earlier --install (here, or copied back) would travel and shadow what
+    # the GPU machine's own install decides; it is rebuilt there from the wheels
+    shutil.rmtree(out / "site", ignore_errors=True)
     if not (demos / "store.sqlite").is_file():
         print(f"gpu_check: recording {args.episodes} oracle demonstrations of webapps -> {demos}", flush=True)
         subprocess.run([sys.executable, "-m", "guiagent", "eval", "--env", "webapps", "--agent", "oracle",
@@ -552,9 +555,9 @@ def cmd_install(args: argparse.Namespace) -> int:
         except md.PackageNotFoundError:
             missing.append(f"{dist}=={version}")
     site = out / "site"
+    shutil.rmtree(site, ignore_errors=True)  # never a stale one on the path (the check puts it first)
     if not missing:
         return 0
-    shutil.rmtree(site, ignore_errors=True)
     print(f"gpu_check: installing {' '.join(missing)} -> {site}", flush=True)
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--find-links",
                            str(out / "wheels"), "--no-deps", "--target", str(site), *missing])

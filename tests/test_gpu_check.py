@@ -142,6 +142,12 @@ def test_install_puts_only_the_missing_wheels_in_place_offline(tmp_path):
     check = subprocess.run([sys.executable, "-c", "import gcfake; print(gcfake.VALUE)"], capture_output=True,
                            text=True, env={"PYTHONPATH": str(out / "site"), "PATH": "/usr/bin:/bin"})
     assert check.stdout.strip() == "42"
+    # once nothing is missing (the image gained it), a site left from before is removed, not kept first
+    # on the path
+    (out / "manifest.json").write_text(json.dumps({"ship": {"pyyaml": md.version("pyyaml")}}))
+    again = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "install", "--dir", str(out)],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and not (out / "site").exists()
     missing = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "install", "--dir",
                               str(tmp_path / "nothing")], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "--prepare" in missing.stderr
