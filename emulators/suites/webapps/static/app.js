@@ -64,12 +64,16 @@
     return false;
   }
 
+  const openedFrom = new WeakMap();  // an open dialog -> [the element focused before it, its focus ring]
   document.addEventListener("click", async (ev) => {
     const opener = ev.target.closest("[data-open]");
     if (opener) {
       ev.preventDefault();
       document.querySelectorAll("dialog[open]").forEach((d) => d.close());
-      document.getElementById(opener.dataset.open).showModal();
+      const dialog = document.getElementById(opener.dataset.open);
+      const a = document.activeElement;  // where focus goes back when the dialog closes (a snapshot keeps it)
+      openedFrom.set(dialog, a && a !== document.body ? [a, a.matches(":focus-visible")] : null);
+      dialog.showModal();
       return;
     }
     const closer = ev.target.closest("[data-close]");
@@ -224,7 +228,12 @@
     const all = Array.from(document.body.querySelectorAll("*"));
     const controls = Array.from(document.querySelectorAll(CONTROLS), (c) =>
       c.type === "checkbox" || c.type === "radio" ? [c.checked] : c.tagName === "SELECT" ? [c.selectedIndex] : c.value);
-    const dialogs = Array.from(document.querySelectorAll("dialog"), (d) => (d.open ? (d.matches(":modal") ? 2 : 1) : 0));
+    const dialogs = Array.from(document.querySelectorAll("dialog"), (d) => {
+      if (!d.open) return 0;
+      if (!d.matches(":modal")) return 1;
+      const from = openedFrom.get(d);  // focus goes back there on close: it is part of the state
+      return from && document.body.contains(from[0]) ? [all.indexOf(from[0]), from[1]] : 2;
+    });
     const scrolled = [];
     all.forEach((el, i) => { if (el.scrollTop || el.scrollLeft) scrolled.push([i, el.scrollLeft, el.scrollTop]); });
     const a = document.activeElement;
@@ -270,12 +279,20 @@
         else if (v !== undefined) c.value = v;
       });
       Array.from(document.querySelectorAll("dialog")).forEach((d, i) => {
-        if (snap.dialogs[i] === 2) { d.removeAttribute("open"); d.showModal(); }
+        const how = snap.dialogs[i];
+        if (how !== 2 && !Array.isArray(how)) return;
+        d.removeAttribute("open");
+        const from = Array.isArray(how) ? all[how[0]] : null;
+        if (from) from.focus({ preventScroll: true, focusVisible: how[1] });
+        openedFrom.set(d, from ? [from, how[1]] : null);
+        d.showModal();
       });
       for (const [i, left, top] of snap.scrolled) { if (all[i]) { all[i].scrollLeft = left; all[i].scrollTop = top; } }
       window.scrollTo(snap.scroll[0], snap.scroll[1]);
       const f = snap.focus;
       if (f && all[f.index]) {
+        // focusing the element that has focus changes nothing, its focus ring included (showModal's)
+        if (document.activeElement === all[f.index]) all[f.index].blur();
         all[f.index].focus({ preventScroll: true, focusVisible: f.visible });
         if (f.sel) { try { all[f.index].setSelectionRange(f.sel[0], f.sel[1], f.sel[2]); } catch (err) { /* not a text field */ } }
       } else if (document.activeElement && document.activeElement !== document.body) {

@@ -1,0 +1,238 @@
+"""Snapshots of webapps episodes, on every task, against the episode driven to the same point.
+
+One real Chromium and the real app server for the module, three phone devices (contexts). For
+each task (seed 0): env A runs the oracle to the end, snapshotting at every step and recording what
+the episode shows at the start, half way and at the end (``-m slow``: before the last action too,
+with ARIA trees, seeds 0-2, and a third env driven afresh with the same actions checked against
+the records). Each of those states is then restored on A (which has gone on since: the state must
+come back, not merely stay) and on B (another device, so another session), and must agree with the
+record: screenshot bytes (the observation the restore returns and a fresh capture), ARIA tree and
+url (session id aside), server-side session state, milestones, the task's success check, the env's
+counters and the page's history, scroll, focus, open dialog and fields. Then the half-way state is
+restored on B once more (the branch case: another slot) and the oracle solves the task from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from emulators.base import GuiEnv, SnapshotError
+from emulators.snapshot import EnvState
+from emulators.suites.webapps import SUITE, TASKS
+from guiagent.types import Answer, Click, Key, NavigateBack, Scroll, Type
+
+pytestmark = pytest.mark.browser
+
+_PAGE_JS = """() => ({history: history.length, scroll: [scrollX, scrollY],
+                      focus: document.activeElement ? [document.activeElement.tagName, document.activeElement.className,
+                              document.activeElement.getAttribute('aria-label'), document.activeElement.name,
+                              document.activeElement.textContent.slice(0, 40),
+                              document.activeElement.matches(':focus-visible')] : null,
+                      dialog: (document.querySelector('dialog[open]') || {}).id || null,
+                      fields: Array.from(document.querySelectorAll('input, textarea, select'), (c) => c.value)})"""
+
+
+@pytest.fixture(scope="module")
+def devices(shared_browser):
+    devs = [SUITE.make_device(browser=shared_browser) for _ in range(3)]
+    yield devs
+    for d in devs:
+        d.close()
+    SUITE.close()
+
+
+@pytest.fixture(scope="module")
+def screen_devices(shared_browser, devices):
+    """Devices without the ARIA tree (the every-task sweep: half the capture cost; trees are compared
+    in the other tests and in the slow sweep)."""
+    devs = [SUITE.make_device(browser=shared_browser, tree="none") for _ in range(3)]
+    yield devs
+    for d in devs:
+        d.close()
+
+
+def _norm(env: GuiEnv, text: str | None) -> str:
+    return (text or "").replace(env.task.sid, "SID")
+
+
+def _point(env: GuiEnv, obs) -> dict:
+    """Everything the two envs must agree on at one point of the episode."""
+    task, dev = env.task, env.device
+    fresh = dev.observe()
+    return {
+        "screenshot": obs.screenshot, "fresh screenshot": fresh.screenshot, "tree": _norm(env, obs.tree),
+        "fresh tree": _norm(env, fresh.tree), "url": _norm(env, obs.url), "error": obs.last_action_error,
+        "session": task.state(), "milestones": task.milestones(dev),
+        "success": task.evaluate(dev, env.answer), "steps": env.steps, "done": env.done, "answer": env.answer,
+        "page": {k: (_norm(env, v) if isinstance(v, str) else v) for k, v in dev.evaluate(_PAGE_JS).items()},
+    }
+
+
+def _diff(a: dict, b: dict) -> list[str]:
+    return [k for k in a if a[k] != b[k]]
+
+
+def _check_task(task_id: str, seed: int, devices, *, slow: bool = False) -> None:
+    """A runs the oracle, recording each snapshot point as it passes it (the episode driven afresh to
+    that point) and snapshotting; then each state is restored on A (gone further since) and on B
+    (another session) and compared with the record. ``slow``: also before the last action, and
+    against a third env driven afresh with the same actions; the branch continues on B otherwise."""
+    a, b, c = (GuiEnv(d, TASKS[task_id]) for d in devices)
+    obs, _ = a.reset_typed(seed=seed)
+    actions, states, records = [], {0: a.snapshot()}, {0: _point(a, obs)}
+    done = False
+    while not done:
+        action = a.oracle_action()
+        assert action is not None, f"{task_id}: the oracle got stuck"
+        obs, term, trunc, _ = a.step_typed(action)
+        actions.append(action)
+        done = term or trunc
+        states[len(actions)] = a.snapshot()
+        records[len(actions)] = _point(a, obs)
+    n = len(actions)
+    points = sorted({0, n // 2, max(n - 1, 0), n} if slow else {0, n // 2, n})
+    assert a.task.evaluate(a.device, a.answer) == 1.0, f"{task_id}: the oracle did not solve it"
+
+    if slow:  # C afresh, driven with the same actions: the records are what a fresh episode shows
+        obs_c, _ = c.reset_typed(seed=seed)
+        for k in range(n + 1):
+            if k:
+                obs_c, *_ = c.step_typed(actions[k - 1])
+            if k in points:
+                bad = _diff(records[k], _point(c, obs_c))
+                assert not bad, f"{task_id} seed {seed}: a fresh episode differs at step {k}: {bad}"
+    for k in points:
+        for env, where in ((a, "on the same device, after going on"), (b, "on another device")):
+            bad = _diff(records[k], _point(env, env.restore(states[k])))
+            assert not bad, f"{task_id} seed {seed}, step {k} of {n} restored {where}: {bad} differ"
+
+    # the branch case: the half-way state on another device (another session), solved from there
+    k = n // 2
+    obs_b = b.restore(states[k])
+    assert obs_b.screenshot == states[k].observation.screenshot
+    assert b.task.state()["log"] == states[k].task["session"]["log"]
+    done = states[k].done
+    while not done:
+        _, term, trunc, _ = b.step_typed(b.oracle_action())
+        done = term or trunc
+    assert b.task.evaluate(b.device, b.answer) == 1.0, f"{task_id}: not solved from the restored step {k}"
+    for env in (a, b, c):
+        if env.task is not None:
+            env.task.teardown(env.device)
+
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_restored_episode_matches_a_fresh_copy(task_id, screen_devices):
+    _check_task(task_id, 0, screen_devices)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_restored_episode_matches_a_fresh_copy_more_seeds(task_id, seed, devices):
+    """With ARIA trees, against a fresh copy, and also restored just before the last action."""
+    _check_task(task_id, seed, devices, slow=True)
+
+
+def _tap(selector: str):
+    return lambda d: Click(*d.center(selector))
+
+
+#: page changes of every kind: links, typing, a save that goes Back, a scrolled list, the up arrow,
+#: Back to the scrolled list, keyboard focus, a dialog opened and a field typed but not saved
+SCRIPT = [
+    _tap('a.app-icon[data-app="notes"]'), _tap("a.card"), lambda d: Type(" and more", *d.center("textarea")),
+    _tap("button.save"), lambda d: Scroll("down", amount=0.3), _tap("a.up"), lambda d: NavigateBack(),
+    lambda d: Key("Tab"), _tap('a.card:has-text("Workout")'), _tap("#delete"), lambda d: Key("Escape"),
+    lambda d: Type("half typed", *d.center("input[name=title]")),
+]
+
+
+def test_every_step_of_a_varied_episode_continues_the_same_after_a_restore(devices):
+    """A state taken at any step, restored on another device, goes on exactly as the original did:
+    every later step's screen, tree and page state are the original's (history, referrers for the
+    apps' Back-like redirects, scroll positions of earlier entries, focus, dialogs, typed fields)."""
+    a, b, _ = (GuiEnv(d, TASKS["notes_create"]) for d in devices)
+    obs, _ = a.reset_typed(seed=4)
+    states, actions, points = [a.snapshot()], [], [_point(a, obs)]
+    for make in SCRIPT:
+        action = make(a.device)
+        obs, *_ = a.step_typed(action)
+        actions.append(action)
+        states.append(a.snapshot())
+        points.append(_point(a, obs))
+    for k in range(len(states)):
+        obs = b.restore(states[k])
+        assert not _diff(points[k], _point(b, obs)), f"restored at step {k}: {_diff(points[k], _point(b, obs))}"
+        for j in range(k, min(k + 3, len(actions))):
+            obs, *_ = b.step_typed(actions[j])
+            bad = _diff(points[j + 1], _point(b, obs))
+            assert not bad, f"restored at step {k}, then step {j + 1}: {bad} differ"
+
+
+def test_state_round_trips_through_json_and_restores(devices):
+    import json
+
+    a, b, _ = (GuiEnv(d, TASKS["contacts_add"]) for d in devices)
+    a.reset_typed(seed=3)
+    for _ in range(3):
+        a.step_typed(a.oracle_action())
+    state = a.snapshot()
+    text = json.dumps(state.to_dict())
+    again = EnvState.from_dict(json.loads(text))
+    assert again == state
+    obs = b.restore(again)
+    assert obs.screenshot == state.observation.screenshot == b.device.observe().screenshot
+    assert b.task.state() == state.task["session"] and b.steps == 3
+
+
+def test_refusals_are_snapshot_errors(devices, shared_browser):
+    a = GuiEnv(devices[0], TASKS["contacts_add"])
+    with pytest.raises(SnapshotError, match="reset"):
+        a.snapshot()
+    a.reset_typed(seed=1)
+    state = a.snapshot()
+    other = GuiEnv(devices[1], TASKS["notes_create"])
+    with pytest.raises(SnapshotError, match="cannot be restored on an env of"):
+        other.restore(state)
+    # a device that loads every page for real keeps the page's state in documents: no snapshots
+    loads = SUITE.make_device(browser=shared_browser, page_loads=True)
+    try:
+        env = GuiEnv(loads, TASKS["contacts_add"])
+        assert not env.can_snapshot and "page_loads" in env.snapshot_support()
+        env.reset_typed(seed=1)
+        with pytest.raises(SnapshotError):
+            env.snapshot()
+        with pytest.raises(SnapshotError):
+            env.restore(state)
+    finally:
+        loads.close()
+    # another screen size: the page would lay out differently
+    small = SUITE.make_device(browser=shared_browser, viewport=(320, 560))
+    try:
+        with pytest.raises(SnapshotError, match="another screen"):
+            GuiEnv(small, TASKS["contacts_add"]).restore(state)
+    finally:
+        small.close()
+    # a tampered state is refused, not half restored
+    bad = dataclasses.replace(state, task={"session": {"contacts": "not a list"}, "sid": "x", "origin": "y"})
+    with pytest.raises(SnapshotError, match="does not fit"):
+        a.restore(bad)
+    a.reset_typed(seed=1)
+    assert a.snapshot().observation.screenshot == state.observation.screenshot
+
+
+def test_answer_and_counters_come_back(devices):
+    a, b, _ = (GuiEnv(d, TASKS["contacts_phone_lookup"]) for d in devices)
+    a.reset_typed(seed=0)
+    while True:
+        action = a.oracle_action()
+        if isinstance(action, Answer):
+            break
+        a.step_typed(action)
+    a.step_typed(Answer("not the number"))  # an answer that ends nothing yet is still the env's
+    state = a.snapshot()
+    b.restore(state)
+    assert (b.steps, b.done, b.answer, b.task_spec) == (a.steps, a.done, a.answer, a.task_spec)
