@@ -49,8 +49,8 @@ TINY_MAX_PIXELS = 28 * 28 * 128
 
 #: ``guiagent train`` with no ``--model``, ``--resume`` or ``--config`` (README command (a)): a short
 #: SFT warm start that leaves something to learn, semi-online RL on its demonstrations, then online RL,
-#: each stage adding to the last within ~10 minutes on 2 CPU cores (docs/training.md, "The embedded
-#: default"; configs/train_webapps_tiny.yaml spells it out). Flags override any of it.
+#: each stage adding to the last within minutes on 2 CPU cores (measured: docs/results.md, "The
+#: embedded default"; configs/train_webapps_tiny.yaml spells it out). Flags override any of it.
 EMBEDDED_RECIPE: dict[str, Any] = {
     "warm_start_steps": 160, "iterations": 30, "semi": {"iterations": 20, "epochs": 1},
     "groups_per_iteration": 8, "group_size": 8, "slots": 8, "algo": "dr_grpo", "lr": 3e-4, "epochs": 2,

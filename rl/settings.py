@@ -33,8 +33,9 @@ __all__ = [
 #: training samples task seeds below this; evaluation starts at it (rl.evaluate.EVAL_SEED_BASE), so
 #: evaluation is on held-out task instances
 TRAIN_SEED_RANGE = 1_000_000
-#: tasks whose targets sit at fixed places for every seed: what a tiny model trained from
-#: scratch on CPU can learn (docs/training.md, "Learning checks"), so the embedded default trains on them
+#: tasks whose targets sit at fixed places for every seed: what a tiny model trained from scratch
+#: on CPU can learn (docs/training.md, "Learning from scratch on CPU"), so the embedded default
+#: trains on them
 WARM_START_TASKS = ("open_app", "settings_turn_on", "settings_turn_off", "settings_open_section",
                     "files_open_folder", "go_home")
 
@@ -413,8 +414,8 @@ class CriticSettings:
     """ppo, awr: Adam learning rate of the value head"""
     critic_epochs: int = 100
     """ppo, awr: passes of the value head over each iteration's turns (the head is small and reads
-    fixed features: 100 passes over ~200 turns take ~0.2 s; 4 leave it near a constant, see
-    bench/critic_fit.py)"""
+    fixed features, so 100 passes are cheap; 4 leave it near a constant: docs/results.md, "The
+    critic's fit")"""
     value_clip: float = 0.5
     """ppo, awr: ε of the clipped value loss around the rollout's values (0: plain squared error)"""
     critic_features: Literal["start", "policy"] = "start"
@@ -482,7 +483,7 @@ class SemiOnlineSettings:
     epochs: int = 0
     """passes over a semi-online iteration's turns (0: --epochs). Replays need no device, so fresh
     samples are cheap: one pass over twice the iterations learned more per minute than two passes
-    (docs/training.md, semi-online learning check)"""
+    (docs/results.md, "Semi-online RL")"""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.gamma <= 1.0:
