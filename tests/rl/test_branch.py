@@ -135,3 +135,39 @@ def test_the_trainer_learns_from_branches(tiny_model_dir, tmp_path, algo):
     # G branches from each of the trunk's states, each a group of its own
     assert len(kids) == 2 * trunks[0].num_steps and len({e.group_id for e in kids}) == trunks[0].num_steps
     assert result.last["groups"] == trunks[0].num_steps
+
+
+@pytest.mark.ray
+def test_branches_cross_ray_workers_and_a_killed_worker_loses_only_its_branches(tmp_path):
+    """A state captured in one worker process is restored in another (states are plain data); a
+    worker killed while it holds branches aborts those and the rest of the round goes on."""
+    import os
+    import signal
+
+    from emulators.pool import RayEnvPool
+
+    pool = RayEnvPool("webapps", num_workers=2, envs_per_worker=1, step_timeout_s=30)
+    try:
+        pool.reset([ResetRequest(0, "settings_dark_theme", 4)])
+        pool.step([ActionRequest(0, pool.oracle_actions([0])[0])])
+        snap = pool.snapshot([0])[0]
+        assert snap.error is None and snap.worker_id == 0
+        got = pool.reset([ResetRequest(1, "settings_dark_theme", 4, state=snap.state)])[0]
+        assert got.worker_id == 1 and got.observation.screenshot == snap.state.observation.screenshot
+
+        class Killing(OraclePolicy):
+            calls = 0
+
+            def act_batch(self, contexts, p):
+                Killing.calls += 1
+                if Killing.calls == 4:  # the first branches' turn: worker 1 holds one of them
+                    os.kill(pool.worker_pids()[1], signal.SIGKILL)
+                return super().act_batch(contexts, p)
+
+        res = run_branched(pool, Killing(), make_groups(["settings_dark_theme"], [5], 1), BranchSettings("every"),
+                           group_size=2)
+        aborted = [t for t in res.trajectories if t.status == "aborted"]
+        assert aborted and all("worker died" in t.abort_reason for t in aborted)
+        assert len(res.trajectories) == 1 + 2 * 3  # the trunk and every branch accounted for
+    finally:
+        pool.close()
