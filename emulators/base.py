@@ -207,11 +207,15 @@ class Task(ABC, Generic[DeviceT]):
         return f"{type(device).__name__} cannot snapshot its state"
 
     def snapshot(self, device: Device) -> tuple[Any, DeviceState | None]:
-        """``(task state, device state)`` of the running episode (capture mode).
+        """``(task state, device state)`` of the running episode.
 
-        Default: a deep copy of this instance's attributes (the parameters and whatever ``setup``
-        recorded) and ``device.snapshot()``. A task whose state lives elsewhere (a server session)
-        overrides this and :meth:`restore`."""
+        Capture mode, by default: a deep copy of this instance's attributes (the parameters and
+        whatever ``setup`` recorded) and ``device.snapshot()``; a task whose state lives elsewhere (a
+        server session) overrides this and :meth:`restore`. Replay mode: ``(None, None)`` by default;
+        a task may keep what playing the actions again does not bring back (and :meth:`restore` puts
+        it back after the replay)."""
+        if self.snapshot_mode == "replay":
+            return None, None
         state: dict[str, Any] = {}
         for name, value in vars(self).items():
             try:
@@ -224,7 +228,10 @@ class Task(ABC, Generic[DeviceT]):
     def restore(self, device: Device, state: EnvState) -> Observation | None:
         """Put ``state`` (taken by :meth:`snapshot` on this task class) back on ``device`` and into this
         fresh instance; return the observation when the state's own is the screen now (``None``:
-        :class:`GuiEnv` observes the device)."""
+        :class:`GuiEnv` observes the device). Replay mode: called on the replayed episode's task with
+        what :meth:`snapshot` kept (nothing to do by default)."""
+        if self.snapshot_mode == "replay":
+            return None
         if state.device is None:
             raise SnapshotError(f"{self.task_id}: the state holds no device state")
         device.restore(state.device)
@@ -641,13 +648,13 @@ class GuiEnv(gymnasium.Env):
             raise SnapshotError(why)
         base = dict(spec=self.task_spec, steps=self.steps, done=self.done, answer=self.answer,
                     observation=self._last, milestones=self._milestones)
-        if self.task_cls.snapshot_mode == "replay":
-            return EnvState(**base, mode="replay", actions=tuple(self._actions),
-                            oracle_calls=tuple(self._oracle_calls))
         try:
             task_state, device_state = self.task.snapshot(self.device)
         except DeviceError as e:
             raise SnapshotError(f"the device failed while capturing: {e}") from None
+        if self.task_cls.snapshot_mode == "replay":
+            return EnvState(**base, mode="replay", task=task_state, device=device_state,
+                            actions=tuple(self._actions), oracle_calls=tuple(self._oracle_calls))
         return EnvState(**base, mode="capture", task=task_state, device=device_state)
 
     def restore(self, state: EnvState) -> Observation:
@@ -719,7 +726,15 @@ class GuiEnv(gymnasium.Env):
                 raise SnapshotError(f"the device failed while replaying step {i + 1}: {info.device_error}")
         for _ in calls:
             self.oracle_action()
-        assert obs is not None
+        assert obs is not None and self.task is not None
+        if state.task is not None or state.device is not None:  # what the actions do not bring back
+            try:
+                if self.task.restore(self.device, state) is None:
+                    obs = self.device.observe()
+            except DeviceError as e:
+                self.done = True
+                raise SnapshotError(f"the device failed after the replay: {e}") from None
+            obs = replace(obs, last_action_error=self._last.last_action_error if self._last else None)
         if obs.screenshot != state.observation.screenshot:
             self.done = True
             raise SnapshotError(f"{spec.task_id}: the replayed screen differs from the captured one after "

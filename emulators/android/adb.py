@@ -29,6 +29,7 @@ from emulators.android.keys import KeyChord
 from emulators.android.transport import Transport
 from emulators.android.uitree import UITreeError, ui_tree_text
 from emulators.base import ActionError, DeviceError
+from emulators.snapshot import SnapshotError
 
 __all__ = [
     "AdbTransport", "AdbTarget", "input_text_commands", "key_argv", "open_app_argv", "parse_wm_size",
@@ -250,3 +251,39 @@ class AdbTransport(Transport):
     def current_activity(self) -> str | None:
         return parse_resumed_activity(self.run(["shell", "dumpsys", "activity", "activities"]).decode(
             "utf-8", "replace"))
+
+    # snapshots: the emulator console's ``avd snapshot`` commands, through ``adb emu`` ----------------
+    @property
+    def can_snapshot(self) -> bool:  # type: ignore[override]
+        """Emulators only (``emulator-N``): a phone has no console and no snapshots."""
+        return self.target.serial.startswith("emulator-")
+
+    def snapshot_location(self) -> str:
+        t = self.target
+        return f"adb://{t.server_host or 'localhost'}:{t.server_port or 5037}/{t.serial}"
+
+    def _console(self, *command: str) -> str:
+        if not self.can_snapshot:
+            raise SnapshotError(f"adb: {self.target.serial} is not an emulator: it has no snapshots")
+        try:
+            out = self.run(["emu", *command]).decode("utf-8", "replace")
+        except ActionError as e:
+            raise SnapshotError(str(e)) from None
+        if "KO" in out:
+            raise SnapshotError(f"adb: `emu {' '.join(command)}` on {self.target.serial}: "
+                                f"{' '.join(out.split())[:200]}")
+        return out
+
+    def save_snapshot(self, name: str) -> None:
+        """``adb emu avd snapshot save NAME``: the emulator console saves its RAM, disk and screen."""
+        self._console("avd", "snapshot", "save", name)
+
+    def load_snapshot(self, name: str) -> None:
+        self._console("avd", "snapshot", "load", name)
+        self._size = None  # the snapshot may hold another orientation
+
+    def delete_snapshot(self, name: str) -> None:
+        try:
+            self._console("avd", "snapshot", "delete", name)
+        except SnapshotError:  # already gone
+            pass

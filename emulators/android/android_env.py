@@ -25,6 +25,7 @@ from emulators.android.keys import KeyChord
 from emulators.android.transport import Transport, encode_png
 from emulators.android.uitree import UITreeError, ui_tree_text
 from emulators.base import ActionError, DeviceError
+from emulators.snapshot import SnapshotError
 
 __all__ = ["AndroidEnvTransport", "make_fake_env"]
 
@@ -247,6 +248,42 @@ class AndroidEnvTransport(Transport):
         except ActionError:
             return None
         return r.get_current_activity.full_activity or None
+
+    # snapshots: android_env's save_state / load_state (the emulator's snapshot service underneath) ---
+    @property
+    def can_snapshot(self) -> bool:  # type: ignore[override]
+        return callable(getattr(self.env, "save_state", None)) and callable(getattr(self.env, "load_state", None))
+
+    def snapshot_location(self) -> str:
+        return f"android_env://{id(self.env):x}"
+
+    def save_snapshot(self, name: str) -> None:
+        """``env.save_state(SaveStateRequest(args={"snapshot_name": name}))``; a simulator without
+        states (android_env's FakeSimulator) is a :class:`SnapshotError`."""
+        from android_env.proto import state_pb2
+
+        try:
+            reply = self.env.save_state(state_pb2.SaveStateRequest(args={"snapshot_name": name}))
+        except NotImplementedError as e:
+            raise SnapshotError(f"android_env: {e}") from None
+        except Exception as e:  # noqa: BLE001 - android_env raises its own error family
+            raise SnapshotError(f"android_env: save_state failed: {type(e).__name__}: {e}") from None
+        if reply.status != state_pb2.SaveStateResponse.Status.OK:
+            raise SnapshotError(f"android_env: snapshot {name!r} was not saved "
+                                f"({state_pb2.SaveStateResponse.Status.Name(reply.status)}): {reply.error_message[:200]}")
+
+    def load_snapshot(self, name: str) -> None:
+        from android_env.proto import state_pb2
+
+        try:
+            reply = self.env.load_state(state_pb2.LoadStateRequest(args={"snapshot_name": name}))
+        except NotImplementedError as e:
+            raise SnapshotError(f"android_env: {e}") from None
+        except Exception as e:  # noqa: BLE001
+            raise SnapshotError(f"android_env: load_state failed: {type(e).__name__}: {e}") from None
+        if reply.status != state_pb2.LoadStateResponse.Status.OK:
+            raise SnapshotError(f"android_env: snapshot {name!r} did not load "
+                                f"({state_pb2.LoadStateResponse.Status.Name(reply.status)}): {reply.error_message[:200]}")
 
     def close(self) -> None:
         if not self._closed:

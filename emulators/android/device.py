@@ -33,11 +33,14 @@ from __future__ import annotations
 
 import hashlib
 import time
+import uuid
+from typing import Mapping
 
 from emulators.android.keys import KeyChord, parse_key, resolve_app
 from emulators.android.transport import Transport, png_size
 from emulators.android.uitree import UITreeError, format_ui_tree, parse_ui_tree, ui_marks
 from emulators.base import ActionError, Device
+from emulators.snapshot import DeviceState, SnapshotError
 from guiagent.types import (
     ELEMENT_ACTION_TYPES, Action, Answer, Click, DoubleClick, Drag, ElementNotFound, Finish, Hover, Key, LongPress,
     Mark, NavigateBack, NavigateHome, Observation, OpenApp, RightClick, Scroll, Swipe, Type, Wait, resolve_element,
@@ -104,7 +107,7 @@ class AndroidDevice(Device):
 
     def __init__(self, transport: Transport, *, with_tree: bool = True, with_activity: bool = False,
                  settle_s: float = 0.3, stable_timeout_s: float = 0.0, home_on_reset: bool = True,
-                 scroll_ms: int = 400, drag_ms: int = 1200, with_marks: bool = False):
+                 scroll_ms: int = 400, drag_ms: int = 1200, with_marks: bool = False, max_snapshots: int = 4):
         if isinstance(with_marks, str):  # from the command line (--device with_marks true)
             if with_marks.lower() not in ("true", "false", "1", "0", "yes", "no"):
                 raise ValueError(f"with_marks must be true or false, got {with_marks!r}")
@@ -121,6 +124,10 @@ class AndroidDevice(Device):
         self.drag_ms = drag_ms
         self._size: tuple[int, int] | None = None
         self._closed = False
+        if int(max_snapshots) < 1:
+            raise ValueError(f"max_snapshots must be >= 1, got {max_snapshots}")
+        self.max_snapshots = int(max_snapshots)
+        self._snapshots: list[str] = []  # the emulator snapshots this device saved, oldest first
 
     # Device --------------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -170,7 +177,51 @@ class AndroidDevice(Device):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            for name in self._snapshots:  # they hold the emulator's RAM and disk: gigabytes
+                try:
+                    self.transport.delete_snapshot(name)
+                except Exception:  # noqa: BLE001 - a dead emulator takes its snapshots with it
+                    pass
+            self._snapshots.clear()
             self.transport.close()
+
+    # snapshots -----------------------------------------------------------------------------------
+    @property
+    def can_snapshot(self) -> bool:  # type: ignore[override]
+        """Whether the transport can save emulator snapshots (gRPC, an emulator's adb, android_env)."""
+        return bool(self.transport.can_snapshot)
+
+    def snapshot(self) -> DeviceState:
+        """An emulator snapshot of the whole device (RAM, disk, screen) under a fresh name, on the
+        emulator itself: it restores there only. The device keeps its ``max_snapshots`` newest and
+        deletes older ones (and all of its own on close): a state whose snapshot was deleted no
+        longer restores."""
+        if self._closed:
+            raise SnapshotError("the device was closed")
+        name = f"guiagent-{uuid.uuid4().hex[:16]}"
+        self.transport.save_snapshot(name)
+        self._snapshots.append(name)
+        while len(self._snapshots) > self.max_snapshots:
+            self.transport.delete_snapshot(self._snapshots.pop(0))
+        return DeviceState("android-snapshot", {"name": name, "where": self.transport.snapshot_location()})
+
+    def restore(self, state: DeviceState) -> None:
+        """Load the state's emulator snapshot; :class:`SnapshotError` for a snapshot of another
+        emulator or one this device deleted (``max_snapshots``)."""
+        data = state.data if state.kind == "android-snapshot" else None
+        if not isinstance(data, Mapping) or not isinstance(data.get("name"), str):
+            raise SnapshotError(f"not an Android snapshot state: {state.kind}")
+        here = self.transport.snapshot_location()
+        if data.get("where") != here:
+            raise SnapshotError(f"the snapshot lives on {data.get('where')}; this device is {here} "
+                                "(emulator snapshots restore on the emulator that saved them)")
+        if data["name"] not in self._snapshots:
+            raise SnapshotError(f"snapshot {data['name']} was deleted (this device keeps its "
+                                f"{self.max_snapshots} newest: max_snapshots) or is not this device's")
+        self.transport.load_snapshot(data["name"])
+        self._size = None
+        self._marks = None
+        self._settle()
 
     # helpers -------------------------------------------------------------------------------------
     @property

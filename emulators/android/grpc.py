@@ -22,6 +22,7 @@ from emulators.android.adb import AdbTransport
 from emulators.android.keys import EMULATOR_KEY_NAMES, KeyChord
 from emulators.android.transport import Transport, png_size
 from emulators.base import ActionError, DeviceError
+from emulators.snapshot import SnapshotError
 
 __all__ = ["EmulatorGrpcTransport", "load_protos"]
 
@@ -174,20 +175,49 @@ class EmulatorGrpcTransport(Transport):
     def current_activity(self) -> str | None:
         return self.adb.current_activity() if self.adb is not None else None
 
-    def load_snapshot(self, snapshot_id: str) -> None:
-        """Put the emulator back into its saved snapshot ``snapshot_id`` (the emulator's own gRPC
-        ``SnapshotService.LoadSnapshot``); :class:`DeviceError` when it does not load."""
+    def _snapshot_call(self, what: str, snapshot_id: str) -> Any:
+        """One ``SnapshotService`` call (the emulator's own gRPC snapshot service, beside the
+        controller on the same port) for ``snapshot_id``; its reply."""
         from android_env.proto import snapshot_service_pb2 as spb
         from android_env.proto import snapshot_service_pb2_grpc as spb_grpc
 
         stub = spb_grpc.SnapshotServiceStub(self._channel)
+        return self._call(what, getattr(stub, what), spb.SnapshotPackage(snapshot_id=snapshot_id))
+
+    @staticmethod
+    def _why(reply: Any) -> str:
+        return bytes(reply.err).decode(errors="replace").strip() or "no reason given"
+
+    def load_snapshot(self, snapshot_id: str) -> None:
+        """Put the emulator back into its saved snapshot ``snapshot_id`` (``SnapshotService.LoadSnapshot``);
+        :class:`DeviceError` when it does not load (a snapshot the farm boots from that is gone leaves
+        the emulator unusable)."""
         try:
-            reply = self._call("LoadSnapshot", stub.LoadSnapshot, spb.SnapshotPackage(snapshot_id=snapshot_id))
+            reply = self._snapshot_call("LoadSnapshot", snapshot_id)
         except ActionError as e:  # the service refused the call: the emulator cannot be put back
             raise DeviceError(str(e)) from None
         if not reply.success:
-            why = bytes(reply.err).decode(errors="replace").strip() or "no reason given"
-            raise DeviceError(f"grpc: snapshot {snapshot_id!r} did not load at {self.address}: {why}")
+            raise DeviceError(f"grpc: snapshot {snapshot_id!r} did not load at {self.address}: {self._why(reply)}")
+
+    can_snapshot = True
+
+    def snapshot_location(self) -> str:
+        return f"grpc://{self.address}"
+
+    def save_snapshot(self, name: str) -> None:
+        """``SnapshotService.SaveSnapshot``: the emulator's RAM, disk and screen as snapshot ``name``."""
+        try:
+            reply = self._snapshot_call("SaveSnapshot", name)
+        except ActionError as e:
+            raise SnapshotError(str(e)) from None
+        if not reply.success:
+            raise SnapshotError(f"grpc: snapshot {name!r} was not saved at {self.address}: {self._why(reply)}")
+
+    def delete_snapshot(self, name: str) -> None:
+        try:
+            self._snapshot_call("DeleteSnapshot", name)
+        except ActionError:  # already gone, or never made: nothing to delete
+            pass
 
     def close(self) -> None:
         if not self._closed:

@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from PIL import Image
 
 from emulators.android.keys import KeyChord
+from emulators.snapshot import SnapshotError
 
 __all__ = ["Transport", "png_size", "encode_png"]
 
@@ -80,6 +81,26 @@ class Transport(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook; transports without connections keep it
         """Release connections. Safe to call twice."""
+
+    # snapshots: the whole device (an emulator snapshot: RAM, disk, screen), by name ----------------
+    #: whether :meth:`save_snapshot` / :meth:`load_snapshot` can work on this back end
+    can_snapshot: bool = False
+
+    def snapshot_location(self) -> str:
+        """Which emulator holds the snapshots this transport saves (they live on its disk)."""
+        return ""
+
+    def save_snapshot(self, name: str) -> None:
+        """Save the device's whole state as snapshot ``name``; :class:`SnapshotError` where the back
+        end has no snapshots (the default: a phone, Appium) or the save failed."""
+        raise SnapshotError(f"{self.name or type(self).__name__}: this back end cannot save snapshots")
+
+    def load_snapshot(self, name: str) -> None:
+        """Put the device back into snapshot ``name``; :class:`SnapshotError` when it does not load."""
+        raise SnapshotError(f"{self.name or type(self).__name__}: this back end cannot load snapshots")
+
+    def delete_snapshot(self, name: str) -> None:
+        """Delete snapshot ``name`` (one this transport saved); quiet when it is already gone."""
 
 
 def png_size(png: bytes) -> tuple[int, int]:

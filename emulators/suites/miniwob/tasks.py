@@ -12,6 +12,8 @@ and load from ``file://``. Each episode:
    episode with ``core.startEpisodeReal()``, then waits for ``WOB_TASK_READY``;
 4. returns ``core.getUtterance()`` as the goal.
 
+Snapshots (``GuiEnv.snapshot``) replay: see :attr:`MiniWobTask.snapshot_mode`.
+
 Reward: the page's *raw* reward ``WOB_RAW_REWARD_GLOBAL`` in [-1, 1] (the
 time-scaled ``WOB_REWARD_GLOBAL`` depends on wall time, so it is not
 reproducible). Success is 1 iff the raw reward is positive, else 0 (partial
@@ -79,6 +81,10 @@ class MiniWobTask(Task):
     max_steps: ClassVar[int] = 15
     #: whether :meth:`oracle` can solve the task
     has_oracle: ClassVar[bool] = False
+    #: a page's state lives in its script's closures (the expected answer, counters, timers), which no
+    #: browser API can read: a snapshot holds the seed and the actions, and a restore plays them again
+    #: and checks that the screen came back byte for byte (pages that move with time do not)
+    snapshot_mode: ClassVar[str] = "replay"
 
     def __init__(self, params: dict[str, Any]):
         super().__init__(params)
@@ -117,6 +123,20 @@ class MiniWobTask(Task):
         self.utterance = str(utterance)
         self._plan = None
         return self.utterance
+
+    def snapshot(self, device: Device) -> tuple[Any, Any]:
+        """What a replay does not bring back: where the window is scrolled (a drag that selects text
+        towards the page's edge scrolls it for as long as the button is held: a matter of time)."""
+        return {"scroll": _browser(device).evaluate("() => [scrollX, scrollY]")}, None
+
+    def restore(self, device: Device, state: Any) -> None:
+        scroll = (state.task or {}).get("scroll") if isinstance(state.task, dict) else None
+        if isinstance(scroll, list) and len(scroll) == 2 and all(isinstance(v, (int, float)) for v in scroll):
+            dev = _browser(device)
+            if dev.evaluate("() => [scrollX, scrollY]") != scroll:
+                dev.evaluate("([x, y]) => window.scrollTo(x, y)", scroll)
+                dev.settle()
+        return None
 
     def state(self, device: Device) -> dict[str, Any]:
         """``{"done": bool, "raw": float, "reason": str|None}`` straight from the page."""
