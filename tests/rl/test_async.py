@@ -155,7 +155,7 @@ class LaggingTrainer(Trainer):
             while self.async_rollout._q.empty() and time.monotonic() < deadline:
                 time.sleep(0.1)
             self.policy.mark_updated()
-            self._sync_weights()
+            self.engine.sync()
         super().iterate()
 
 LaggingTrainer(TrainConfig.build(model=sys.argv[1], out=sys.argv[2], tasks=("go_home",), rollout="async", max_lag=0,
