@@ -615,7 +615,6 @@ def test_recorded_browser_taps_carry_their_target_box_and_replays_match_the_whol
 def test_the_trainer_keeps_only_groups_whose_samples_differ():
     """As online (DAPO's dynamic sampling): a semi-online group whose samples all replied alike has no
     advantage anywhere; the trainer counts the informative groups and leaves the others out of the update."""
-    from types import SimpleNamespace
 
     from rl.checkpoint import TrainerState
     from rl.config import TrainConfig
