@@ -110,6 +110,10 @@ class Device(ABC):
         configuration), for :class:`~emulators.snapshot.StartStates`; ``""``: unknown, never shared."""
         return ""
 
+    #: where envs on this device keep and find start states (:class:`GuiEnv`'s ``start_states``
+    #: default; a suite that makes the device sets it where restoring a start beats building it)
+    start_states: StartStates | None = None
+
     def __enter__(self) -> "Device":
         return self
 
@@ -420,7 +424,8 @@ class GuiEnv(gymnasium.Env):
     ``start_states`` (a :class:`~emulators.snapshot.StartStates`), a reset to a start this
     process has seen before (same task, parameters and device configuration: the G episodes of a
     group) restores that start instead of building it again; the observation, task state and
-    milestones are the same either way.
+    milestones are the same either way. Without ``start_states`` the device's (``Device.start_states``,
+    which the suite sets) are used.
 
     Example::
 
@@ -448,7 +453,7 @@ class GuiEnv(gymnasium.Env):
         self.answer: str | None = None
         self._last: Observation | None = None
         #: restores a start seen before instead of building it (see the class docstring)
-        self.start_states = start_states
+        self.start_states = start_states if start_states is not None else getattr(device, "start_states", None)
         self._milestones: tuple[bool, ...] = ()
         self._actions: list[Action | ParseError] = []  # since the reset: what a replay state plays again
         self._oracle_calls: list[int] = []  # the step count at each oracle call since the reset

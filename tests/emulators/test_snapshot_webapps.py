@@ -19,7 +19,7 @@ import dataclasses
 import pytest
 
 from emulators.base import GuiEnv, SnapshotError
-from emulators.snapshot import EnvState
+from emulators.snapshot import EnvState, StartStates
 from emulators.suites.webapps import SUITE, TASKS
 from guiagent.types import Answer, Click, Key, NavigateBack, Scroll, Type
 
@@ -236,3 +236,60 @@ def test_answer_and_counters_come_back(devices):
     state = a.snapshot()
     b.restore(state)
     assert (b.steps, b.done, b.answer, b.task_spec) == (a.steps, a.done, a.answer, a.task_spec)
+
+
+@pytest.mark.parametrize("task_id", ["open_app", "open_app_shuffled", "settings_turn_on", "files_open_folder",
+                                     "go_home", "notes_create", "contacts_phone_lookup"])
+def test_reset_by_restore_gives_the_start_a_reset_builds(task_id, devices):
+    """A second env resetting to the same start restores the first's (another device: another
+    session) and shows what a plain reset shows; both episodes then go on the same way."""
+    starts = StartStates()
+    first, second = GuiEnv(devices[0], TASKS[task_id], start_states=starts), GuiEnv(devices[1], TASKS[task_id],
+                                                                                     start_states=starts)
+    plain = GuiEnv(devices[2], TASKS[task_id])
+    plain.start_states = None
+    envs = (plain, first, second)
+    for env in envs:  # every device shows an app page (a fresh one loads its first)
+        env.reset_typed(seed=6)
+    requests: list[str] = []
+
+    def on_request(request):
+        requests.append(request.url)
+
+    points = []
+    for env in envs:
+        if env is second:
+            env.device.page.context.on("request", on_request)
+        obs, info = env.reset_typed(seed=7)
+        if env is second:
+            env.device.page.context.remove_listener("request", on_request)
+        points.append((_point(env, obs), info["milestones"], info["task"]))
+    assert (starts.misses, starts.hits, len(starts)) == (2, 2, 2)  # each start built once (plain never asks)
+    assert requests == [], f"a restored start asked the server for {requests}"
+    for p in points[1:]:
+        assert not _diff(points[0][0], p[0]) and p[1:] == points[0][1:], _diff(points[0][0], p[0])
+    for _ in range(2):
+        action = plain.oracle_action()
+        outs = [env.step_typed(action) for env in envs]
+        results = [(_point(env, o[0]), o[1:3], o[3].milestones) for env, o in zip(envs, outs)]
+        for r in results[1:]:
+            assert not _diff(results[0][0], r[0]) and r[1:] == results[0][1:]
+        if outs[0][1] or outs[0][2]:
+            break
+
+
+def test_reset_by_restore_is_on_for_suite_devices_and_can_be_turned_off(shared_browser):
+    from emulators.snapshot import START_STATES
+
+    on, off, loads = (SUITE.make_device(browser=shared_browser, **kw)
+                      for kw in ({}, {"reset_by_restore": "false"}, {"page_loads": True}))
+    try:
+        assert SUITE.make_env("open_app", device=on).start_states is START_STATES
+        assert SUITE.make_env("open_app", device=off).start_states is None
+        env = SUITE.make_env("open_app", device=loads)
+        assert env.start_key({"seed": 1}) == ""  # cannot snapshot: never kept, never restored
+        with pytest.raises(ValueError, match="reset_by_restore must be true or false"):
+            SUITE.make_device(browser=shared_browser, reset_by_restore="maybe")
+    finally:
+        for d in (on, off, loads):
+            d.close()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from emulators.snapshot import START_STATES
 from emulators.suites.base import Suite
 
 from . import snapshot as _snapshot
@@ -65,7 +66,8 @@ class WebAppsSuite(Suite):
         from .server import shared_server  # lazy: Flask and httpx (0.3 s), see __getattr__
         return shared_server()[0].url
 
-    def make_device(self, *, browser: Any = None, page_loads: bool | str = False, **options: Any):
+    def make_device(self, *, browser: Any = None, page_loads: bool | str = False,
+                    reset_by_restore: bool | str = True, **options: Any):
         """A phone-preset :class:`BrowserDevice` allowed to reach the app server only.
 
         ``options``: ``browser`` (a shared :class:`~emulators.browser_support.BrowserHandle`)
@@ -74,17 +76,17 @@ class WebAppsSuite(Suite):
         resets by default: the apps keep no state in the browser. The apps render their
         pages in the open document (resets, links, redirects, Back: see docs/webapps.md);
         ``page_loads=True`` makes every one of them a page load instead (same screens, more CPU
-        a page change: docs/benchmarks.md).
+        a page change: docs/benchmarks.md). ``reset_by_restore`` (on by default): envs on the
+        device restore a start this process built before (the same task and parameters: the
+        episodes of a group) instead of building it again (:class:`~emulators.snapshot.StartStates`;
+        the same screen, session and milestones for less CPU: docs/gymnasium.md).
         """
         # lazy: the browser device (asyncio, ~35 ms); `import emulators` lists tasks without it
         from emulators.browser import BrowserConfig, BrowserDevice
 
         from .server import shared_server  # lazy: Flask and httpx, see __getattr__
         server = shared_server()[0]
-        if isinstance(page_loads, str):  # from the command line (--device page_loads true)
-            if page_loads.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError(f"page_loads must be true or false, got {page_loads!r}")
-            page_loads = page_loads.lower() in ("true", "1", "yes")
+        page_loads, reset_by_restore = _flag("page_loads", page_loads), _flag("reset_by_restore", reset_by_restore)
         if page_loads:
             options["in_page_reset"] = False
             options["init_script"] = "window.__webappsPageLoads = true;\n" + options.get("init_script", "")
@@ -92,12 +94,23 @@ class WebAppsSuite(Suite):
         # generous settling cap: on a loaded machine a save-then-navigate can outlast the default
         options.setdefault("settle_timeout_ms", 4000)
         config = BrowserConfig.phone(allowed_origins=(server.url,), home_url=server.url + "/", **options)
-        return BrowserDevice(config, browser=browser)
+        device = BrowserDevice(config, browser=browser)
+        if reset_by_restore and not page_loads:
+            device.start_states = START_STATES
+        return device
 
     def close(self) -> None:
         """Stop the app server (a later episode starts it again)."""
         from .server import stop_shared_server  # lazy: Flask and httpx, see __getattr__
         stop_shared_server()
+
+
+def _flag(name: str, value: bool | str) -> bool:
+    if isinstance(value, str):  # from the command line (--device page_loads true)
+        if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise ValueError(f"{name} must be true or false, got {value!r}")
+        return value.lower() in ("true", "1", "yes")
+    return bool(value)
 
 
 SUITE = WebAppsSuite()
