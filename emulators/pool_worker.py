@@ -120,7 +120,17 @@ class EnvWorker:
                     self._relaunch_browser()
             except Exception as e:  # each slot's reset reports it (and retries the launch)
                 log.warning("launching the shared browser failed: %s", e)
-        return self._each(self._reset_one, requests)
+        # Where resets restore starts built before (webapps: Device.start_states), the first episode
+        # of each (task, seed) starts before the rest of its group, which then restore its start
+        # instead of all building the same one at once (emulators/snapshot.py).
+        first, rest, seen = [], [], set()
+        for r in requests:
+            (rest if r.state is None and (r.task_id, r.seed) in seen else first).append(r)
+            seen.add((r.task_id, r.seed))
+        if not rest or not any(getattr(s.device, "start_states", None) is not None for s in self._slots.values()):
+            return self._each(self._reset_one, requests)
+        out = {o.slot: o for o in self._each(self._reset_one, first) + self._each(self._reset_one, rest)}
+        return [out[r.slot] for r in requests]
 
     def step_batch(self, requests: Sequence[ActionRequest]) -> list[EnvOutput]:
         """Step each requested slot (side by side on a shared browser); outputs in request order."""

@@ -293,3 +293,23 @@ def test_reset_by_restore_is_on_for_suite_devices_and_can_be_turned_off(shared_b
     finally:
         for d in (on, off, loads):
             d.close()
+
+
+def test_a_pool_starts_a_group_once_and_restores_it_in_the_other_slots():
+    """The first episode of each (task, seed) of a reset batch starts before the rest of its group,
+    which restore its start: one start built a group, the same first screen in every slot."""
+    from emulators.pool import InProcessPool
+    from emulators.pool_types import ResetRequest
+    from emulators.snapshot import START_STATES
+
+    with InProcessPool("webapps", num_slots=4, device_options={"tree": "none"}) as pool:
+        pool.reset([ResetRequest(s, "open_app", 500 + s) for s in range(4)])  # every slot shows an app page
+        hits, misses = START_STATES.hits, START_STATES.misses
+        requests = [ResetRequest(0, "open_app", 11), ResetRequest(1, "settings_turn_on", 12),
+                    ResetRequest(2, "open_app", 11), ResetRequest(3, "settings_turn_on", 12)]
+        outs = pool.reset(requests)
+        assert [o.slot for o in outs] == [0, 1, 2, 3] and not any(o.worker_error for o in outs)
+        assert (START_STATES.hits - hits, START_STATES.misses - misses) == (2, 2)
+        assert outs[0].observation.screenshot == outs[2].observation.screenshot
+        assert outs[1].observation.screenshot == outs[3].observation.screenshot
+        assert outs[0].spec == outs[2].spec and outs[1].info.milestones == outs[3].info.milestones

@@ -1,0 +1,325 @@
+"""Snapshots and reset by restore on webapps: what they cost, and the rollout loop beside a raw
+Playwright loop in one run.
+
+    python bench/snapshot.py                          # operations, then the loops (~3-4 min)
+    python bench/snapshot.py --skip-loops --repeats 40
+    python bench/snapshot.py --skip-ops --rounds 3 --group-size 2 4
+    python bench/snapshot.py --skip-ops --skip-loops --miniwob-survey    # which MiniWoB++ pages replay
+
+**Operations** (one phone device of the webapps suite; CPU milliseconds a call summed over this
+process, the Playwright driver and every Chromium process, from ``/proc``, and wall milliseconds,
+``--repeats`` calls after one warm-up, two alternating rounds):
+
+* ``reset (in page)``: ``settings_turn_on``'s reset as it was before start states: session state,
+  start page rendered in the open document, settle, first observation;
+* ``reset (restore start)``: the same reset restored from a start state (what the second and later
+  episodes of a group get);
+* ``snapshot``: ``GuiEnv.snapshot()`` half way through ``notes_create`` (a form with typed text);
+* ``restore (same device)`` / ``restore (other device)``: ``GuiEnv.restore`` of that state on the
+  device that took it and on another (another session);
+* ``step``: a tap, settle and observation (the unit every loop pays).
+
+**Loops**, ``--rounds`` alternating runs of each on a 2-core machine shared with other jobs (the
+load average is printed with every figure):
+
+* ``rollout``: :func:`rl.rollout.run_rollout` with the random agent (:class:`rl.agents.RandomPolicy`)
+  on an :class:`~emulators.pool.InProcessPool` of ``--slots`` webapps slots (one Chromium, slots side
+  by side), the 3-step tasks ``open_app`` and ``settings_turn_on`` (one reset every 1-3 steps),
+  groups of ``--group-size``, a real store in a temp folder; with reset by restore (the default)
+  and without (``reset_by_restore=false``: every reset in page);
+* ``raw``: Playwright alone on ``--slots`` contexts of one Chromium (the same phone emulation, each
+  on a session's launcher): a tap at a random point and ``page.screenshot()`` a step; no settling,
+  no tree, no resets, no store. Two of them, right after each rollout: ``sequential_jpeg`` (one
+  context after another, JPEG q80: how the loop's earlier 0.72-0.85x was measured) and
+  ``side_by_side_png`` (the contexts side by side as the pool runs its slots, PNG as the env
+  captures: the browser's own speed with the pool's concurrency).
+
+Reported: steps/s of each, and each rollout's ratio to the raw loops that ran right after it. The last stdout
+line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from bench.cpu import cpu_by_process, load_avg  # noqa: E402
+from emulators.base import GuiEnv  # noqa: E402
+from emulators.browser_support import launch, run_concurrently  # noqa: E402
+from emulators.snapshot import START_STATES, StartStates  # noqa: E402
+from emulators.suites.webapps import SUITE, TASKS  # noqa: E402
+from guiagent.types import Click  # noqa: E402
+
+
+def measure(fn: Callable[[], object], repeats: int) -> dict:
+    fn()  # warm
+    before, t0 = cpu_by_process(os.getpid()), time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    wall = (time.perf_counter() - t0) / repeats
+    after = cpu_by_process(os.getpid())
+    by = {k: round(1e3 * (after.get(k, 0) - before.get(k, 0)) / repeats, 1) for k in sorted(set(after) | set(before))}
+    by = {k: v for k, v in by.items() if v}
+    return {"cpu_ms": round(sum(by.values()), 1), "wall_ms": round(1e3 * wall, 1), "by_process": by,
+            "load_avg": load_avg()}
+
+
+def operations(repeats: int) -> dict[str, list[dict]]:
+    handle = launch()
+    devs = [SUITE.make_device(browser=handle, reset_by_restore=False) for _ in range(3)]
+    try:
+        plain = GuiEnv(devs[0], TASKS["settings_turn_on"])
+        restoring = GuiEnv(devs[1], TASKS["settings_turn_on"], start_states=StartStates())
+        plain.reset_typed(seed=0)
+        restoring.reset_typed(seed=0)
+        form = GuiEnv(devs[2], TASKS["notes_create"])
+        form.reset_typed(seed=4)
+        for _ in range(3):
+            form.step_typed(form.oracle_action())
+        state = form.snapshot()
+        other = GuiEnv(devs[1], TASKS["notes_create"])
+        stepper = GuiEnv(devs[0], TASKS["settings_turn_on"])
+
+        def step() -> None:
+            if stepper.done or stepper.task is None or stepper.steps >= stepper.max_steps - 1:
+                stepper.reset_typed(seed=0)
+            stepper.step_typed(Click(0.5, 0.95))  # an empty spot: nothing changes but the settle and capture
+
+        ops: dict[str, Callable[[], object]] = {
+            "reset (in page)": lambda: plain.reset_typed(seed=0),
+            "reset (restore start)": lambda: restoring.reset_typed(seed=0),
+            "snapshot": form.snapshot,
+            "restore (same device)": lambda: form.restore(state),
+            "restore (other device)": lambda: other.restore(state),
+            "step": step,
+        }
+        out: dict[str, list[dict]] = {name: [] for name in ops}
+        for rnd in range(2):
+            for name, fn in ops.items():
+                r = measure(fn, repeats)
+                out[name].append(r)
+                print(f"round {rnd + 1} {name:<24} {r['cpu_ms']:6.1f} ms CPU {r['wall_ms']:6.1f} ms wall  "
+                      f"{r['by_process']}  load {r['load_avg']}", flush=True)
+        return out
+    finally:
+        for d in devs:
+            d.close()
+        handle.close()
+
+
+class RawLoop:
+    """Playwright alone: ``n`` phone contexts of one Chromium on the apps, a tap and a screenshot a step."""
+
+    def __init__(self, n: int):
+        from emulators.browser import MOBILE_USER_AGENT
+        from emulators.suites.webapps.server import shared_server
+        from emulators.suites.webapps.world import make_world
+
+        server, client = shared_server()
+        self.handle = launch()
+        self.pages = []
+        for i in range(n):
+            ctx = self.handle.browser.new_context(viewport={"width": 360, "height": 640}, is_mobile=True,
+                                                  has_touch=True, device_scale_factor=1, user_agent=MOBILE_USER_AGENT)
+            page = ctx.new_page()
+            page.goto(server.session_url(client.create(make_world(i))), wait_until="load")
+            self.pages.append(page)
+        self.rng = random.Random(0)
+
+    #: the two raw loops: one context after another with JPEG screenshots (how the loop's earlier
+    #: 0.72-0.85x was measured), and the contexts side by side with PNG (the pool's way and format)
+    MODES = {"sequential_jpeg": (False, {"type": "jpeg", "quality": 80}), "side_by_side_png": (True, {})}
+
+    def run(self, steps: int, mode: str) -> dict:
+        side_by_side, shot = self.MODES[mode]
+        n = len(self.pages)
+        batches = max(1, steps // n)
+
+        def one(page: Any) -> None:
+            page.touchscreen.tap(self.rng.uniform(5, 355), self.rng.uniform(40, 635))
+            page.screenshot(**shot)
+
+        cpu0, t0 = cpu_by_process(os.getpid()), time.perf_counter()
+        for _ in range(batches):
+            calls = [functools.partial(one, p) for p in self.pages]
+            if side_by_side:
+                run_concurrently(self.handle.browser, calls)
+            else:
+                for call in calls:
+                    call()
+        wall = time.perf_counter() - t0
+        cpu1 = cpu_by_process(os.getpid())
+        cpu = sum(cpu1.values()) - sum(cpu0.values())
+        return {"loop": "raw", "mode": mode, "env_steps": batches * n, "wall_s": round(wall, 3),
+                "steps_per_s": round(batches * n / wall, 2), "cpu_ms_per_step": round(1e3 * cpu / (batches * n), 1),
+                "load_avg": load_avg()}
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int]) -> list[dict]:
+    from emulators.pool import InProcessPool
+    from guiagent.store import Store
+    from rl.agents import RandomPolicy
+    from rl.rollout import make_groups, run_rollout
+
+    tasks = ["open_app", "settings_turn_on"]
+    tmp = Path(tempfile.mkdtemp(prefix="guiagent-bench-snapshot-"))
+    store = Store.open(tmp / "store")
+    pools = {mode: InProcessPool("webapps", num_slots=slots, device_options={"reset_by_restore": mode == "restore"})
+             for mode in ("restore", "in_page")}
+    raw = RawLoop(slots)
+    results: list[dict] = []
+    seed = 0
+    try:
+        for mode, pool in pools.items():  # warm-up: browsers, contexts and first pages
+            run_id = store.create_run(f"bench-snapshot-{mode}", env="webapps", algo="bench")
+            run_rollout(pool, RandomPolicy(seed=0), make_groups([tasks[0]] * slots, list(range(90_000, 90_000 + slots)),
+                                                                1), store=store, run_id=run_id, suite="webapps")
+        for m in RawLoop.MODES:
+            raw.run(slots * 2, m)
+        for rnd in range(rounds):
+            for g in group_sizes:
+                n_groups = max(1, episodes_per_slot * slots // g)
+                for mode, pool in pools.items():
+                    seed += 1000
+                    picks = [tasks[i % len(tasks)] for i in range(n_groups)]
+                    requests = make_groups(picks, [seed + i for i in range(n_groups)], g)
+                    run_id = store.create_run(f"bench-snapshot-{mode}-{rnd}-{g}", env="webapps", algo="bench")
+                    hits0, misses0 = START_STATES.hits, START_STATES.misses
+                    cpu0 = cpu_by_process(os.getpid())
+                    res = run_rollout(pool, RandomPolicy(seed=seed), requests, store=store, run_id=run_id,
+                                      suite="webapps")
+                    cpu1 = cpu_by_process(os.getpid())
+                    steps = max(res.env_steps, 1)
+                    r = {"loop": "rollout", "reset": mode, "group_size": g, "round": rnd + 1,
+                         "episodes": len(res.trajectories), "aborted": res.aborted, "env_steps": res.env_steps,
+                         "wall_s": round(res.wall_seconds, 3), "steps_per_s": round(res.steps_per_second, 2),
+                         "cpu_ms_per_step": round(1e3 * (sum(cpu1.values()) - sum(cpu0.values())) / steps, 1),
+                         "steps_per_episode": round(res.env_steps / max(len(res.trajectories), 1), 2),
+                         "start_hits": START_STATES.hits - hits0, "start_misses": START_STATES.misses - misses0,
+                         "load_avg": load_avg()}
+                    results.append(r)
+                    print(f"round {rnd + 1} G={g} rollout ({mode:<7}) {r['steps_per_s']:6.2f} steps/s "
+                          f"{r['cpu_ms_per_step']:6.1f} ms CPU a step ({r['env_steps']} steps, "
+                          f"{r['steps_per_episode']} an episode, starts restored {r['start_hits']}/"
+                          f"{r['start_hits'] + r['start_misses']})  load {r['load_avg']}", flush=True)
+                    r["ratio_vs_raw"] = {}
+                    for m in RawLoop.MODES:
+                        rr = raw.run(res.env_steps, m)
+                        rr.update(round=rnd + 1, group_size=g, beside=mode)
+                        r["ratio_vs_raw"][m] = round(r["steps_per_s"] / rr["steps_per_s"], 3)
+                        results.append(rr)
+                        print(f"round {rnd + 1} G={g}   raw {m:<17} {rr['steps_per_s']:6.2f} steps/s "
+                              f"{rr['cpu_ms_per_step']:6.1f} ms CPU a step  -> rollout / raw "
+                              f"{r['ratio_vs_raw'][m]:.3f}  load {rr['load_avg']}", flush=True)
+    finally:
+        raw.close()
+        for pool in pools.values():
+            pool.close()
+        store.close()
+    return results
+
+
+def miniwob_survey(seeds: int, steps: int) -> dict[str, list[str]]:
+    """Each MiniWoB++ page: a random agent's ``steps`` actions, snapshotted and restored on another
+    device (replayed, then checked against the captured screen)."""
+    from emulators.base import SnapshotError
+    from emulators.suites.miniwob import SUITE as MINIWOB
+
+    handle = launch()
+    d1, d2 = (MINIWOB.make_device(browser=handle, tree="none") for _ in range(2))
+    out: dict[str, list[str]] = {}
+    try:
+        for task_id in MINIWOB.task_ids():
+            cls = MINIWOB.task_class(task_id)
+            got = []
+            for seed in range(seeds):
+                a, b = GuiEnv(d1, cls), GuiEnv(d2, cls)
+                if not a.can_snapshot:
+                    got.append("cannot snapshot")
+                    continue
+                a.action_space.seed(seed)
+                a.reset_typed(seed=seed)
+                for _ in range(steps):
+                    if a.done:
+                        break
+                    a.step_typed(a.action_space.sample())
+                try:
+                    b.restore(a.snapshot())
+                    got.append("same" if b.device.observe().screenshot == a.snapshot().observation.screenshot
+                               else "differs")
+                except SnapshotError:
+                    got.append("refused")
+            out[task_id] = got
+            if set(got) != {"same"}:
+                print(f"miniwob {task_id}: {got}", flush=True)
+    finally:
+        d1.close(), d2.close()
+        handle.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--slots", type=int, default=8)
+    ap.add_argument("--episodes-per-slot", type=int, default=4)
+    ap.add_argument("--group-size", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--skip-ops", action="store_true")
+    ap.add_argument("--skip-loops", action="store_true")
+    ap.add_argument("--miniwob-survey", action="store_true", help="replay every MiniWoB++ page (~5 min)")
+    args = ap.parse_args()
+    for name in ("repeats", "rounds", "slots", "episodes_per_slot"):
+        if getattr(args, name) < 1:
+            print(f"bench/snapshot.py: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
+            sys.exit(2)
+    if any(g < 1 for g in args.group_size):
+        print("bench/snapshot.py: --group-size must be >= 1", file=sys.stderr)
+        sys.exit(2)
+    print(f"load {load_avg()}", flush=True)
+    out: dict[str, Any] = {"bench": "snapshot"}
+    if not args.skip_ops:
+        ops = operations(args.repeats)
+        out["operations"] = {k: {"cpu_ms": statistics.median(r["cpu_ms"] for r in v),
+                                 "wall_ms": statistics.median(r["wall_ms"] for r in v), "rounds": v}
+                             for k, v in ops.items()}
+    if not args.skip_loops:
+        res = loops(args.slots, args.rounds, args.episodes_per_slot, args.group_size)
+        out["loops"] = res
+        summary: dict[str, Any] = {}
+        for g in args.group_size:
+            for mode in ("restore", "in_page"):
+                rows = [r for r in res if r["loop"] == "rollout" and r["reset"] == mode and r["group_size"] == g]
+                summary[f"G{g}_{mode}"] = {
+                    "steps_per_s": [r["steps_per_s"] for r in rows],
+                    **{f"vs_{m}": [r["ratio_vs_raw"][m] for r in rows] for m in RawLoop.MODES}}
+        out["ratio_vs_raw"] = summary
+        for k, v in summary.items():
+            print(f"{k}: rollout {v['steps_per_s']} steps/s; / raw " + "; ".join(
+                f"{m} {v['vs_' + m]}" for m in RawLoop.MODES))
+    if args.miniwob_survey:
+        survey = miniwob_survey(2, 3)
+        out["miniwob_survey"] = {"pages": len(survey), "same": sorted(k for k, v in survey.items() if set(v) == {"same"}),
+                                 "other": {k: v for k, v in survey.items() if set(v) != {"same"}}}
+        print(f"miniwob: {len(out['miniwob_survey']['same'])} of {len(survey)} pages came back the same on every seed")
+    SUITE.close()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
