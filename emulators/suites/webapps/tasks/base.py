@@ -1,16 +1,27 @@
-"""Base class of the webapps tasks and the oracle's screen helpers.
+"""The webapps task as data: :class:`Family` rows, the one :class:`WebTask` class that runs them,
+and the oracle's screen helpers.
 
-A :class:`WebTask` samples a world seed plus its own choices, loads the world
-(edited by :meth:`WebTask.prepare`) into a fresh server session, points the
-device at that session's launcher and evaluates from the session state the
-server keeps. Subclasses implement ``choose`` (params from a world and the rng),
-``success`` (state, answer -> bool), ``progress`` (ordered milestone flags) and
-``oracle``.
+A task is one :class:`Family` row in its app's table (``FAMILIES`` of ``contacts.py``,
+``calendar.py``...): its id, goal template, difficulty and step budget, ``choose`` (the episode's
+parameters from the seeded world), ``prepare`` (the world edited into the start state),
+``success`` and ``milestones`` (read from the session state the server keeps), and ``route`` and
+``oracle`` (how a scripted solver gets it done). Pages, selectors and values in a row are
+templates of the parameters (``"contacts/{cid}"``). :func:`task_class` makes the row a
+:class:`WebTask` subclass (the Gymnasium registry and :class:`~emulators.base.GuiEnv` take task
+classes) that holds the row and nothing else: every task is ``Task <- WebTask <- <its class>``.
 
-The oracle helpers read the page the way a scripted solver may (DOM, url) and
-return the same actions an agent would send: a :class:`Click` at an element's
-centre, :class:`Scroll` while the element is off-screen, :class:`Type` into the
-focused field, :class:`Answer`, :class:`Finish`.
+A :class:`WebTask` samples a world seed plus the row's choices, loads the world (as ``prepare``
+edits it) into a fresh server session, points the device at that session's start page and
+evaluates from the session state. It is a ``Task[BrowserDevice]``: its methods get the
+:class:`~emulators.browser.BrowserDevice` typed, and :meth:`WebTask.reset_device` refuses any
+other device.
+
+Oracles are composed from a few moves: :func:`walk` (follow the route, then a move),
+:func:`change` (``Finish`` once the state is right, else walk the route, then a move), and the
+moves :data:`FINISH`, :func:`answer`, :func:`click`, :func:`fill`, :func:`confirm`, :data:`DELETE`.
+The screen helpers read the page the way a scripted solver may (DOM, url) and return the same
+actions an agent would send: a :class:`Click` at an element's centre, :class:`Scroll` while the
+element is off-screen, :class:`Type` into the focused field, :class:`Answer`, :class:`Finish`.
 """
 
 from __future__ import annotations
@@ -19,19 +30,34 @@ import random
 import re
 import uuid
 import weakref
-from typing import Any, ClassVar, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 from urllib.parse import parse_qs, urlsplit
 
-from emulators.base import ActionError, Device, Task
-from guiagent.types import Action, Click, Key, NavigateHome, Scroll, Type
+from emulators.base import ActionError, Task
+from guiagent.types import Action, Answer, Click, Finish, Key, NavigateHome, Scroll, Type
 
 from ..world import APP_TITLES, APPS, make_world, shuffled_layout
 
-__all__ = ["WebTask", "Route", "app_step", "norm", "digits", "parse_cents", "parse_count", "same_time",
-           "visited", "last_view", "resolve_app", "split_rel", "session_id"]
+if TYPE_CHECKING:
+    from emulators.browser import BrowserDevice
+
+__all__ = ["WebTask", "Family", "Route", "Move", "task_class", "tasks_of", "route_to", "pick", "fmt", "done",
+           "walk", "change", "FINISH", "answer", "click", "fill", "confirm", "DELETE", "new_item",
+           "app_step", "last_is", "norm", "digits", "parse_cents", "parse_count", "same_time", "visited",
+           "last_view", "resolve_app", "split_rel", "session_id"]
 
 #: one hop of a route: (page path relative to the session, selector to click on the page before)
 Route = Sequence[tuple[str, str | None]]
+#: an episode's parameters (what ``choose`` drew)
+Params = Mapping[str, Any]
+#: a world or a session's state (``world.make_world`` and the server's session, same shape)
+State = dict[str, Any]
+#: one step of a scripted solver: the next action from the task and the device (``None``: nothing to do here)
+Move = Callable[["WebTask", "BrowserDevice"], Action | None]
+#: a milestone: a page (reached once any page at or under it was viewed) or a check of the state
+Milestone = str | Callable[["WebTask", State], bool]
 
 _TARGET_JS = """(sel) => {
   const els = Array.from(document.querySelectorAll(sel)).filter((e) => {
@@ -136,7 +162,7 @@ def resolve_app(name: str) -> str:
     raise ActionError(f"unknown app {name!r}; apps: {', '.join(APP_TITLES[s] for s in APPS)}")
 
 
-_DEVICE_TOKENS: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+_DEVICE_TOKENS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 def session_id(device: Any, world_seed: int) -> str:
@@ -157,8 +183,167 @@ def app_step(slug: str) -> tuple[str, str]:
     return (slug, f'a.app-icon[data-app="{slug}"]')
 
 
-class WebTask(Task):
-    """A task of the webapps suite; see the module docstring."""
+def route_to(*hops: tuple[str, str | None]) -> list[tuple[str, str | None]]:
+    """A route from the launcher: ``route_to(app_step("notes"), ("notes/new", "#fab"))``."""
+    return [("", None), *hops]
+
+
+def last_is(state: State, target: str) -> bool:
+    """Whether the page showing now (the last one viewed) is ``target`` (query keys must match)."""
+    last = last_view(state)
+    if last is None:
+        return False
+    path, query = split_rel(last)
+    want_path, want_query = split_rel(target)
+    return path == want_path and all(query.get(k) == v for k, v in want_query.items())
+
+
+def fmt(template: str, p: Params) -> str:
+    """``template`` with its ``{param}`` fields filled from the parameters ``p``."""
+    return template.format_map(p)
+
+
+def pick(collection: str, **fields: str) -> Callable[[State, random.Random], dict[str, Any]]:
+    """A ``choose``: one item of ``world[collection]`` drawn by the rng, its ``fields`` (parameter
+    name = item key) as the parameters: ``pick("contacts", cid="id", name="name")``."""
+    def choose(world: State, rng: random.Random) -> dict[str, Any]:
+        item = rng.choice(world[collection])
+        return {name: item[key] for name, key in fields.items()}
+    return choose
+
+
+# --- the row -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family:
+    """One webapps task: a row of its app's table (see the module docstring).
+
+    Strings in ``start``, ``route``, ``milestones`` and the oracle's moves are templates of the
+    episode's parameters (``"contacts/{cid}"``); where a template cannot say it, a field takes a
+    function of the parameters ``p``. ``success`` and the milestones' checks get the running task
+    ``t`` (its ``params`` and ``initial_state()``), the oracle's moves the task and the device.
+    """
+
+    task_id: str
+    #: goal text with ``{param}`` fields
+    template: str
+    #: ``easy``, ``medium`` or ``hard``
+    difficulty: str
+    max_steps: int
+    #: the parameters of one episode from the seed's world and the rng (JSON values), drawn in a fixed order
+    choose: Callable[[State, random.Random], dict[str, Any]]
+    #: whether the session state (and the agent's answer) completes the task
+    success: Callable[[WebTask, State, str | None], bool]
+    #: the sub-goals in order: pages to have viewed (at or under), :func:`done`, or checks of the state
+    milestones: Sequence[Milestone] | Callable[[Params], Sequence[Milestone]]
+    #: the oracle (:func:`walk`, :func:`change` or a move of its own)
+    oracle: Move
+    #: the hops after the launcher (page, selector to tap on the page before) to the page where the
+    #: oracle's last moves happen
+    route: Route | Callable[[Params], Route] = ()
+    #: edits the freshly made world in place into the start state
+    prepare: Callable[[Params, State], None] | None = None
+    #: the page (relative to the session) where the episode starts; "" is the launcher
+    start: str = ""
+    #: lists of the screens (``world.LAYOUT_LISTS`` names) each episode reorders; empty: the fixed layout
+    shuffle: tuple[str, ...] = ()
+    #: the task class's docstring ("": one made from the template)
+    doc: str = ""
+
+
+def task_class(family: Family, module: str) -> type[WebTask]:
+    """The :class:`WebTask` subclass that runs ``family``, named after its id (``contacts_add`` ->
+    ``ContactsAdd``) and placed in ``module`` (bind it there under that name)."""
+    name = "".join(part.capitalize() for part in family.task_id.split("_"))
+    attrs: dict[str, Any] = {
+        "family": family, "task_id": family.task_id, "template": family.template,
+        "difficulty": family.difficulty, "max_steps": family.max_steps, "shuffle": family.shuffle,
+        "start": family.start, "__module__": module, "__qualname__": name,
+        "__doc__": family.doc or f"webapps task ``{family.task_id}``: {family.template}"}
+    return cast("type[WebTask]", type(name, (WebTask,), attrs))
+
+
+def tasks_of(families: Sequence[Family], module: str) -> list[type[WebTask]]:
+    """The task classes of an app's table, in its order (a module's ``TASKS``)."""
+    return [task_class(f, module) for f in families]
+
+
+# --- milestones and oracles, composed in the tables ----------------------------------------------------
+
+
+def done(t: WebTask, state: State) -> bool:
+    """The milestone "the task is complete" (its ``success`` with no answer)."""
+    return bool(t.success(state, None))
+
+
+def walk(move: Move) -> Move:
+    """Oracle: follow the row's route (going up from pages off it), then ``move`` on its last page."""
+    def oracle(t: WebTask, device: BrowserDevice) -> Action | None:
+        return t.navigate(device, t.route()) or move(t, device)
+    return oracle
+
+
+def change(move: Move, *, look_first: Route = ()) -> Move:
+    """Oracle of a task that changes the state: ``Finish`` once it is right, else (after following
+    the hops ``look_first`` to their last page, if that page was not viewed yet) :func:`walk` the
+    route, then ``move``."""
+    def oracle(t: WebTask, device: BrowserDevice) -> Action | None:
+        state = t.state()
+        if t.success(state, None):
+            return Finish()
+        if look_first:
+            first = t.route(look_first)
+            if not visited(state, first[-1][0]):
+                return t.navigate(device, first)
+        return t.navigate(device, t.route()) or move(t, device)
+    return oracle
+
+
+def FINISH(t: WebTask, device: BrowserDevice) -> Action | None:
+    """Move: end the episode."""
+    return Finish()
+
+
+def answer(text: str) -> Move:
+    """Move: answer ``text`` (a template: ``answer("{count}")``)."""
+    return lambda t, device: Answer(fmt(text, t.params))
+
+
+def click(selector: str) -> Move:
+    """Move: tap the element (a template), scrolling towards it first."""
+    return lambda t, device: t.click(device, fmt(selector, t.params))
+
+
+def fill(fields: Mapping[str, str], submit: str) -> Move:
+    """Move: make each field (selector) hold its value (a template), in order, then tap ``submit``."""
+    return lambda t, device: t.form(device, [(sel, fmt(v, t.params)) for sel, v in fields.items()], submit)
+
+
+def confirm(dialog: str, opener: str) -> Move:
+    """Move: tap ``opener``, then the confirm button of the dialog (id ``dialog``) it opens."""
+    def move(t: WebTask, device: BrowserDevice) -> Action | None:
+        if t.page_info(device)["dialog"] == dialog:
+            return t.click(device, f"#{dialog} button.confirm")
+        return t.click(device, opener)
+    return move
+
+
+#: Move: delete the item whose page shows (Delete, then confirm)
+DELETE = confirm("confirm-delete", "#delete")
+
+
+def new_item(app: str, form: str, move: Move) -> dict[str, Any]:
+    """The ``milestones``, ``route`` and ``oracle`` of a row that makes a new item: the app, its
+    floating action button, then ``move`` on the form (usually :func:`fill`) until the state is right."""
+    return {"milestones": (app, form, done), "route": (app_step(app), (form, "#fab")), "oracle": change(move)}
+
+
+# --- the task class ------------------------------------------------------------------------------------
+
+
+class WebTask(Task["BrowserDevice"]):
+    """A task of the webapps suite, running the :class:`Family` row ``family``; see the module docstring."""
 
     suite: ClassVar[str] = "webapps"
     #: page (relative to the session) where the episode starts; "" is the launcher
@@ -166,12 +351,14 @@ class WebTask(Task):
     #: lists of the screens (``world.LAYOUT_LISTS`` names) each episode reorders, drawn from its seed and
     #: kept in its parameters (``params["layout"]``); empty: the fixed layout
     shuffle: ClassVar[tuple[str, ...]] = ()
+    #: the row this class runs (:func:`task_class` sets it)
+    family: ClassVar[Family]
 
-    def __init__(self, params: dict[str, Any]):
+    def __init__(self, params: Mapping[str, Any]):
         super().__init__(params)
         self.sid: str | None = None
-        self._client = None
-        self._reset_on: Device | None = None
+        self._client: Any = None
+        self._reset_on: BrowserDevice | None = None
 
     # --- sampling and set-up -----------------------------------------------------------------
 
@@ -184,14 +371,16 @@ class WebTask(Task):
         return params
 
     @classmethod
-    def choose(cls, world: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    def choose(cls, world: State, rng: random.Random) -> dict[str, Any]:
         """Task parameters drawn from ``world`` and ``rng`` (JSON-serialisable)."""
-        return {}
+        return cls.family.choose(world, rng)
 
-    def prepare(self, world: dict[str, Any]) -> None:
+    def prepare(self, world: State) -> None:
         """Edit the freshly made world in place into the task's start state."""
+        if self.family.prepare is not None:
+            self.family.prepare(self.params, world)
 
-    def initial_state(self) -> dict[str, Any]:
+    def initial_state(self) -> State:
         world = make_world(int(self.params["seed"]))
         self.prepare(world)
         if self.params.get("layout"):
@@ -199,9 +388,18 @@ class WebTask(Task):
         return world
 
     def start_page(self) -> str:
-        return self.start
+        return fmt(self.start, self.params)
 
-    def reset_device(self, device: Device) -> None:
+    def route(self, hops: Route | Callable[[Params], Route] | None = None) -> Route:
+        """The taps from the launcher along ``hops`` (default: the row's route) with this episode's
+        parameters filled in: to the page where the oracle's last moves happen."""
+        hops = self.family.route if hops is None else hops
+        if callable(hops):
+            return route_to(*hops(self.params))
+        return route_to(*((fmt(page, self.params), None if sel is None else fmt(sel, self.params))
+                          for page, sel in hops))
+
+    def reset_device(self, device: BrowserDevice) -> None:
         """Create this episode's server session and show its start page: one page view.
 
         The session id is fixed by the device and the world seed (see :func:`session_id`),
@@ -214,14 +412,15 @@ class WebTask(Task):
         the start page the first and only page of the history. Either way the next screen is
         the same.
         """
-        if not hasattr(device, "goto") or not hasattr(device, "home_url"):
+        # lazy: the browser device (asyncio); `import emulators` lists the tasks without it
+        from emulators.browser import BrowserDevice
+        if not isinstance(device, BrowserDevice):
             raise TypeError(f"webapps tasks need a BrowserDevice, got {type(device).__name__}")
         from ..server import shared_server  # lazy: Flask and httpx (0.3 s) load on first use
         server, client = shared_server()
         if self.sid is not None:
             client.delete(self.sid)
-        if getattr(device, "allowed_origins", None) is not None and not any(
-                server.url.startswith(o) for o in device.allowed_origins):  # type: ignore[attr-defined]
+        if not any(server.url.startswith(o) for o in device.allowed_origins):
             raise ValueError(f"the device may not load the app server {server.url}; allow that origin "
                              "(the suite's make_device does) or leave allowed_origins empty")
         self._client = client
@@ -229,31 +428,29 @@ class WebTask(Task):
         state = self.initial_state()
         client.reset(self.sid, state)
         home = server.session_url(self.sid)
-        device.open_app_handler = lambda name: device.goto(home + resolve_app(name))  # type: ignore[attr-defined]
+        device.open_app_handler = lambda name: device.goto(home + resolve_app(name))
         start = home + self.start_page()
-        in_page = getattr(device, "reset_in_page", None)
-        if in_page is None or not in_page(start, _VISIT_HOOK):
-            if in_page is not None:  # the attempt may have shown a page: its view is in the log
-                client.reset(self.sid, state)
-            device.home_url = start  # type: ignore[attr-defined]
+        if not device.reset_in_page(start, _VISIT_HOOK):
+            client.reset(self.sid, state)  # the attempt may have shown a page: its view is in the log
+            device.home_url = start
             try:
                 device.reset()
             finally:
-                device.home_url = home  # type: ignore[attr-defined]
-        device.home_url = home  # type: ignore[attr-defined]
+                device.home_url = home
+        device.home_url = home
         self._reset_on = device
 
-    def setup(self, device: Device) -> str:
+    def setup(self, device: BrowserDevice) -> str:
         """The start state is made by :meth:`reset_device`; called on its own, ``setup`` does that too."""
         if self._reset_on is not device:
             self.reset_device(device)
         self._reset_on = None
         return self.goal
 
-    def teardown(self, device: Device) -> None:
-        if hasattr(device, "home_url") and self._client is not None:
+    def teardown(self, device: BrowserDevice) -> None:
+        if self._client is not None:
             # the next reset's first page load should not hit the deleted session
-            device.home_url = self._client.base_url + "/"  # type: ignore[attr-defined]
+            device.home_url = self._client.base_url + "/"
         if self.sid is not None and self._client is not None:
             try:
                 self._client.delete(self.sid)
@@ -263,29 +460,34 @@ class WebTask(Task):
 
     # --- evaluation ------------------------------------------------------------------------------
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> State:
         if self.sid is None or self._client is None:
             raise RuntimeError("setup() first")
         return self._client.state(self.sid)
 
-    def success(self, state: dict[str, Any], answer: str | None) -> bool:
-        raise NotImplementedError
+    def success(self, state: State, answer: str | None) -> bool:
+        return self.family.success(self, state, answer)
 
-    def progress(self, state: dict[str, Any]) -> list[bool]:
+    def progress(self, state: State) -> list[bool]:
         """Ordered milestone flags from the state (each stays true once reached)."""
-        return []
+        marks = self.family.milestones
+        return [visited(state, fmt(m, self.params)) if isinstance(m, str) else m(self, state)
+                for m in (marks(self.params) if callable(marks) else marks)]
 
-    def evaluate(self, device: Device, answer: str | None = None) -> float:
+    def evaluate(self, device: BrowserDevice, answer: str | None = None) -> float:
         return 1.0 if self.success(self.state(), answer) else 0.0
 
-    def milestones(self, device: Device) -> list[bool]:
+    def milestones(self, device: BrowserDevice) -> list[bool]:
         return [bool(x) for x in self.progress(self.state())]
+
+    def oracle(self, device: BrowserDevice) -> Action | None:
+        return self.family.oracle(self, device)
 
     # --- oracle helpers --------------------------------------------------------------------------
 
-    def rel(self, device: Device) -> str:
+    def rel(self, device: BrowserDevice) -> str:
         """Current page relative to the session (``contacts/3?tab=x``); a marker string outside it."""
-        url = device.page.url  # type: ignore[attr-defined]
+        url = device.page.url
         marker = f"/s/{self.sid}/"
         parts = urlsplit(url)
         if marker not in parts.path:
@@ -293,26 +495,26 @@ class WebTask(Task):
         rel = parts.path.split(marker, 1)[1]
         return rel + (f"?{parts.query}" if parts.query else "")
 
-    def at(self, device: Device, target: str) -> bool:
+    def at(self, device: BrowserDevice, target: str) -> bool:
         cur_path, cur_q = split_rel(self.rel(device))
         path, query = split_rel(target)
         return cur_path == path and all(cur_q.get(k) == v for k, v in query.items())
 
-    def page_info(self, device: Device) -> dict[str, Any]:
-        return device.evaluate(_PAGE_JS)  # type: ignore[attr-defined]
+    def page_info(self, device: BrowserDevice) -> dict[str, Any]:
+        return device.evaluate(_PAGE_JS)
 
-    def click(self, device: Device, selector: str) -> Action | None:
+    def click(self, device: BrowserDevice, selector: str) -> Action | None:
         """Tap the element (scrolling towards it first); ``None`` if it is not on the page."""
-        t = device.evaluate(_TARGET_JS, selector)  # type: ignore[attr-defined]
+        t = device.evaluate(_TARGET_JS, selector)
         if t is None:
             return None
         if "scroll" in t:
             return Scroll(t["scroll"], amount=0.4)
         return Click(round(t["x"], 4), round(t["y"], 4))
 
-    def fill(self, device: Device, selector: str, value: str) -> Action | None:
+    def fill(self, device: BrowserDevice, selector: str, value: str) -> Action | None:
         """The next action to make the field hold ``value``; ``None`` when it already does."""
-        t = device.evaluate(_TARGET_JS, selector)  # type: ignore[attr-defined]
+        t = device.evaluate(_TARGET_JS, selector)
         if t is None:
             raise RuntimeError(f"oracle: no field {selector!r} on {self.rel(device)}")
         if "scroll" in t:
@@ -325,14 +527,14 @@ class WebTask(Task):
             return Key("Control+a")
         return Type(value)
 
-    def form(self, device: Device, fields: Sequence[tuple[str, str]], submit: str) -> Action | None:
+    def form(self, device: BrowserDevice, fields: Sequence[tuple[str, str]], submit: str) -> Action | None:
         for selector, value in fields:
             action = self.fill(device, selector, value)
             if action is not None:
                 return action
         return self.click(device, submit)
 
-    def navigate(self, device: Device, route: Route) -> Action | None:
+    def navigate(self, device: BrowserDevice, route: Route) -> Action | None:
         """Next action along ``route`` (launcher first); ``None`` once at its last page.
 
         From a page off the route it goes up (the app bar's arrow) until it meets it.
@@ -351,17 +553,15 @@ class WebTask(Task):
             return self.click(device, "a.up")
         return NavigateHome()
 
-    def dismiss(self, device: Device, dialog_id: str) -> Action:
+    def dismiss(self, device: BrowserDevice, dialog_id: str) -> Action:
         act = self.click(device, f"#{dialog_id} [data-close]")
         return act if act is not None else Key("Escape")
 
-    def delete_confirmed(self, device: Device, page: str, route: Route) -> Action | None:
+    def delete_confirmed(self, device: BrowserDevice, page: str, route: Route) -> Action | None:
         """Oracle step of "open the item's page, press Delete, confirm the dialog"."""
         if self.at(device, page):
-            if self.page_info(device)["dialog"] == "confirm-delete":
-                return self.click(device, "#confirm-delete button.confirm")
-            return self.click(device, "#delete")
+            return DELETE(self, device)
         return self.navigate(device, route)
 
     def route_to(self, *hops: tuple[str, str | None]) -> list[tuple[str, str | None]]:
-        return [("", None), *hops]
+        return route_to(*hops)

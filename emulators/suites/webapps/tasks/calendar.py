@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
-from guiagent.types import Answer, Finish
+from guiagent.types import Action, Answer
 
 from ..world import TODAY, pretty_date
-from .base import WebTask, app_step, norm, parse_count, same_time, visited
+from .base import (DELETE, Family, State, WebTask, answer, app_step, change, done, fill, new_item, norm,
+                   parse_count, pick, same_time, tasks_of, walk)
+
+if TYPE_CHECKING:
+    from emulators.browser import BrowserDevice
 
 NEW_TITLES = ("Team lunch", "Call with the bank", "School play", "Tennis match", "Dinner with Sam",
               "Museum visit", "Bike repair", "Study group")
@@ -17,137 +23,70 @@ def _event(state, eid):
     return next((e for e in state["events"] if e["id"] == eid), None)
 
 
-class _EventTask(WebTask):
-    @classmethod
-    def choose(cls, world, rng):
-        e = rng.choice(world["events"])
-        return {"eid": e["id"], "title": e["title"], "time": e["time"], "date": e["date"]}
-
-    def page(self):
-        return f"calendar/{self.params['eid']}"
-
-    def route_event(self):
-        return self.route_to(app_step("calendar"), (self.page(), f'a.row[data-id="{self.params["eid"]}"]'))
+_pick = pick("events", eid="id", title="title", time="time", date="date")
+#: from the launcher to the event's page
+_EVENT = (app_step("calendar"), ("calendar/{eid}", 'a.row[data-id="{eid}"]'))
 
 
-class CalendarAddEvent(WebTask):
-    task_id = "calendar_add_event"
-    template = 'Create a calendar event "{title}" on {date} at {time}.'
-    difficulty = "hard"
-    max_steps = 15
-
-    @classmethod
-    def choose(cls, world, rng):
-        day = TODAY + timedelta(days=rng.randint(1, 13))
-        return {"title": rng.choice(NEW_TITLES), "date": day.isoformat(),
-                "time": f"{rng.randint(8, 19):02d}:{rng.choice((0, 30)):02d}"}
-
-    def success(self, state, answer):
-        return any(norm(e["title"]) == norm(self.params["title"]) and e["date"] == self.params["date"]
-                   and e["time"] == self.params["time"] for e in state["events"])
-
-    def progress(self, state):
-        return [visited(state, "calendar"), visited(state, "calendar/new"), self.success(state, None)]
-
-    def oracle(self, device):
-        if self.success(self.state(), None):
-            return Finish()
-        p = self.params
-        return self.navigate(device, self.route_to(app_step("calendar"), ("calendar/new", "#fab"))) or self.form(
-            device, [('input[name="title"]', p["title"]), ('input[name="date"]', p["date"]),
-                     ('input[name="time"]', p["time"])], "button.save")
+def _new_event(world: State, rng: random.Random) -> dict[str, Any]:
+    day = TODAY + timedelta(days=rng.randint(1, 13))
+    return {"title": rng.choice(NEW_TITLES), "date": day.isoformat(),
+            "time": f"{rng.randint(8, 19):02d}:{rng.choice((0, 30)):02d}"}
 
 
-class CalendarEventTime(_EventTask):
-    task_id = "calendar_event_time"
-    template = 'At what time does "{title}" start?'
-    difficulty = "medium"
-    max_steps = 8
-
-    def success(self, state, answer):
-        return same_time(answer, self.params["time"])
-
-    def progress(self, state):
-        return [visited(state, "calendar"), visited(state, self.page())]
-
-    def oracle(self, device):
-        return self.navigate(device, self.route_event()) or Answer(self.params["time"])
+def _added(t: WebTask, state: State, answer: str | None) -> bool:
+    p = t.params
+    return any(norm(e["title"]) == norm(p["title"]) and e["date"] == p["date"] and e["time"] == p["time"]
+               for e in state["events"])
 
 
-class CalendarCountDay(WebTask):
-    task_id = "calendar_count_day"
-    template = "How many events do I have on {day}?"
-    difficulty = "medium"
-    max_steps = 8
-
-    @classmethod
-    def choose(cls, world, rng):
-        d = rng.choice(sorted({e["date"] for e in world["events"]}))
-        return {"date": d, "day": pretty_date(d), "count": sum(e["date"] == d for e in world["events"])}
-
-    def success(self, state, answer):
-        return parse_count(answer) == self.params["count"]
-
-    def progress(self, state):
-        return [visited(state, "calendar")]
-
-    def oracle(self, device):
-        nav = self.navigate(device, self.route_to(app_step("calendar")))
-        if nav is not None:
-            return nav
-        # scroll until the day's last event is on screen, then answer
-        last = device.evaluate(  # type: ignore[attr-defined]
-            "(d) => { const l = document.querySelector(`ul[data-date='${d}']`); "
-            "const rows = l ? l.querySelectorAll('a.row') : []; return rows.length ? rows[rows.length - 1].dataset.id : null; }",
-            self.params["date"])
-        act = self.click(device, f'a.row[data-id="{last}"]')
-        return act if act is not None and act.kind == "scroll" else Answer(str(self.params["count"]))
+def _pick_day(world: State, rng: random.Random) -> dict[str, Any]:
+    d = rng.choice(sorted({e["date"] for e in world["events"]}))
+    return {"date": d, "day": pretty_date(d), "count": sum(e["date"] == d for e in world["events"])}
 
 
-class CalendarReschedule(_EventTask):
-    task_id = "calendar_reschedule"
-    template = 'Move "{title}" to {new_time} on the same day.'
-    difficulty = "hard"
-    max_steps = 12
-
-    @classmethod
-    def choose(cls, world, rng):
-        p = super().choose(world, rng)
-        options = [f"{h:02d}:{m:02d}" for h in range(8, 21) for m in (0, 30) if f"{h:02d}:{m:02d}" != p["time"]]
-        return {**p, "new_time": rng.choice(options)}
-
-    def success(self, state, answer):
-        e = _event(state, self.params["eid"])
-        return e is not None and e["time"] == self.params["new_time"] and e["date"] == self.params["date"] \
-            and norm(e["title"]) == norm(self.params["title"])
-
-    def progress(self, state):
-        return [visited(state, self.page()), visited(state, self.page() + "/edit"), self.success(state, None)]
-
-    def oracle(self, device):
-        if self.success(self.state(), None):
-            return Finish()
-        route = [*self.route_event(), (self.page() + "/edit", "#edit")]
-        return self.navigate(device, route) or self.form(
-            device, [('input[name="time"]', self.params["new_time"])], "button.save")
+def _count_day(t: WebTask, device: BrowserDevice) -> Action | None:
+    """Scroll until the day's last event is on screen, then answer."""
+    last = device.evaluate(
+        "(d) => { const l = document.querySelector(`ul[data-date='${d}']`); "
+        "const rows = l ? l.querySelectorAll('a.row') : []; return rows.length ? rows[rows.length - 1].dataset.id : null; }",
+        t.params["date"])
+    act = t.click(device, f'a.row[data-id="{last}"]')
+    return act if act is not None and act.kind == "scroll" else Answer(str(t.params["count"]))
 
 
-class CalendarDeleteEvent(_EventTask):
-    task_id = "calendar_delete_event"
-    template = 'Delete the event "{title}" from my calendar.'
-    difficulty = "medium"
-    max_steps = 10
-
-    def success(self, state, answer):
-        return _event(state, self.params["eid"]) is None and len(state["events"]) == 15
-
-    def progress(self, state):
-        return [visited(state, "calendar"), visited(state, self.page()), self.success(state, None)]
-
-    def oracle(self, device):
-        if self.success(self.state(), None):
-            return Finish()
-        return self.delete_confirmed(device, self.page(), self.route_event())
+def _pick_new_time(world: State, rng: random.Random) -> dict[str, Any]:
+    p = _pick(world, rng)
+    options = [f"{h:02d}:{m:02d}" for h in range(8, 21) for m in (0, 30) if f"{h:02d}:{m:02d}" != p["time"]]
+    return {**p, "new_time": rng.choice(options)}
 
 
-TASKS = [CalendarAddEvent, CalendarEventTime, CalendarCountDay, CalendarReschedule, CalendarDeleteEvent]
+def _rescheduled(t: WebTask, state: State, answer: str | None) -> bool:
+    e, p = _event(state, t.params["eid"]), t.params
+    return (e is not None and e["time"] == p["new_time"] and e["date"] == p["date"]
+            and norm(e["title"]) == norm(p["title"]))
+
+
+FAMILIES = (
+    Family("calendar_add_event", 'Create a calendar event "{title}" on {date} at {time}.', "hard", 15,
+           choose=_new_event, success=_added,
+           **new_item("calendar", "calendar/new", fill({
+               'input[name="title"]': "{title}", 'input[name="date"]': "{date}", 'input[name="time"]': "{time}"},
+               "button.save"))),
+    Family("calendar_event_time", 'At what time does "{title}" start?', "medium", 8, choose=_pick,
+           success=lambda t, s, a: same_time(a, t.params["time"]), milestones=("calendar", "calendar/{eid}"),
+           route=_EVENT, oracle=walk(answer("{time}"))),
+    Family("calendar_count_day", "How many events do I have on {day}?", "medium", 8, choose=_pick_day,
+           success=lambda t, s, a: parse_count(a) == t.params["count"], milestones=("calendar",),
+           route=(app_step("calendar"),), oracle=walk(_count_day)),
+    Family("calendar_reschedule", 'Move "{title}" to {new_time} on the same day.', "hard", 12,
+           choose=_pick_new_time, success=_rescheduled, milestones=("calendar/{eid}", "calendar/{eid}/edit", done),
+           route=(*_EVENT, ("calendar/{eid}/edit", "#edit")),
+           oracle=change(fill({'input[name="time"]': "{new_time}"}, "button.save"))),
+    Family("calendar_delete_event", 'Delete the event "{title}" from my calendar.', "medium", 10, choose=_pick,
+           success=lambda t, s, a: _event(s, t.params["eid"]) is None and len(s["events"]) == 15,
+           milestones=("calendar", "calendar/{eid}", done), route=_EVENT, oracle=change(DELETE)),
+)
+
+TASKS = tasks_of(FAMILIES, __name__)
+CalendarAddEvent, CalendarEventTime, CalendarCountDay, CalendarReschedule, CalendarDeleteEvent = TASKS

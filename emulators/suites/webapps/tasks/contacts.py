@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from guiagent.types import Answer, Finish
-
-from .base import WebTask, app_step, digits, norm, parse_count, visited
+from .base import (DELETE, Family, Params, State, WebTask, answer, app_step, change, click, digits, done, fill,
+                   new_item, norm, parse_count, pick, tasks_of, walk)
 
 _NEW_FIRST = ("Alma", "Bruno", "Cleo", "Dmitri", "Esme", "Felix", "Greta", "Hector", "Ines", "Jasper",
               "Kai", "Lucia", "Milo", "Nadia", "Otto", "Petra")
@@ -27,172 +26,72 @@ def contact_by_name(state, name):
     return next((c for c in state["contacts"] if norm(c["name"]) == norm(name)), None)
 
 
-class _ContactTask(WebTask):
-    """A task about one existing contact (``cid``, ``name``)."""
-
-    @classmethod
-    def choose(cls, world, rng):
-        c = rng.choice(world["contacts"])
-        return {"cid": c["id"], "name": c["name"]}
-
-    def detail(self) -> str:
-        return f"contacts/{self.params['cid']}"
-
-    def route_detail(self):
-        cid = self.params["cid"]
-        return self.route_to(app_step("contacts"), (self.detail(), f'a.row[data-id="{cid}"]'))
+_pick = pick("contacts", cid="id", name="name")
+#: from the launcher to the contact's page
+_DETAIL = (app_step("contacts"), ("contacts/{cid}", 'a.row[data-id="{cid}"]'))
 
 
-class ContactsAdd(WebTask):
-    task_id = "contacts_add"
-    template = "Add a new contact named {name} with the phone number {phone}."
-    difficulty = "medium"
-    max_steps = 12
+def _lookup(task_id: str, template: str, field: str) -> Family:
+    """Answer one field of an existing contact, read on its page."""
+    def success(t: WebTask, state: State, answer: str | None) -> bool:
+        if field == "phone":
+            return digits(answer) == digits(t.params["value"]) != ""
+        return norm(answer) == norm(t.params["value"])
 
-    @classmethod
-    def choose(cls, world, rng):
-        return {"name": new_name(world, rng), "phone": new_phone(rng)}
-
-    def success(self, state, answer):
-        c = contact_by_name(state, self.params["name"])
-        return c is not None and digits(c["phone"]) == digits(self.params["phone"])
-
-    def progress(self, state):
-        return [visited(state, "contacts"), visited(state, "contacts/new"), self.success(state, None)]
-
-    def oracle(self, device):
-        if self.success(self.state(), None):
-            return Finish()
-        route = self.route_to(app_step("contacts"), ("contacts/new", "#fab"))
-        return self.navigate(device, route) or self.form(
-            device, [('input[name="name"]', self.params["name"]), ('input[name="phone"]', self.params["phone"])],
-            "button.save")
+    return Family(task_id, template, "medium", 8, choose=pick("contacts", cid="id", name="name", value=field),
+                  success=success, milestones=("contacts", "contacts/{cid}"), route=_DETAIL,
+                  oracle=walk(answer("{value}")))
 
 
-class _ContactLookup(_ContactTask):
-    difficulty = "medium"
-    max_steps = 8
-    field = "phone"
-
-    @classmethod
-    def choose(cls, world, rng):
-        c = rng.choice(world["contacts"])
-        return {"cid": c["id"], "name": c["name"], "value": c[cls.field]}
-
-    def success(self, state, answer):
-        if self.field == "phone":
-            return digits(answer) == digits(self.params["value"]) != ""
-        return norm(answer) == norm(self.params["value"])
-
-    def progress(self, state):
-        return [visited(state, "contacts"), visited(state, self.detail())]
-
-    def oracle(self, device):
-        return self.navigate(device, self.route_detail()) or Answer(self.params["value"])
+def _added(t: WebTask, state: State, answer: str | None) -> bool:
+    c = contact_by_name(state, t.params["name"])
+    return c is not None and digits(c["phone"]) == digits(t.params["phone"])
 
 
-class ContactsPhoneLookup(_ContactLookup):
-    task_id = "contacts_phone_lookup"
-    template = "What is {name}'s phone number?"
-    field = "phone"
+def _deleted(t: WebTask, state: State, answer: str | None) -> bool:
+    ids = [c["id"] for c in state["contacts"]]
+    return t.params["cid"] not in ids and len(ids) == 23  # only that one is gone
 
 
-class ContactsEmailLookup(_ContactLookup):
-    task_id = "contacts_email_lookup"
-    template = "What is {name}'s email address?"
-    field = "email"
+def _phone_changed(t: WebTask, state: State, answer: str | None) -> bool:
+    c = next((c for c in state["contacts"] if c["id"] == t.params["cid"]), None)
+    return c is not None and norm(c["name"]) == norm(t.params["name"]) and \
+        digits(c["phone"]) == digits(t.params["phone"])
 
 
-class ContactsDelete(_ContactTask):
-    task_id = "contacts_delete"
-    template = "Delete the contact {name}."
-    difficulty = "medium"
-    max_steps = 10
-
-    def success(self, state, answer):
-        ids = [c["id"] for c in state["contacts"]]
-        return self.params["cid"] not in ids and len(ids) == 23  # only that one is gone
-
-    def progress(self, state):
-        return [visited(state, "contacts"), visited(state, self.detail()), self.success(state, None)]
-
-    def oracle(self, device):
-        if self.success(self.state(), None):
-            return Finish()
-        return self.delete_confirmed(device, self.detail(), self.route_detail())
+def _unstar(p: Params, world: State) -> None:
+    next(c for c in world["contacts"] if c["id"] == p["cid"])["starred"] = False
 
 
-class ContactsEditPhone(_ContactTask):
-    task_id = "contacts_edit_phone"
-    template = "Change {name}'s phone number to {phone}."
-    difficulty = "hard"
-    max_steps = 12
-
-    @classmethod
-    def choose(cls, world, rng):
-        return {**super().choose(world, rng), "phone": new_phone(rng)}
-
-    def success(self, state, answer):
-        c = next((c for c in state["contacts"] if c["id"] == self.params["cid"]), None)
-        return c is not None and norm(c["name"]) == norm(self.params["name"]) and \
-            digits(c["phone"]) == digits(self.params["phone"])
-
-    def progress(self, state):
-        return [visited(state, self.detail()), visited(state, self.detail() + "/edit"), self.success(state, None)]
-
-    def oracle(self, device):
-        if self.success(self.state(), None):
-            return Finish()
-        route = [*self.route_detail(), (self.detail() + "/edit", "#edit")]
-        return self.navigate(device, route) or self.form(
-            device, [('input[name="phone"]', self.params["phone"])], "button.save")
+def _star_one(p: Params, world: State) -> None:
+    if not any(c["starred"] for c in world["contacts"]):
+        world["contacts"][0]["starred"] = True
 
 
-class ContactsFavourite(_ContactTask):
-    task_id = "contacts_favourite"
-    template = "Add {name} to my favourite contacts."
-    difficulty = "medium"
-    max_steps = 8
+FAMILIES = (
+    Family("contacts_add", "Add a new contact named {name} with the phone number {phone}.", "medium", 12,
+           choose=lambda world, rng: {"name": new_name(world, rng), "phone": new_phone(rng)}, success=_added,
+           **new_item("contacts", "contacts/new",
+                      fill({'input[name="name"]': "{name}", 'input[name="phone"]': "{phone}"}, "button.save"))),
+    _lookup("contacts_phone_lookup", "What is {name}'s phone number?", "phone"),
+    _lookup("contacts_email_lookup", "What is {name}'s email address?", "email"),
+    Family("contacts_delete", "Delete the contact {name}.", "medium", 10, choose=_pick, success=_deleted,
+           milestones=("contacts", "contacts/{cid}", done), route=_DETAIL, oracle=change(DELETE)),
+    Family("contacts_edit_phone", "Change {name}'s phone number to {phone}.", "hard", 12,
+           choose=lambda world, rng: {**_pick(world, rng), "phone": new_phone(rng)}, success=_phone_changed,
+           milestones=("contacts/{cid}", "contacts/{cid}/edit", done),
+           route=(*_DETAIL, ("contacts/{cid}/edit", "#edit")),
+           oracle=change(fill({'input[name="phone"]': "{phone}"}, "button.save"))),
+    Family("contacts_favourite", "Add {name} to my favourite contacts.", "medium", 8, choose=_pick, prepare=_unstar,
+           success=lambda t, s, a: any(c["id"] == t.params["cid"] and c["starred"] for c in s["contacts"]),
+           milestones=("contacts", "contacts/{cid}", done), route=_DETAIL, oracle=change(click("#star"))),
+    Family("contacts_count_favourites", "How many favourite contacts do I have?", "medium", 6,
+           choose=lambda world, rng: {"count": max(1, sum(c["starred"] for c in world["contacts"]))},
+           prepare=_star_one, success=lambda t, s, a: parse_count(a) == t.params["count"],
+           milestones=("contacts", "contacts?tab=fav"),
+           route=(app_step("contacts"), ("contacts?tab=fav", 'a.tab[data-tab="fav"]')), oracle=walk(answer("{count}"))),
+)
 
-    def prepare(self, world):
-        next(c for c in world["contacts"] if c["id"] == self.params["cid"])["starred"] = False
-
-    def success(self, state, answer):
-        return any(c["id"] == self.params["cid"] and c["starred"] for c in state["contacts"])
-
-    def progress(self, state):
-        return [visited(state, "contacts"), visited(state, self.detail()), self.success(state, None)]
-
-    def oracle(self, device):
-        if self.success(self.state(), None):
-            return Finish()
-        return self.navigate(device, self.route_detail()) or self.click(device, "#star")
-
-
-class ContactsCountFavourites(WebTask):
-    task_id = "contacts_count_favourites"
-    template = "How many favourite contacts do I have?"
-    difficulty = "medium"
-    max_steps = 6
-
-    @classmethod
-    def choose(cls, world, rng):
-        return {"count": max(1, sum(c["starred"] for c in world["contacts"]))}
-
-    def prepare(self, world):
-        if not any(c["starred"] for c in world["contacts"]):
-            world["contacts"][0]["starred"] = True
-
-    def success(self, state, answer):
-        return parse_count(answer) == self.params["count"]
-
-    def progress(self, state):
-        return [visited(state, "contacts"), visited(state, "contacts?tab=fav")]
-
-    def oracle(self, device):
-        route = self.route_to(app_step("contacts"), ("contacts?tab=fav", 'a.tab[data-tab="fav"]'))
-        return self.navigate(device, route) or Answer(str(self.params["count"]))
-
-
-TASKS = [ContactsAdd, ContactsPhoneLookup, ContactsEmailLookup, ContactsDelete, ContactsEditPhone,
-         ContactsFavourite, ContactsCountFavourites]
+TASKS = tasks_of(FAMILIES, __name__)
+(ContactsAdd, ContactsPhoneLookup, ContactsEmailLookup, ContactsDelete, ContactsEditPhone, ContactsFavourite,
+ ContactsCountFavourites) = TASKS

@@ -8,245 +8,20 @@ can learn them (docs/training.md, "Learning from scratch on CPU").
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from guiagent.types import Action, Finish
+from guiagent.types import Finish
 
 from ..world import (APP_TITLES, APPS, CLOCK_TABS, FOLDERS, FONT_SIZES, SETTINGS_SECTIONS,
                      SETTINGS_TOGGLES)
-from .base import WebTask, app_step, split_rel, last_view, visited
-
-
-def _last_is(state: dict[str, Any], target: str) -> bool:
-    """Whether the page showing now (the last one viewed) is ``target`` (query keys must match)."""
-    last = last_view(state)
-    if last is None:
-        return False
-    path, query = split_rel(last)
-    want_path, want_query = split_rel(target)
-    return path == want_path and all(query.get(k) == v for k, v in want_query.items())
-
-
-class _ReachPage(WebTask):
-    """Done once a given page shows: success reads the page now showing; the oracle walks there, then finishes."""
-
-    def target(self) -> str:
-        """The page (path and query) that completes the task."""
-        raise NotImplementedError
-
-    def route(self):
-        """The taps from the launcher to :meth:`target`."""
-        raise NotImplementedError
-
-    def success(self, state, answer):
-        return _last_is(state, self.target())
-
-    def progress(self, state):
-        return [visited(state, self.target())]
-
-    def oracle(self, device) -> Action | None:
-        if self.at(device, self.target()):
-            return Finish()
-        return self.navigate(device, self.route())
-
-
-class OpenApp(_ReachPage):
-    task_id = "open_app"
-    template = "Open the {title} app."
-    difficulty = "easy"
-    max_steps = 3
-
-    @classmethod
-    def choose(cls, world, rng):
-        app = rng.choice(APPS)
-        return {"app": app, "title": APP_TITLES[app]}
-
-    def target(self) -> str:
-        return self.params["app"]
-
-    def route(self):
-        return self.route_to(app_step(self.params["app"]))
-
-
-class GoHome(WebTask):
-    task_id = "go_home"
-    template = "Go back to the home screen."
-    difficulty = "easy"
-    max_steps = 3
-
-    @classmethod
-    def choose(cls, world, rng):
-        return {"app": rng.choice(APPS)}
-
-    def start_page(self):
-        return self.params["app"]
-
-    def success(self, state, answer):
-        return _last_is(state, "")
-
-    def progress(self, state):
-        return ["" in state["log"]]  # the episode starts in the app: any launcher view is the way home
-
-    def oracle(self, device):
-        if self.at(device, ""):
-            return Finish()
-        return self.click(device, "a.up")
-
-
-class _SettingsToggle(WebTask):
-    start = "settings"
-    difficulty = "easy"
-    max_steps = 3
-    value = True
-
-    @classmethod
-    def choose(cls, world, rng):
-        key = rng.choice(list(SETTINGS_TOGGLES))
-        return {"key": key, "label": SETTINGS_TOGGLES[key]}
-
-    def prepare(self, world):
-        world["settings"][self.params["key"]] = not self.value
-
-    def success(self, state, answer):
-        return state["settings"][self.params["key"]] is self.value
-
-    def progress(self, state):
-        return [self.success(state, None)]
-
-    def oracle(self, device):
-        if self.success(self.state(), None):
-            return Finish()
-        if not self.at(device, "settings"):
-            return self.navigate(device, self.route_to(app_step("settings")))
-        return self.click(device, f'button.switch[data-key="{self.params["key"]}"]')
-
-
-class SettingsTurnOn(_SettingsToggle):
-    task_id = "settings_turn_on"
-    template = "Turn on {label}."
-    value = True
-
-
-class SettingsTurnOff(_SettingsToggle):
-    task_id = "settings_turn_off"
-    template = "Turn off {label}."
-    value = False
-
-
-class SettingsOpenSection(_ReachPage):
-    task_id = "settings_open_section"
-    template = "Open the {label} settings."
-    difficulty = "easy"
-    start = "settings"
-    max_steps = 3
-
-    @classmethod
-    def choose(cls, world, rng):
-        slug = rng.choice(list(SETTINGS_SECTIONS))
-        return {"section": slug, "label": SETTINGS_SECTIONS[slug]}
-
-    def target(self) -> str:
-        return f"settings/{self.params['section']}"
-
-    def route(self):
-        return self.route_to(app_step("settings"), (self.target(), f'a[data-section="{self.params["section"]}"]'))
-
-
-class SettingsFontSize(WebTask):
-    task_id = "settings_font_size"
-    template = "Set the font size to {size}."
-    difficulty = "easy"
-    start = "settings"
-    max_steps = 5
-
-    @classmethod
-    def choose(cls, world, rng):
-        return {"size": rng.choice([f for f in FONT_SIZES if f != world["settings"]["font_size"]])}
-
-    def success(self, state, answer):
-        return state["settings"]["font_size"] == self.params["size"]
-
-    def progress(self, state):
-        return [visited(state, "settings/display"), self.success(state, None)]
-
-    def oracle(self, device):
-        if self.success(self.state(), None):
-            return Finish()
-        route = self.route_to(app_step("settings"), ("settings/display", 'a[data-section="display"]'))
-        return (self.navigate(device, route)
-                or self.click(device, f'button[role="radio"][data-value="{self.params["size"]}"]'))
-
-
-class SettingsDarkTheme(WebTask):
-    task_id = "settings_dark_theme"
-    template = "Turn {state} the dark theme."
-    difficulty = "easy"
-    start = "settings"
-    max_steps = 5
-
-    @classmethod
-    def choose(cls, world, rng):
-        return {"state": rng.choice(("on", "off"))}
-
-    def prepare(self, world):
-        world["settings"]["dark_theme"] = self.params["state"] != "on"
-
-    def success(self, state, answer):
-        return state["settings"]["dark_theme"] is (self.params["state"] == "on")
-
-    def progress(self, state):
-        return [visited(state, "settings/display"), self.success(state, None)]
-
-    def oracle(self, device):
-        if self.success(self.state(), None):
-            return Finish()
-        route = self.route_to(app_step("settings"), ("settings/display", 'a[data-section="display"]'))
-        return self.navigate(device, route) or self.click(device, 'button.switch[data-key="dark_theme"]')
-
-
-class FilesOpenFolder(_ReachPage):
-    task_id = "files_open_folder"
-    template = "Open the {folder} folder."
-    difficulty = "easy"
-    start = "files"
-    max_steps = 3
-
-    @classmethod
-    def choose(cls, world, rng):
-        return {"folder": rng.choice(FOLDERS)}
-
-    def target(self) -> str:
-        return f"files/{self.params['folder']}"
-
-    def route(self):
-        return self.route_to(app_step("files"), (self.target(), f'a[data-folder="{self.params["folder"]}"]'))
-
+from .base import (FINISH, Family, Milestone, Params, Route, State, WebTask, app_step, change, click, done, last_is,
+                   tasks_of, walk)
 
 #: (app, tab key, tab label) of the tabs that are not an app's first tab
 _TABS = [("contacts", "fav", "Favourites"), ("expenses", "summary", "Summary"),
          *(("clock", k, v) for k, v in CLOCK_TABS.items() if k != "alarm")]
-
-
-class OpenTab(_ReachPage):
-    task_id = "open_tab"
-    template = "Open the {tab_label} tab in the {title} app."
-    difficulty = "easy"
-    max_steps = 4
-
-    @classmethod
-    def choose(cls, world, rng):
-        app, tab, label = rng.choice(_TABS)
-        return {"app": app, "title": APP_TITLES[app], "tab": tab, "tab_label": label}
-
-    def target(self) -> str:
-        return f"{self.params['app']}?tab={self.params['tab']}"
-
-    def progress(self, state):
-        return [visited(state, self.params["app"]), visited(state, self.target())]
-
-    def route(self):
-        return self.route_to(app_step(self.params["app"]), (self.target(), f'a.tab[data-tab="{self.params["tab"]}"]'))
-
 
 #: thing -> (app, form path) of every screen reached with an app's floating action button
 _NEW_FORMS = {"contact": ("contacts", "contacts/new"), "event": ("calendar", "calendar/new"),
@@ -254,27 +29,101 @@ _NEW_FORMS = {"contact": ("contacts", "contacts/new"), "event": ("calendar", "ca
               "alarm": ("clock", "clock/alarms/new"), "message": ("messages", "messages/new")}
 
 
-class OpenNewForm(_ReachPage):
-    task_id = "open_new_form"
-    template = "Open the screen for creating a new {thing}."
-    difficulty = "easy"
-    max_steps = 4
-
-    @classmethod
-    def choose(cls, world, rng):
-        return {"thing": rng.choice(sorted(_NEW_FORMS))}
-
-    def target(self) -> str:
-        return _NEW_FORMS[self.params["thing"]][1]
-
-    def progress(self, state):
-        app, form = _NEW_FORMS[self.params["thing"]]
-        return [visited(state, app), visited(state, form)]
-
-    def route(self):
-        app, form = _NEW_FORMS[self.params["thing"]]
-        return self.route_to(app_step(app), (form, "#fab"))
+def _reach(task_id: str, template: str, max_steps: int, choose: Callable[[State, random.Random], dict[str, Any]],
+           route: Route | Callable[[Params], Route],
+           milestones: Sequence[Milestone] | Callable[[Params], Sequence[Milestone]] | None = None,
+           start: str = "") -> Family:
+    """A task done once the route's last page shows: success reads the page now showing; the oracle
+    walks there, then finishes. Milestone: that page viewed (unless ``milestones`` says otherwise)."""
+    if milestones is None:
+        if callable(route):
+            raise TypeError(f"{task_id}: a route computed from the parameters needs its milestones")
+        milestones = (route[-1][0],)
+    return Family(task_id, template, "easy", max_steps, choose=choose, start=start, route=route, oracle=walk(FINISH),
+                  success=lambda t, s, a: last_is(s, t.route()[-1][0]), milestones=milestones)
 
 
-TASKS = [OpenApp, GoHome, SettingsTurnOn, SettingsTurnOff, SettingsOpenSection, SettingsFontSize,
-         SettingsDarkTheme, FilesOpenFolder, OpenTab, OpenNewForm]
+def _toggle(task_id: str, template: str, value: bool) -> Family:
+    """Turn a settings switch on (``value``) or off; the switch starts the other way."""
+    def prepare(p: Params, world: State) -> None:
+        world["settings"][p["key"]] = not value
+
+    return Family(task_id, template, "easy", 3, start="settings", choose=_pick_toggle, prepare=prepare,
+                  success=lambda t, s, a: s["settings"][t.params["key"]] is value, milestones=(done,),
+                  route=(app_step("settings"),), oracle=change(click('button.switch[data-key="{key}"]')))
+
+
+def _pick_app(world: State, rng: random.Random) -> dict[str, Any]:
+    app = rng.choice(APPS)
+    return {"app": app, "title": APP_TITLES[app]}
+
+
+def _pick_toggle(world: State, rng: random.Random) -> dict[str, Any]:
+    key = rng.choice(list(SETTINGS_TOGGLES))
+    return {"key": key, "label": SETTINGS_TOGGLES[key]}
+
+
+def _pick_section(world: State, rng: random.Random) -> dict[str, Any]:
+    slug = rng.choice(list(SETTINGS_SECTIONS))
+    return {"section": slug, "label": SETTINGS_SECTIONS[slug]}
+
+
+def _pick_tab(world: State, rng: random.Random) -> dict[str, Any]:
+    app, tab, label = rng.choice(_TABS)
+    return {"app": app, "title": APP_TITLES[app], "tab": tab, "tab_label": label}
+
+
+def _set_dark_theme(p: Params, world: State) -> None:
+    world["settings"]["dark_theme"] = p["state"] != "on"
+
+
+def _launcher_seen(t: WebTask, state: State) -> bool:
+    """The episode starts in the app: any launcher view is the way home."""
+    return "" in state["log"]
+
+
+def _new_form(p: Params) -> Sequence[tuple[str, str | None]]:
+    app, form = _NEW_FORMS[p["thing"]]
+    return app_step(app), (form, "#fab")
+
+
+def _new_form_milestones(p: Params) -> Sequence[Milestone]:
+    return _NEW_FORMS[p["thing"]]  # the app, then its form
+
+
+_DISPLAY = (app_step("settings"), ("settings/display", 'a[data-section="display"]'))
+
+FAMILIES = (
+    _reach("open_app", "Open the {title} app.", 3, choose=_pick_app, route=(app_step("{app}"),)),
+    Family("go_home", "Go back to the home screen.", "easy", 3, choose=lambda world, rng: {"app": rng.choice(APPS)},
+           start="{app}", success=lambda t, s, a: last_is(s, ""), milestones=(_launcher_seen,),
+           oracle=lambda t, device: Finish() if t.at(device, "") else t.click(device, "a.up")),
+    _toggle("settings_turn_on", "Turn on {label}.", True),
+    _toggle("settings_turn_off", "Turn off {label}.", False),
+    _reach("settings_open_section", "Open the {label} settings.", 3, start="settings", choose=_pick_section,
+           route=(app_step("settings"), ("settings/{section}", 'a[data-section="{section}"]'))),
+    Family("settings_font_size", "Set the font size to {size}.", "easy", 5, start="settings",
+           choose=lambda world, rng: {"size": rng.choice([f for f in FONT_SIZES
+                                                          if f != world["settings"]["font_size"]])},
+           success=lambda t, s, a: s["settings"]["font_size"] == t.params["size"],
+           milestones=("settings/display", done), route=_DISPLAY,
+           oracle=change(click('button[role="radio"][data-value="{size}"]'))),
+    Family("settings_dark_theme", "Turn {state} the dark theme.", "easy", 5, start="settings",
+           choose=lambda world, rng: {"state": rng.choice(("on", "off"))}, prepare=_set_dark_theme,
+           success=lambda t, s, a: s["settings"]["dark_theme"] is (t.params["state"] == "on"),
+           milestones=("settings/display", done), route=_DISPLAY,
+           oracle=change(click('button.switch[data-key="dark_theme"]'))),
+    _reach("files_open_folder", "Open the {folder} folder.", 3, start="files",
+           choose=lambda world, rng: {"folder": rng.choice(FOLDERS)},
+           route=(app_step("files"), ("files/{folder}", 'a[data-folder="{folder}"]'))),
+    _reach("open_tab", "Open the {tab_label} tab in the {title} app.", 4, choose=_pick_tab,
+           route=(app_step("{app}"), ("{app}?tab={tab}", 'a.tab[data-tab="{tab}"]')),
+           milestones=("{app}", "{app}?tab={tab}")),
+    _reach("open_new_form", "Open the screen for creating a new {thing}.", 4,
+           choose=lambda world, rng: {"thing": rng.choice(sorted(_NEW_FORMS))}, route=_new_form,
+           milestones=_new_form_milestones),
+)
+
+TASKS = tasks_of(FAMILIES, __name__)
+(OpenApp, GoHome, SettingsTurnOn, SettingsTurnOff, SettingsOpenSection, SettingsFontSize, SettingsDarkTheme,
+ FilesOpenFolder, OpenTab, OpenNewForm) = TASKS

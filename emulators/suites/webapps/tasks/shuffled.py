@@ -11,15 +11,17 @@ screen places (docs/webapps.md, "Shuffled layouts").
 
 from __future__ import annotations
 
-from .base import WebTask
+from dataclasses import replace
+
+from .base import WebTask, task_class
 from .easy import FilesOpenFolder, OpenApp, SettingsOpenSection, SettingsTurnOff, SettingsTurnOn
 
 
 def shuffled(cls: type[WebTask], lists: tuple[str, ...]) -> type[WebTask]:
-    """``cls`` as ``<task_id>_shuffled``, its episodes reordering ``lists`` of the screens."""
-    return type(cls.__name__ + "Shuffled", (cls,), {
-        "task_id": cls.task_id + "_shuffled", "shuffle": lists, "__module__": __name__,
-        "__doc__": f"``{cls.task_id}`` with {', '.join(lists)} in an order drawn from each episode's seed."})
+    """``cls``'s row as ``<task_id>_shuffled``, its episodes reordering ``lists`` of the screens."""
+    family = replace(cls.family, task_id=cls.task_id + "_shuffled", shuffle=lists,
+                     doc=f"``{cls.task_id}`` with {', '.join(lists)} in an order drawn from each episode's seed.")
+    return task_class(family, __name__)
 
 
 TASKS = [

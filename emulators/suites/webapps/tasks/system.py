@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from guiagent.types import Answer, Finish
+import random
+from typing import TYPE_CHECKING, Any
+
+from guiagent.types import Action
 
 from ..world import FOLDERS, RINGTONES, SCREEN_TIMEOUTS
-from .base import WebTask, app_step, norm, parse_count, visited
+from .base import (Family, Move, State, WebTask, answer, app_step, change, done, fmt, norm, parse_count, tasks_of,
+                   walk)
+
+if TYPE_CHECKING:
+    from emulators.browser import BrowserDevice
 
 DEVICE_NAMES = ("Kitchen tablet", "Travel phone", "Blue phone", "Backup phone", "Studio phone")
 NEW_FILE_NAMES = ("final.pdf", "old_version.txt", "keep.docx", "backup.zip", "summer.jpg", "demo.mp3")
@@ -16,186 +23,96 @@ def size_text(kb: int) -> str:
     return f"{kb / 1024:.1f} MB" if kb >= 1024 else f"{kb} KB"
 
 
-class _SheetChoice(WebTask):
-    """Pick a value in a bottom sheet opened from a settings section."""
+def _sheet(task_id: str, template: str, key: str, section: str, opener: str, choices: tuple[str, ...]) -> Family:
+    """Pick a value in a bottom sheet (opened by ``#opener``) of a settings section."""
+    def choose(world: State, rng: random.Random) -> dict[str, Any]:
+        return {"value": rng.choice([c for c in choices if c != world["settings"][key]])}
 
-    difficulty = "medium"
-    max_steps = 8
-    start = "settings"
-    key = section = opener = ""
-    choices: tuple[str, ...] = ()
+    def pick_value(t: WebTask, device: BrowserDevice) -> Action | None:
+        sheet = f"{opener}-sheet"
+        if t.page_info(device)["dialog"] != sheet:
+            return t.click(device, f"#{opener}")
+        return t.click(device, f'#{sheet} button[data-value="{t.params["value"]}"]')
 
-    @classmethod
-    def choose(cls, world, rng):
-        return {"value": rng.choice([c for c in cls.choices if c != world["settings"][cls.key]])}
-
-    def success(self, state, answer):
-        return state["settings"][self.key] == self.params["value"]
-
-    def progress(self, state):
-        return [visited(state, f"settings/{self.section}"), self.success(state, None)]
-
-    def oracle(self, device):
-        if self.success(self.state(), None):
-            return Finish()
-        route = self.route_to(app_step("settings"), (f"settings/{self.section}", f'a[data-section="{self.section}"]'))
-        nav = self.navigate(device, route)
-        if nav is not None:
-            return nav
-        sheet = f"{self.opener}-sheet"
-        if self.page_info(device)["dialog"] != sheet:
-            return self.click(device, f"#{self.opener}")
-        return self.click(device, f'#{sheet} button[data-value="{self.params["value"]}"]')
+    return Family(task_id, template, "medium", 8, start="settings", choose=choose,
+                  success=lambda t, s, a: s["settings"][key] == t.params["value"],
+                  milestones=(f"settings/{section}", done),
+                  route=(app_step("settings"), (f"settings/{section}", f'a[data-section="{section}"]')),
+                  oracle=change(pick_value))
 
 
-class SettingsRingtone(_SheetChoice):
-    task_id = "settings_ringtone"
-    template = "Change the phone ringtone to {value}."
-    key, section, opener, choices = "ringtone", "sound", "ringtone", RINGTONES
+def _rename_device(t: WebTask, device: BrowserDevice) -> Action | None:
+    if t.page_info(device)["dialog"] != "name-dialog":
+        return t.click(device, "#device-name")
+    return t.form(device, [('#name-dialog input[name="value"]', t.params["name"])], "#name-dialog button.confirm")
 
 
-class SettingsScreenTimeout(_SheetChoice):
-    task_id = "settings_screen_timeout"
-    template = "Set the screen timeout to {value}."
-    key, section, opener, choices = "screen_timeout", "display", "timeout", SCREEN_TIMEOUTS
+def _pick_file(world: State, rng: random.Random) -> dict[str, Any]:
+    f = rng.choice(world["files"])
+    return {"fid": f["id"], "name": f["name"], "folder": f["folder"], "size": size_text(f["size_kb"])}
 
 
-class SettingsDeviceName(WebTask):
-    task_id = "settings_device_name"
-    template = 'Rename this phone to "{name}".'
-    difficulty = "medium"
-    start = "settings"
-    max_steps = 10
-
-    @classmethod
-    def choose(cls, world, rng):
-        return {"name": rng.choice(DEVICE_NAMES)}
-
-    def success(self, state, answer):
-        return norm(state["settings"]["device_name"]) == norm(self.params["name"])
-
-    def progress(self, state):
-        return [visited(state, "settings/about"), self.success(state, None)]
-
-    def oracle(self, device):
-        if self.success(self.state(), None):
-            return Finish()
-        nav = self.navigate(device, self.route_to(app_step("settings"), ("settings/about", 'a[data-section="about"]')))
-        if nav is not None:
-            return nav
-        if self.page_info(device)["dialog"] != "name-dialog":
-            return self.click(device, "#device-name")
-        return self.form(device, [('#name-dialog input[name="value"]', self.params["name"])],
-                         "#name-dialog button.confirm")
+#: from the launcher to the file's page
+_FILE = (app_step("files"), ("files/{folder}", 'a[data-folder="{folder}"]'),
+         ("files/{folder}/{fid}", 'a.row[data-id="{fid}"]'))
 
 
-class _FileTask(WebTask):
-    @classmethod
-    def choose(cls, world, rng):
-        f = rng.choice(world["files"])
-        return {"fid": f["id"], "name": f["name"], "folder": f["folder"], "size": size_text(f["size_kb"])}
-
-    def page(self):
-        return f"files/{self.params['folder']}/{self.params['fid']}"
-
-    def route_file(self):
-        folder = self.params["folder"]
-        return self.route_to(app_step("files"), (f"files/{folder}", f'a[data-folder="{folder}"]'),
-                             (self.page(), f'a.row[data-id="{self.params["fid"]}"]'))
+def _file_deleted(t: WebTask, state: State, answer: str | None) -> bool:
+    return all(f["id"] != t.params["fid"] for f in state["files"]) and \
+        len(state["files"]) == len(t.initial_state()["files"]) - 1
 
 
-class FilesDelete(_FileTask):
-    task_id = "files_delete"
-    template = "Delete the file {name} from the {folder} folder."
-    difficulty = "medium"
-    max_steps = 12
-
-    def success(self, state, answer):
-        return all(f["id"] != self.params["fid"] for f in state["files"]) and \
-            len(state["files"]) == len(self.initial_state()["files"]) - 1
-
-    def progress(self, state):
-        return [visited(state, f"files/{self.params['folder']}"), visited(state, self.page()),
-                self.success(state, None)]
-
-    def oracle(self, device):
-        if self.success(self.state(), None):
-            return Finish()
-        if self.at(device, self.page()):
-            dialog = self.page_info(device)["dialog"]
-            if dialog == "confirm-delete":
-                return self.click(device, "#confirm-delete button.confirm")
-            return self.click(device, "#file-sheet #delete" if dialog == "file-sheet" else "#more")
-        return self.navigate(device, self.route_file())
+def _file_sheet(item: str, dialog: str, fields: dict[str, str] | None = None) -> Move:
+    """Move on the file's page: More, ``item`` in the file's sheet, then in the ``dialog`` that
+    opens the ``fields`` (selector: value template) and its confirm button."""
+    def move(t: WebTask, device: BrowserDevice) -> Action | None:
+        shown = t.page_info(device)["dialog"]
+        if shown == dialog:
+            values = [(sel, fmt(v, t.params)) for sel, v in (fields or {}).items()]
+            return t.form(device, values, f"#{dialog} button.confirm")
+        return t.click(device, f"#file-sheet #{item}" if shown == "file-sheet" else "#more")
+    return move
 
 
-class FilesRename(_FileTask):
-    task_id = "files_rename"
-    template = "In the {folder} folder, rename {name} to {new_name}."
-    difficulty = "hard"
-    max_steps = 14
-
-    @classmethod
-    def choose(cls, world, rng):
-        p = super().choose(world, rng)
-        taken = {f["name"] for f in world["files"] if f["folder"] == p["folder"]}
-        return {**p, "new_name": rng.choice([n for n in NEW_FILE_NAMES if n not in taken])}
-
-    def success(self, state, answer):
-        return any(f["id"] == self.params["fid"] and f["name"] == self.params["new_name"] for f in state["files"])
-
-    def progress(self, state):
-        return [visited(state, f"files/{self.params['folder']}"), visited(state, self.page()),
-                self.success(state, None)]
-
-    def oracle(self, device):
-        if self.success(self.state(), None):
-            return Finish()
-        if self.at(device, self.page()):
-            dialog = self.page_info(device)["dialog"]
-            if dialog == "rename-dialog":
-                return self.form(device, [('#rename-dialog input[name="name"]', self.params["new_name"])],
-                                 "#rename-dialog button.confirm")
-            return self.click(device, "#file-sheet #rename" if dialog == "file-sheet" else "#more")
-        return self.navigate(device, self.route_file())
+def _pick_file_rename(world: State, rng: random.Random) -> dict[str, Any]:
+    p = _pick_file(world, rng)
+    taken = {f["name"] for f in world["files"] if f["folder"] == p["folder"]}
+    return {**p, "new_name": rng.choice([n for n in NEW_FILE_NAMES if n not in taken])}
 
 
-class FilesSizeLookup(_FileTask):
-    task_id = "files_size_lookup"
-    template = "How big is the file {name} in the {folder} folder?"
-    difficulty = "medium"
-    max_steps = 8
-
-    def success(self, state, answer):
-        return norm(answer).replace(" ", "") == norm(self.params["size"]).replace(" ", "")
-
-    def progress(self, state):
-        return [visited(state, "files"), visited(state, self.page())]
-
-    def oracle(self, device):
-        return self.navigate(device, self.route_file()) or Answer(self.params["size"])
+def _pick_folder(world: State, rng: random.Random) -> dict[str, Any]:
+    folder = rng.choice(FOLDERS)
+    return {"folder": folder, "count": sum(f["folder"] == folder for f in world["files"])}
 
 
-class FilesCount(WebTask):
-    task_id = "files_count"
-    template = "How many files are in the {folder} folder?"
-    difficulty = "easy"
-    max_steps = 6
+FAMILIES = (
+    _sheet("settings_ringtone", "Change the phone ringtone to {value}.", "ringtone", "sound", "ringtone", RINGTONES),
+    _sheet("settings_screen_timeout", "Set the screen timeout to {value}.", "screen_timeout", "display", "timeout",
+           SCREEN_TIMEOUTS),
+    Family("settings_device_name", 'Rename this phone to "{name}".', "medium", 10, start="settings",
+           choose=lambda world, rng: {"name": rng.choice(DEVICE_NAMES)},
+           success=lambda t, s, a: norm(s["settings"]["device_name"]) == norm(t.params["name"]),
+           milestones=("settings/about", done),
+           route=(app_step("settings"), ("settings/about", 'a[data-section="about"]')),
+           oracle=change(_rename_device)),
+    Family("files_delete", "Delete the file {name} from the {folder} folder.", "medium", 12, choose=_pick_file,
+           success=_file_deleted, milestones=("files/{folder}", "files/{folder}/{fid}", done), route=_FILE,
+           oracle=change(_file_sheet("delete", "confirm-delete"))),
+    Family("files_rename", "In the {folder} folder, rename {name} to {new_name}.", "hard", 14,
+           choose=_pick_file_rename,
+           success=lambda t, s, a: any(f["id"] == t.params["fid"] and f["name"] == t.params["new_name"]
+                                       for f in s["files"]),
+           milestones=("files/{folder}", "files/{folder}/{fid}", done), route=_FILE,
+           oracle=change(_file_sheet("rename", "rename-dialog",
+                                     {'#rename-dialog input[name="name"]': "{new_name}"}))),
+    Family("files_size_lookup", "How big is the file {name} in the {folder} folder?", "medium", 8, choose=_pick_file,
+           success=lambda t, s, a: norm(a).replace(" ", "") == norm(t.params["size"]).replace(" ", ""),
+           milestones=("files", "files/{folder}/{fid}"), route=_FILE, oracle=walk(answer("{size}"))),
+    Family("files_count", "How many files are in the {folder} folder?", "easy", 6, choose=_pick_folder,
+           success=lambda t, s, a: parse_count(a) == t.params["count"], milestones=("files",),
+           route=(app_step("files"),), oracle=walk(answer("{count}"))),
+)
 
-    @classmethod
-    def choose(cls, world, rng):
-        folder = rng.choice(FOLDERS)
-        return {"folder": folder, "count": sum(f["folder"] == folder for f in world["files"])}
-
-    def success(self, state, answer):
-        return parse_count(answer) == self.params["count"]
-
-    def progress(self, state):
-        return [visited(state, "files")]
-
-    def oracle(self, device):
-        return self.navigate(device, self.route_to(app_step("files"))) or Answer(str(self.params["count"]))
-
-
-TASKS = [SettingsRingtone, SettingsScreenTimeout, SettingsDeviceName, FilesDelete, FilesRename,
-         FilesSizeLookup, FilesCount]
+TASKS = tasks_of(FAMILIES, __name__)
+(SettingsRingtone, SettingsScreenTimeout, SettingsDeviceName, FilesDelete, FilesRename, FilesSizeLookup,
+ FilesCount) = TASKS
