@@ -4,6 +4,7 @@ Playwright loop in one run.
     python bench/snapshot.py                          # operations, then the loops (~3-4 min)
     python bench/snapshot.py --skip-loops --repeats 40
     python bench/snapshot.py --skip-ops --rounds 3 --group-size 2 4
+    python bench/snapshot.py --skip-ops --tree none                     # observations without the tree
     python bench/snapshot.py --skip-ops --skip-loops --miniwob-survey    # which MiniWoB++ pages replay
 
 **Operations** (one phone device of the webapps suite; CPU milliseconds a call summed over this
@@ -170,7 +171,7 @@ class RawLoop:
         self.handle.close()
 
 
-def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int]) -> list[dict]:
+def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int], tree: str = "aria") -> list[dict]:
     from emulators.pool import InProcessPool
     from guiagent.store import Store
     from rl.agents import RandomPolicy
@@ -179,7 +180,8 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
     tasks = ["open_app", "settings_turn_on"]
     tmp = Path(tempfile.mkdtemp(prefix="guiagent-bench-snapshot-"))
     store = Store.open(tmp / "store")
-    pools = {mode: InProcessPool("webapps", num_slots=slots, device_options={"reset_by_restore": mode == "restore"})
+    pools = {mode: InProcessPool("webapps", num_slots=slots,
+                                 device_options={"reset_by_restore": mode == "restore", "tree": tree})
              for mode in ("restore", "in_page")}
     raw = RawLoop(slots)
     results: list[dict] = []
@@ -280,6 +282,8 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--episodes-per-slot", type=int, default=4)
     ap.add_argument("--group-size", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--tree", choices=["aria", "none"], default="aria",
+                    help="the loops' devices: ARIA tree in each observation (the default) or screenshots only")
     ap.add_argument("--skip-ops", action="store_true")
     ap.add_argument("--skip-loops", action="store_true")
     ap.add_argument("--miniwob-survey", action="store_true", help="replay every MiniWoB++ page (~5 min)")
@@ -299,8 +303,9 @@ def main() -> None:
                                  "wall_ms": statistics.median(r["wall_ms"] for r in v), "rounds": v}
                              for k, v in ops.items()}
     if not args.skip_loops:
-        res = loops(args.slots, args.rounds, args.episodes_per_slot, args.group_size)
+        res = loops(args.slots, args.rounds, args.episodes_per_slot, args.group_size, args.tree)
         out["loops"] = res
+        out["tree"] = args.tree
         summary: dict[str, Any] = {}
         for g in args.group_size:
             for mode in ("restore", "in_page"):

@@ -33,7 +33,7 @@ from rl.match import MatchConfig
 from rl.offline_eval import RecordedPolicy, run_offline_eval
 from rl.replay import recorded_episodes
 from rl.rollout import EpisodeRequest, run_rollout
-from rl.settings import TRAIN_SEED_RANGE, FleetSettings, SamplingSettings
+from rl.settings import MAX_EPISODES, TRAIN_SEED_RANGE, FleetSettings, SamplingSettings
 from rl.sft import SFTConfig, load_examples, load_trajectories, train_sft
 from rl.sop import semi_online_eval
 
@@ -43,10 +43,6 @@ __all__ = ["EVAL_SEED_BASE", "MAX_EPISODES", "EvalConfig", "EvalResult", "pick_t
 log = logging.getLogger(__name__)
 
 EVAL_SEED_BASE = TRAIN_SEED_RANGE
-#: most episodes one evaluation (or one training iteration) runs: every finished trajectory is kept
-#: in memory for the run's figures, so a larger count is refused up front instead of growing until
-#: the machine runs out (several evaluations may share one --out)
-MAX_EPISODES = 100_000
 
 
 @dataclass
