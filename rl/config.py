@@ -29,6 +29,7 @@ from rl.settings import (
     GiGPOSettings,
     GroupSettings,
     GuardSettings,
+    MAX_EPISODES,
     LearnerSettings,
     RolloutSettings,
     SamplingSettings,
@@ -153,8 +154,6 @@ class TrainConfig:
         return build(cls, base=build(cls, **EMBEDDED_RECIPE), **overrides)
 
     def __post_init__(self) -> None:
-        from rl.evaluate import MAX_EPISODES  # lazy: rl.evaluate imports this module
-
         strategy = strategy_class(self.algo)
         if self.resume and self.overwrite:
             raise ValueError("--resume continues a run and --overwrite starts one again: give one of them")

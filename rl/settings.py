@@ -33,6 +33,10 @@ __all__ = [
 #: training samples task seeds below this; evaluation starts at it (rl.evaluate.EVAL_SEED_BASE), so
 #: evaluation is on held-out task instances
 TRAIN_SEED_RANGE = 1_000_000
+#: most episodes one evaluation (or one training iteration) runs: every finished trajectory is kept
+#: in memory for the run's figures, so a larger count is refused up front instead of growing until
+#: the machine runs out (several evaluations may share one --out)
+MAX_EPISODES = 100_000
 #: tasks whose targets sit at fixed places for every seed: what a tiny model trained from scratch
 #: on CPU can learn (docs/training.md, "Learning from scratch on CPU"), so the embedded default
 #: trains on them
