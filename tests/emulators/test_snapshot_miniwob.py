@@ -4,7 +4,7 @@ fresh episode, then checked against the captured screen.
 Every task with an oracle: the oracle runs half way, the state is taken, the episode finishes; the
 state is restored on another device and must show the same screen bytes, done flag, raw reward
 state and counters, and the oracle (whose plan the replay rebuilt) finishes the task from there
-(pages with jQuery animations may refuse instead: never a wrong screen). Pages that move with time
+(pages with jQuery animations or dialogs may refuse instead: never a wrong screen). Pages that move with time
 (``chase-circle``) cannot snapshot; a replay that comes back different is refused and leaves no
 episode running. One shared Chromium, two devices.
 """
@@ -23,8 +23,10 @@ from guiagent.types import Click
 pytestmark = pytest.mark.browser
 
 ORACLE_TASKS = sorted(SUITE.oracle_task_ids())
-#: pages with jQuery animations: a screen captured mid-animation cannot be replayed to the same frame
-ANIMATED = {"click-collapsible", "click-collapsible-2", "email-inbox", "drag-cube"}
+#: pages whose screen a replay may not bring back byte for byte: jQuery animations (a screen captured
+#: mid-animation) and jQuery UI dialogs, whose first screen differs by a few pixel values between two
+#: plain resets of the same seed on one device (5 distinct first screens in 6 resets of 3 seeds)
+ANIMATED = {"click-collapsible", "click-collapsible-2", "email-inbox", "drag-cube", "click-dialog", "click-dialog-2"}
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +61,7 @@ def test_replayed_state_matches_and_the_oracle_finishes_from_it(task_id, devices
         a.step_typed(a.oracle_action())
     try:
         obs = b.restore(state)
-    except SnapshotError as e:  # a state taken while a jQuery animation ran: refused, never wrong
+    except SnapshotError as e:  # a screen the page does not repeat: refused, never wrong
         assert task_id in ANIMATED and "changes with time" in str(e), e
         return
     assert obs.screenshot == record[0] == b.device.observe().screenshot
