@@ -371,10 +371,6 @@ class BrowserDevice(Device):
             self._context_resets += 1
             self._blocked.clear()
             self._marks = None
-            if not self.config.mobile:
-                # the pointer stays where the last episode left it, and the next page's element under it
-                # would show hovered: the same seed would start on another screen
-                self._page.mouse.move(0, 0)
             self._goto(self.home_url or "about:blank")
             self._cdp.send("Page.resetNavigationHistory")
         except PlaywrightError as e:
