@@ -319,7 +319,8 @@ def main() -> None:
                 f"{m} {v['vs_' + m]}" for m in RawLoop.MODES))
     if args.miniwob_survey:
         survey = miniwob_survey(2, 3)
-        out["miniwob_survey"] = {"pages": len(survey), "same": sorted(k for k, v in survey.items() if set(v) == {"same"}),
+        out["miniwob_survey"] = {"pages": len(survey),
+                                 "same": sorted(k for k, v in survey.items() if set(v) == {"same"}),
                                  "other": {k: v for k, v in survey.items() if set(v) != {"same"}}}
         print(f"miniwob: {len(out['miniwob_survey']['same'])} of {len(survey)} pages came back the same on every seed")
     SUITE.close()

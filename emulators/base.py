@@ -210,7 +210,7 @@ class Task(ABC, Generic[DeviceT]):
             return None
         return f"{type(device).__name__} cannot snapshot its state"
 
-    def snapshot(self, device: Device) -> tuple[Any, DeviceState | None]:
+    def snapshot(self, device: DeviceT) -> tuple[Any, DeviceState | None]:
         """``(task state, device state)`` of the running episode.
 
         Capture mode, by default: a deep copy of this instance's attributes (the parameters and
@@ -229,7 +229,7 @@ class Task(ABC, Generic[DeviceT]):
                                     f"cannot be copied: {e}") from None
         return state, device.snapshot()
 
-    def restore(self, device: Device, state: EnvState) -> Observation | None:
+    def restore(self, device: DeviceT, state: EnvState) -> Observation | None:
         """Put ``state`` (taken by :meth:`snapshot` on this task class) back on ``device`` and into this
         fresh instance; return the observation when the state's own is the screen now (``None``:
         :class:`GuiEnv` observes the device). Replay mode: called on the replayed episode's task with

@@ -83,7 +83,8 @@ def test_replay_state_round_trips_through_json(devices):
     again = EnvState.from_dict(json.loads(json.dumps(state.to_dict())))
     assert again == state
     obs = b.restore(again)
-    assert obs.screenshot == state.observation.screenshot and obs.last_action_error == state.observation.last_action_error
+    assert obs.screenshot == state.observation.screenshot
+    assert obs.last_action_error == state.observation.last_action_error
 
 
 def test_a_page_that_moves_with_time_cannot_snapshot(devices):

@@ -32,7 +32,8 @@ from .tasks.base import resolve_app, session_id
 __all__ = ["install", "snapshot_support", "task_snapshot", "task_restore"]
 
 _CAPTURE = "() => (window.webapps && window.webapps.snapshot) ? window.webapps.snapshot() : null"
-_RESTORE = "(data, rewrite) => (window.webapps && window.webapps.restore) ? window.webapps.restore(data, rewrite) : false"
+_RESTORE = ("(data, rewrite) => (window.webapps && window.webapps.restore) "
+            "? window.webapps.restore(data, rewrite) : false")
 
 
 def snapshot_support(cls: type, device: Device) -> str | None:
