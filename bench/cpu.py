@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -54,4 +55,21 @@ def cpu_by_process(root: int) -> dict[str, float]:
             kind = _kind(stats[pid][2])
             out[kind] = out.get(kind, 0.0) + stats[pid][1]
         todo += children.get(pid, [])
+    return out
+
+
+def measure(fn, repeats: int, *, with_load: bool = False) -> dict:
+    """``fn`` once to warm up, then ``repeats`` times: CPU ms a call summed over this process tree
+    (by process kind), wall ms a call, and the load average when ``with_load``."""
+    fn()  # warm
+    before, t0 = cpu_by_process(os.getpid()), time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    wall = (time.perf_counter() - t0) / repeats
+    after = cpu_by_process(os.getpid())
+    by = {k: round(1e3 * (after.get(k, 0) - before.get(k, 0)) / repeats, 1) for k in sorted(set(after) | set(before))}
+    by = {k: v for k, v in by.items() if v}
+    out = {"cpu_ms": round(sum(by.values()), 1), "wall_ms": round(1e3 * wall, 1), "by_process": by}
+    if with_load:
+        out["load_avg"] = load_avg()
     return out

@@ -57,6 +57,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from bench.cpu import cpu_by_process, load_avg  # noqa: E402
+from bench.cpu import measure as _measure  # noqa: E402
 from emulators.base import GuiEnv  # noqa: E402
 from emulators.browser_support import launch, run_concurrently  # noqa: E402
 from emulators.snapshot import START_STATES, StartStates  # noqa: E402
@@ -65,16 +66,7 @@ from guiagent.types import Click  # noqa: E402
 
 
 def measure(fn: Callable[[], object], repeats: int) -> dict:
-    fn()  # warm
-    before, t0 = cpu_by_process(os.getpid()), time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    wall = (time.perf_counter() - t0) / repeats
-    after = cpu_by_process(os.getpid())
-    by = {k: round(1e3 * (after.get(k, 0) - before.get(k, 0)) / repeats, 1) for k in sorted(set(after) | set(before))}
-    by = {k: v for k, v in by.items() if v}
-    return {"cpu_ms": round(sum(by.values()), 1), "wall_ms": round(1e3 * wall, 1), "by_process": by,
-            "load_avg": load_avg()}
+    return _measure(fn, repeats, with_load=True)
 
 
 def operations(repeats: int) -> dict[str, list[dict]]:
