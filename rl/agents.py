@@ -60,7 +60,8 @@ if TYPE_CHECKING:
     from grounding.base import ActionFormat
 
 __all__ = ["TurnContext", "PolicyTurn", "TurnPolicy", "OraclePolicy", "RandomPolicy", "ModelAgent",
-           "AgentSettings", "load_agent", "AGENT_SETTINGS_FILE", "format_for_policy"]
+           "AgentSettings", "load_agent", "AGENT_SETTINGS_FILE", "format_for_policy", "COMPACT_JSON_PROMPT",
+           "COMPACT_MARKS_PROMPT", "compact_prompt", "tiny_model_settings"]
 
 
 @dataclass(frozen=True)
@@ -274,6 +275,30 @@ class ModelAgent:
 #: a short system prompt for tiny models trained from scratch (the full one is ~700 of their tokens)
 COMPACT_JSON_PROMPT = ('Reply with one JSON action, e.g. {"action": {"kind": "click", "x": 0.5, "y": 0.25}} '
                        '(x, y: fractions of the screenshot) or {"action": {"kind": "finish"}}.')
+#: the marks format's short system prompt (``MarksFormat(compact=True)``): act on a numbered element
+COMPACT_MARKS_PROMPT = ('Reply with one JSON action on a numbered element, e.g. '
+                        '{"action": {"kind": "click_element", "element": 3}}, or {"action": {"kind": "finish"}}.')
+#: marks format, tiny models: longest element name listed. The names a goal mentions (apps, settings, folders,
+#: MiniWoB++ buttons, links, options) are shorter; long rows (a message preview, an expense line) would
+#: otherwise be most of a prompt and of its compute
+TINY_MARK_NAME_CHARS = 24
+
+
+def compact_prompt(action_format: str) -> str:
+    """The short system prompt of a tiny model trained from scratch in ``action_format``: the marks
+    format's for ``marks``, the JSON one for every other format (as before formats had their own)."""
+    return COMPACT_MARKS_PROMPT if action_format == "marks" else COMPACT_JSON_PROMPT
+
+
+def tiny_model_settings(action_format: str = "json") -> "AgentSettings":
+    """How a tiny model trained from scratch here is prompted (the embedded default's warm start): the
+    compact prompt; in the marks format, names written plain (as goals write them: its tokenizer,
+    trained from scratch, splits a quoted name into other pieces) and cut at
+    :data:`TINY_MARK_NAME_CHARS`."""
+    if action_format == "marks":
+        return AgentSettings(action_format="marks", system_prompt=COMPACT_MARKS_PROMPT, mark_names="plain",
+                             mark_name_chars=TINY_MARK_NAME_CHARS)
+    return AgentSettings(action_format=action_format, system_prompt=compact_prompt(action_format))
 
 #: written next to a fine-tuned model so eval and training prompt it the way it was trained
 AGENT_SETTINGS_FILE = "guiagent_agent.json"
@@ -296,6 +321,10 @@ class AgentSettings:
     mark_names: str = "quoted"
     """marks format: how the listed elements' names are written: quoted ([3] link "Files") or plain
     ([3] link: Files, as goals write them: a tokenizer trained from scratch splits the two apart)"""
+    mark_name_chars: int = 80
+    """marks format: longest element name listed, in characters (longer ones are cut with an ellipsis):
+    a short limit keeps long list rows (a message preview, an expense line) from filling a small
+    model's prompt"""
 
     def __post_init__(self) -> None:
         if self.action_format not in FORMAT_NAMES:  # checked before any model loads or file is written
@@ -303,6 +332,8 @@ class AgentSettings:
                              f"choose one of {', '.join(FORMAT_NAMES)}")
         if self.mark_names not in ("quoted", "plain"):
             raise ValueError(f"--mark-names must be quoted or plain, got {self.mark_names!r}")
+        if not 1 <= self.mark_name_chars <= 10_000:
+            raise ValueError(f"--mark-name-chars must lie in 1..10000, got {self.mark_name_chars}")
 
     def save(self, model_dir: str) -> None:
         Path(model_dir, AGENT_SETTINGS_FILE).write_text(json.dumps(self.__dict__, indent=2))
@@ -326,7 +357,7 @@ class AgentSettings:
         if self.action_format == "json":
             fmt = get_format("json", decimals=self.coord_decimals)
         elif self.action_format == "marks":
-            fmt = get_format("marks", names=self.mark_names)
+            fmt = get_format("marks", names=self.mark_names, max_name_chars=self.mark_name_chars)
         else:
             fmt = get_format(self.action_format)
         return fmt if policy is None else format_for_policy(fmt, policy)

@@ -180,6 +180,9 @@ class TrainConfig:
             if self.action_format not in FORMAT_NAMES:
                 raise ValueError(f"--action-format {self.action_format!r}: choose auto or one of "
                                  f"{', '.join(FORMAT_NAMES)}")
+            if self.action_format == "marks" and not {"marks", "with_marks"} & set(self.fleet.device):
+                raise ValueError("--action-format marks acts on the screen's numbered elements: turn them on with "
+                                 "--device marks true (browser suites) or --device with_marks true (Android)")
         suites = [e.strip() for e in self.env.split(",")]
         for name, w in self.env_weights.items():
             if name not in suites or not w > 0:

@@ -28,7 +28,7 @@ from guiagent.policy.hf import load_transformers
 from guiagent.policy.tiny import TinyModelSpec, build_tiny_model
 from guiagent.progress import progress_bar
 from guiagent.store import Store
-from rl.agents import COMPACT_JSON_PROMPT, AgentSettings, OraclePolicy, RandomPolicy, load_agent
+from rl.agents import AgentSettings, OraclePolicy, RandomPolicy, load_agent, tiny_model_settings
 from rl.match import MatchConfig
 from rl.offline_eval import RecordedPolicy, run_offline_eval
 from rl.replay import recorded_episodes
@@ -352,12 +352,16 @@ def _has_oracles(env: str, tasks: list[str]) -> bool:
 
 
 def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int, seed: int,
-               max_pixels: int, threads: int | None = None, demos_from: tuple[str, ...] = ()) -> str:
+               max_pixels: int, threads: int | None = None, demos_from: tuple[str, ...] = (),
+               action_format: str = "json", device: dict[str, str] | None = None) -> str:
     """A tiny model, SFT on ``demos`` oracle episodes of ``tasks`` (training seeds): the RL warm start.
 
     Tasks without oracles (AndroidWorld) are warm-started from the recorded episodes of
-    ``demos_from`` (run directories) instead. Returns the SFT model folder (``out/sft``); a
-    finished warm start in ``out`` is reused.
+    ``demos_from`` (run directories) instead. ``action_format``: what the model learns to speak
+    (:func:`rl.agents.tiny_model_settings`); ``device``: options of the devices the demonstrations
+    are recorded on (the marks format needs ``{"marks": "true"}``, so that each step keeps its
+    numbered elements). Returns the SFT model folder (``out/sft``); a finished warm start in ``out``
+    is reused.
     """
     sft_dir = out / "sft"
     if (sft_dir / "config.json").is_file():
@@ -377,8 +381,9 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
     else:
         log.info("warm start: recording %d oracle episodes of %d tasks", demos, len(tasks))
         run_eval(EvalConfig(env=env, agent="oracle", episodes=demos, out=demo_dirs[0], tasks=tuple(tasks),
-                            seed=seed, name="warm-start demos"))
-    settings = AgentSettings(system_prompt=COMPACT_JSON_PROMPT)
+                            seed=seed, name="warm-start demos",
+                            fleet=FleetSettings(slots=1, pool="inprocess", device=dict(device or {}))))
+    settings = tiny_model_settings(action_format)
     policy = load_transformers(str(base), threads=threads)
     sft_cfg = SFTConfig(steps=steps, seed=seed)
     examples = load_examples(load_trajectories(demo_dirs), policy, settings.format(),

@@ -17,7 +17,7 @@ from guiagent.cli._common import (
 )
 from guiagent.config import Flat, parse_config
 from guiagent.policy import load_policy
-from rl.agents import COMPACT_JSON_PROMPT, AgentSettings
+from rl.agents import AgentSettings, compact_prompt
 from rl.sft import SFTConfig, load_examples, load_trajectories, train_sft
 
 
@@ -35,7 +35,8 @@ class SFTCommandConfig:
     """how the model is prompted and its replies parsed (--action-format, --coord-decimals,
     --history-images, --max-history, --system-prompt); saved beside the model"""
     compact_prompt: bool = False
-    """a short system prompt instead of the format's full one (tiny models trained from scratch)"""
+    """a short system prompt instead of the format's full one (tiny models trained from scratch): the
+    marks format's own for --action-format marks, a JSON one otherwise"""
     tasks: tuple[str, ...] = ()
     """only episodes of these task ids"""
     include_failures: bool = False
@@ -67,7 +68,8 @@ def main(argv: list[str]) -> int:
     trajs = load_trajectories(cfg.data, successful_only=not cfg.include_failures, tasks=cfg.tasks)
     log(f"sft: {len(trajs)} episodes from {', '.join(cfg.data)}")
     policy = load_policy(cfg.model, backend="transformers", threads=cfg.threads or None)
-    settings = dataclasses.replace(cfg.agent, system_prompt=COMPACT_JSON_PROMPT) if cfg.compact_prompt else cfg.agent
+    settings = (dataclasses.replace(cfg.agent, system_prompt=compact_prompt(cfg.agent.action_format))
+                if cfg.compact_prompt else cfg.agent)
     examples = load_examples(trajs, policy, settings.format(), settings.prompt_config(), cfg.train)
     log(f"sft: {len(examples)} examples; training {cfg.train.steps} steps")
     figures = train_sft(policy, examples, cfg.train, out_dir=cfg.out, settings=settings)

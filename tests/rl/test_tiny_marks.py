@@ -1,0 +1,82 @@
+"""The marks route for tiny models trained from scratch: how they are prompted (compact prompt, names
+written plain and cut short), saved beside the model, and what the embedded default trains on."""
+
+import json
+
+import pytest
+
+from grounding import get_format
+from guiagent.types import ClickElement, Mark, Observation
+from rl.agents import (
+    COMPACT_JSON_PROMPT, COMPACT_MARKS_PROMPT, TINY_MARK_NAME_CHARS, AgentSettings, compact_prompt,
+    tiny_model_settings,
+)
+
+
+def _screen(*names):
+    marks = tuple(Mark(i, "link", n, (0.0, 0.1 * i, 0.5, 0.1 * i + 0.1)) for i, n in enumerate(names))
+    return Observation(screenshot=b"", width=360, height=640, marks=marks)
+
+
+def test_compact_prompts_are_the_formats_own():
+    assert COMPACT_MARKS_PROMPT == get_format("marks", compact=True).system_prompt()
+    assert compact_prompt("marks") == COMPACT_MARKS_PROMPT
+    assert compact_prompt("json") == COMPACT_JSON_PROMPT
+    assert compact_prompt("uitars15") == COMPACT_JSON_PROMPT  # as before formats had their own
+
+
+def test_tiny_model_settings_write_names_plain_and_short():
+    s = tiny_model_settings("marks")
+    assert (s.action_format, s.mark_names, s.mark_name_chars, s.system_prompt) == (
+        "marks", "plain", TINY_MARK_NAME_CHARS, COMPACT_MARKS_PROMPT)
+    fmt = s.format()
+    long = "Kitchen scale Shopping · Sun, Jun 1 $126.47"
+    text = fmt.observation_text(_screen("Files", long))
+    assert "[0] link: Files" in text.splitlines()
+    [row] = [line for line in text.splitlines() if line.startswith("[1]")]
+    assert row == "[1] link: " + long[:TINY_MARK_NAME_CHARS - 1] + "…"
+    assert fmt.parse('{"action": {"kind": "click_element", "element": 1}}', (360, 640)) == ClickElement(1)
+    assert tiny_model_settings() == AgentSettings(system_prompt=COMPACT_JSON_PROMPT)  # json: as it always was
+
+
+def test_mark_name_chars_is_saved_beside_the_model_and_checked(tmp_path):
+    s = tiny_model_settings("marks")
+    s.save(str(tmp_path))
+    assert AgentSettings.load(str(tmp_path)) == s
+    assert json.loads((tmp_path / "guiagent_agent.json").read_text())["mark_name_chars"] == TINY_MARK_NAME_CHARS
+    (tmp_path / "guiagent_agent.json").write_text(json.dumps({"action_format": "marks"}))  # saved before the field
+    assert AgentSettings.load(str(tmp_path)).mark_name_chars == 80
+    for bad in (0, -3, 10_001):
+        with pytest.raises(ValueError, match="--mark-name-chars must lie in 1..10000"):
+            AgentSettings(action_format="marks", mark_name_chars=bad)
+
+
+def test_the_marks_format_needs_the_devices_marks():
+    from rl.config import TrainConfig
+
+    with pytest.raises(ValueError, match="--device marks true"):
+        TrainConfig.build(action_format="marks")
+    assert TrainConfig.build(action_format="marks", device={"marks": "true"}).action_format == "marks"
+    assert TrainConfig.build(action_format="marks", device={"with_marks": "true"}).action_format == "marks"
+
+
+@pytest.mark.browser
+def test_a_warm_start_in_the_marks_format_records_marks_and_saves_its_settings(tmp_path):
+    """No --model and --action-format marks: the demonstrations are recorded with the screen's marks (each
+    oracle tap becomes a click on a numbered element), the tiny model is fine-tuned in the marks format
+    and saved with the settings it was trained with; evaluation and rollouts list the marks to it."""
+    from rl.config import TrainConfig
+    from rl.sft import load_trajectories
+    from rl.trainer import train
+
+    out = tmp_path / "run"
+    r = train(TrainConfig.build(action_format="marks", device={"marks": "true"}, tasks=("open_app_shuffled",),
+                                warm_start_demos=2, warm_start_steps=2, iterations=0, eval_episodes=2, slots=2,
+                                pool="inprocess", max_new_tokens=24, out=str(out), seed=0))
+    assert AgentSettings.load(str(out / "sft")) == tiny_model_settings("marks")
+    assert AgentSettings.load(r.model) == tiny_model_settings("marks")
+    demos = load_trajectories([str(out / "demos")])
+    assert len(demos) == 2 and all(s.observation.marks for t in demos for s in t.steps)
+    evaluated = load_trajectories([str(out / "eval-before")], successful_only=False)
+    assert evaluated and all(s.observation.marks for t in evaluated for s in t.steps)
+    assert 0.0 <= r.success_before <= 1.0
