@@ -199,13 +199,11 @@ class Trainer:
             self.state = TrainerState()
             save_config(out, cfg)
             torch.manual_seed(cfg.seed)  # the tiny model's initialisation, when the warm start builds one
-            w = cfg.warm_start
-            self.model_dir = cfg.model or warm_start(out, env=cfg.env, tasks=self.tasks, demos=w.warm_start_demos,
-                                                     steps=w.warm_start_steps, seed=cfg.seed,
-                                                     max_pixels=TINY_MAX_PIXELS, threads=cfg.threads or None,
-                                                     demos_from=cfg.data, device=cfg.fleet.device,
-                                                     action_format="json" if cfg.action_format == "auto"
-                                                     else cfg.action_format)
+            w, fmt = cfg.warm_start, "json" if cfg.action_format == "auto" else cfg.action_format
+            self.model_dir = cfg.model or warm_start(
+                out, env=cfg.env, tasks=self.tasks, demos=w.warm_start_demos, steps=w.warm_start_steps, seed=cfg.seed,
+                max_pixels=TINY_MAX_PIXELS, threads=cfg.threads or None, demos_from=cfg.data, device=cfg.fleet.device,
+                action_format=fmt)
             self.state.model_dir = self.model_dir
         if cfg.mode != "online" and not cfg.data:  # staged embedded default: replay the warm start's demos
             self.cfg = cfg = dataclasses.replace(cfg, data=(str(out / "demos"),))
