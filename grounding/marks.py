@@ -41,19 +41,44 @@ import dataclasses
 import json
 from typing import Any, Sequence
 
+from guiagent import jsontext
 from guiagent.types import (
     ELEMENT_ACTION_TYPES, Action, Answer, Click, ClickElement, Finish, Key, LongPress, LongPressElement,
-    Mark, NavigateBack, NavigateHome, Observation, OpenApp, Scroll, Type, TypeElement, Wait, ACTION_TYPES,
-    element_at,
+    Mark, NavigateBack, NavigateHome, Observation, OpenApp, ParseError, Scroll, Type, TypeElement, Wait,
+    ACTION_TYPES, element_at,
 )
 
 from grounding.jsonfmt import JsonFormat, _row
 from grounding.spec import Table
 
-__all__ = ["MarksFormat", "marks_text", "mark_line", "to_element_action"]
+__all__ = ["MarksFormat", "marks_text", "mark_line", "to_element_action", "listed_name", "mark_named"]
 
 #: the actions of the elements-only format besides the element actions: none of them needs a point
 _NO_POINT = (Type, Scroll, Key, NavigateBack, NavigateHome, OpenApp, Wait, Answer, Finish)
+
+
+def listed_name(name: str, max_name_chars: int = 80) -> str:
+    """``name`` as the element list writes it: whitespace collapsed, cut with an ellipsis past
+    ``max_name_chars``."""
+    name = " ".join(name.split())
+    return name[: max(0, max_name_chars - 1)] + "…" if len(name) > max_name_chars else name
+
+
+def mark_named(marks: Sequence[Mark] | None, name: str, *, max_name_chars: int = 80) -> Mark | None:
+    """The mark a reply means by ``name``: the first in table order whose name, or its listed (cut)
+    form, equals ``name`` with whitespace collapsed; failing that, the first equal ignoring case.
+    ``None`` when no mark is so named."""
+    want = " ".join(name.split())
+    if not want:
+        return None
+    for fold in (False, True):
+        key = want.casefold() if fold else want
+        for m in marks or ():
+            full = " ".join(m.name.split())
+            for cand in (full, listed_name(full, max_name_chars)):
+                if (cand.casefold() if fold else cand) == key:
+                    return m
+    return None
 
 
 def mark_line(mark: Mark, *, max_name_chars: int = 80, boxes: bool = False, decimals: int = 2,
@@ -66,9 +91,7 @@ def mark_line(mark: Mark, *, max_name_chars: int = 80, boxes: bool = False, deci
     brackets turned into parentheses so no name can forge an ``[id]``. Either way whitespace, newlines
     included, collapses to single spaces: a name never starts a line of its own.
     """
-    name = " ".join(mark.name.split())
-    if len(name) > max_name_chars:
-        name = name[: max(0, max_name_chars - 1)] + "…"
+    name = listed_name(mark.name, max_name_chars)
     line = f"[{mark.id}] {mark.role or 'element'}"
     if name and names == "plain":
         line += ": " + name.replace("[", "(").replace("]", ")")
@@ -126,8 +149,11 @@ class MarksFormat(JsonFormat):
 
     def __init__(self, *, decimals: int = 3, pixels: bool = False, max_marks: int = 200,
                  max_name_chars: int = 80, boxes: bool = False, compact: bool = False,
-                 names: str = "quoted") -> None:
+                 names: str = "quoted", refer: str = "id") -> None:
         super().__init__(decimals=decimals)
+        if refer not in ("id", "name"):
+            raise ValueError(f"refer must be 'id' or 'name', got {refer!r}")
+        self.refer = refer
         if max_marks < 1 or max_name_chars < 1:
             raise ValueError("max_marks and max_name_chars must be >= 1")
         if names not in ("quoted", "plain"):
@@ -152,6 +178,9 @@ class MarksFormat(JsonFormat):
         self.dropped_fields = {} if pixels else {"type": ("x", "y"), "scroll": ("x", "y")}
 
     def system_prompt(self, image_size: tuple[int, int] | None = None) -> str:
+        if self.compact and self.refer == "name":
+            return ('Reply with one JSON action on a listed element, by name, e.g. '
+                    '{"action": {"kind": "click_element", "name": "Files"}}, or {"action": {"kind": "finish"}}.')
         if self.compact:
             return ('Reply with one JSON action on a numbered element, e.g. '
                     '{"action": {"kind": "click_element", "element": 3}}, or {"action": {"kind": "finish"}}.')
@@ -164,7 +193,8 @@ class MarksFormat(JsonFormat):
                   f"edge (up to {self.decimals} decimals).\n\n" if self.pixels else "")
         return (
             "You control a device through its screen. Each turn shows the screenshot and the screen's "
-            'numbered elements, one a line: [id] role "name". Act on an element by its number. '
+            'numbered elements, one a line: [id] role "name". Act on an element by its number '
+            '("element": 3) or by its name as listed ("name": "Files" in place of "element"). '
             "Reply with one JSON object and nothing else:\n"
             '{"thought": "<your reasoning>", "action": {"kind": ..., ...}}\n\n'
             + points + "## Actions\n" + "\n".join(lines) + "\n"
@@ -176,6 +206,61 @@ class MarksFormat(JsonFormat):
         return head + marks_text(observation.marks, max_marks=self.max_marks, max_name_chars=self.max_name_chars,
                                  boxes=self.boxes, names=self.names)
 
+    def parse_on(self, text: str, observation: Observation) -> Action | ParseError:
+        """:meth:`parse` on the turn's screen: an element action naming its element (``"name": "Files"``
+        in place of ``"element"``) becomes the action on the mark so named (:func:`mark_named`); a name
+        no element of the screen has is ``bad_arguments``. Everything else parses as :meth:`parse` does."""
+        try:
+            text = self._names_to_ids(text, observation)
+        except _NoSuchName as e:
+            return ParseError("bad_arguments", str(e), text)
+        except Exception:  # malformed text: parse() says what is wrong with it
+            pass
+        return self.parse(text, observation.size)
+
+    def _names_to_ids(self, text: str, observation: Observation) -> str:
+        body = jsontext.strip_fences(text)
+        found = []
+        for s, e in jsontext.find_objects(body):
+            try:
+                obj = jsontext.loads(body[s:e])
+            except ValueError:
+                continue
+            act = obj.get("action", obj) if isinstance(obj, dict) else None
+            if isinstance(act, dict) and ("action" in obj or "kind" in obj):
+                found.append((obj, act))
+        if len(found) != 1:
+            return text
+        obj, act = found[0]
+        row = self.table.lookup(act["kind"]) if isinstance(act.get("kind"), str) else None
+        if row is None or "element" in act or not isinstance(act.get("name"), str) \
+                or not set(row.kinds) & set(ELEMENT_ACTION_TYPES):
+            return text
+        mark = mark_named(observation.marks, act["name"], max_name_chars=self.max_name_chars)
+        if mark is None:
+            raise _NoSuchName(f"no element named {act['name'][:80]!r} on this screen; name one as the list "
+                              "writes it, or give its number as \"element\"")
+        act["element"] = mark.id
+        del act["name"]
+        return json.dumps(obj, ensure_ascii=False)
+
+    def format_on(self, action: Action, observation: Observation, thought: str = "") -> str:
+        """:meth:`format` on the turn's screen: with ``refer="name"`` an element action names its mark as
+        the list writes it (its number where an earlier mark has the same name, or the mark has none)."""
+        text = self.format(action, observation.size, thought)
+        if self.refer != "name" or not isinstance(action, ELEMENT_ACTION_TYPES):
+            return text
+        mark = next((m for m in observation.marks or () if m.id == action.element), None)
+        if mark is None or not mark.name.strip():
+            return text
+        listed = listed_name(mark.name, self.max_name_chars)
+        if mark_named(observation.marks, listed, max_name_chars=self.max_name_chars) is not mark:
+            return text
+        obj = json.loads(text)
+        args = {k: v for k, v in obj["action"].items() if k != "element"}
+        obj["action"] = {"kind": args.pop("kind"), "name": listed, **args}
+        return json.dumps(obj, ensure_ascii=False)
+
     def adapt(self, action: Action, observation: Observation) -> Action:
         """``action`` as this format speaks it on ``observation``: a point action on a marked element
         becomes the element action (:func:`to_element_action`); with ``pixels`` everything stays as is.
@@ -186,3 +271,7 @@ class MarksFormat(JsonFormat):
         if isinstance(out, Scroll) and out.x is not None:
             out = dataclasses.replace(out, x=None, y=None)  # this format scrolls the page, not a point
         return out
+
+
+class _NoSuchName(ValueError):
+    """A reply names an element the screen does not list."""

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TurnContext", "PolicyTurn", "TurnPolicy", "OraclePolicy", "RandomPolicy", "ModelAgent",
            "AgentSettings", "load_agent", "AGENT_SETTINGS_FILE", "format_for_policy", "COMPACT_JSON_PROMPT",
-           "COMPACT_MARKS_PROMPT", "compact_prompt", "tiny_model_settings"]
+           "COMPACT_MARKS_PROMPT", "COMPACT_MARKS_NAME_PROMPT", "compact_prompt", "tiny_model_settings"]
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ class ModelAgent:
             sampling = self._sampling_for(contexts)
             encs = self._encode(chats)
             gens = self._generate(chats, encs, sampling)
-            parsed = [self._parse(g.text, c.observation.size) for c, g in zip(contexts, gens)]
+            parsed = [self._parse(g.text, c.observation) for c, g in zip(contexts, gens)]
             rejected: list[list[str]] = [[] for _ in contexts]
             if sampling.temperature > 0:
                 for attempt in range(1, self.resample_unparseable + 1):
@@ -220,7 +220,7 @@ class ModelAgent:
                     for i, g in zip(again, redo):
                         rejected[i].append(gens[i].text)
                         gens[i] = g
-                        parsed[i] = self._parse(g.text, contexts[i].observation.size)
+                        parsed[i] = self._parse(g.text, contexts[i].observation)
             version = self.version
         keep = self.keep_chats
         return [PolicyTurn(g.text, result, thought, version, chat if keep else None, tuple(g.token_ids),
@@ -260,9 +260,11 @@ class ModelAgent:
                       for c in contexts)
         return dataclasses.replace(sampling, seeds=seeds)
 
-    def _parse(self, text: str, size: tuple[int, int]) -> tuple[Action | ParseError, str]:
-        try:
-            result = self.format.parse(text, size)
+    def _parse(self, text: str, observation: Observation) -> tuple[Action | ParseError, str]:
+        try:  # a format that reads the screen to parse (the marks format's element names) gets it
+            parse_on = getattr(self.format, "parse_on", None)
+            result = (parse_on(text, observation) if parse_on is not None
+                      else self.format.parse(text, observation.size))
         except Exception as e:  # formats must not raise; if one does, the episode still goes on
             result = ParseError("malformed", f"parser raised {type(e).__name__}: {e}", text)
         try:
@@ -278,26 +280,35 @@ COMPACT_JSON_PROMPT = ('Reply with one JSON action, e.g. {"action": {"kind": "cl
 #: the marks format's short system prompt (``MarksFormat(compact=True)``): act on a numbered element
 COMPACT_MARKS_PROMPT = ('Reply with one JSON action on a numbered element, e.g. '
                         '{"action": {"kind": "click_element", "element": 3}}, or {"action": {"kind": "finish"}}.')
+#: the same with elements named as listed (``MarksFormat(compact=True, refer="name")``)
+COMPACT_MARKS_NAME_PROMPT = ('Reply with one JSON action on a listed element, by name, e.g. '
+                             '{"action": {"kind": "click_element", "name": "Files"}}, or {"action": {"kind": "finish"}}.')
 #: marks format, tiny models: longest element name listed. The names a goal mentions (apps, settings, folders,
 #: MiniWoB++ buttons, links, options) are shorter; long rows (a message preview, an expense line) would
 #: otherwise be most of a prompt and of its compute
 TINY_MARK_NAME_CHARS = 24
 
 
-def compact_prompt(action_format: str) -> str:
+def compact_prompt(action_format: str, mark_refer: str = "id") -> str:
     """The short system prompt of a tiny model trained from scratch in ``action_format``: the marks
-    format's for ``marks``, the JSON one for every other format (as before formats had their own)."""
-    return COMPACT_MARKS_PROMPT if action_format == "marks" else COMPACT_JSON_PROMPT
+    format's for ``marks`` (elements by number, or by name with ``mark_refer="name"``), the JSON one for
+    every other format (as before formats had their own)."""
+    if action_format == "marks":
+        return COMPACT_MARKS_NAME_PROMPT if mark_refer == "name" else COMPACT_MARKS_PROMPT
+    return COMPACT_JSON_PROMPT
 
 
 def tiny_model_settings(action_format: str = "json") -> "AgentSettings":
     """How a tiny model trained from scratch here is prompted (the embedded default's warm start): the
     compact prompt; in the marks format, names written plain (as goals write them: its tokenizer,
     trained from scratch, splits a quoted name into other pieces) and cut at
-    :data:`TINY_MARK_NAME_CHARS`."""
+    :data:`TINY_MARK_NAME_CHARS`, and its replies naming the element as listed (``mark_refer="name"``:
+    from scratch on CPU such a model learns to copy the goal's name in a few hundred steps, and does not
+    learn to look up a name's number in the list in a few thousand; docs/training.md, "Goal-conditioned
+    grounding")."""
     if action_format == "marks":
-        return AgentSettings(action_format="marks", system_prompt=COMPACT_MARKS_PROMPT, mark_names="plain",
-                             mark_name_chars=TINY_MARK_NAME_CHARS)
+        return AgentSettings(action_format="marks", system_prompt=COMPACT_MARKS_NAME_PROMPT, mark_names="plain",
+                             mark_name_chars=TINY_MARK_NAME_CHARS, mark_refer="name")
     return AgentSettings(action_format=action_format, system_prompt=compact_prompt(action_format))
 
 #: written next to a fine-tuned model so eval and training prompt it the way it was trained
@@ -325,6 +336,10 @@ class AgentSettings:
     """marks format: longest element name listed, in characters (longer ones are cut with an ellipsis):
     a short limit keeps long list rows (a message preview, an expense line) from filling a small
     model's prompt"""
+    mark_refer: str = "id"
+    """marks format: how the model's own replies (SFT targets, the history) point at an element: by its
+    number (id: "element": 3) or by its name as listed (name: "name": "Files"). Replies are read in
+    either form"""
 
     def __post_init__(self) -> None:
         if self.action_format not in FORMAT_NAMES:  # checked before any model loads or file is written
@@ -332,6 +347,8 @@ class AgentSettings:
                              f"choose one of {', '.join(FORMAT_NAMES)}")
         if self.mark_names not in ("quoted", "plain"):
             raise ValueError(f"--mark-names must be quoted or plain, got {self.mark_names!r}")
+        if self.mark_refer not in ("id", "name"):
+            raise ValueError(f"--mark-refer must be id or name, got {self.mark_refer!r}")
         if not 1 <= self.mark_name_chars <= 10_000:
             raise ValueError(f"--mark-name-chars must lie in 1..10000, got {self.mark_name_chars}")
 
@@ -357,7 +374,8 @@ class AgentSettings:
         if self.action_format == "json":
             fmt = get_format("json", decimals=self.coord_decimals)
         elif self.action_format == "marks":
-            fmt = get_format("marks", names=self.mark_names, max_name_chars=self.mark_name_chars)
+            fmt = get_format("marks", names=self.mark_names, max_name_chars=self.mark_name_chars,
+                             refer=self.mark_refer)
         else:
             fmt = get_format(self.action_format)
         return fmt if policy is None else format_for_policy(fmt, policy)

@@ -71,7 +71,7 @@ def summarize_step(step: Step, fmt: "ActionFormat", config: PromptConfig = Promp
     size = step.observation.size
     if step.action is not None:
         try:
-            did = fmt.format(_adapted(fmt, step), size).strip()
+            did = _printed(fmt, step, "").strip()
         except Exception as e:  # a format that cannot print an action kind: say so, keep going
             did = f"{step.action.kind} (not expressible in this format: {e})"
         did = _cut(did.replace("\n", " "), config.max_quote_chars * 2)
@@ -146,7 +146,16 @@ def sft_target(step: Step, fmt: "ActionFormat") -> str:
     """The assistant text a model should have produced at ``step`` (its action, printed by ``fmt``)."""
     if step.action is None:
         raise ValueError(f"step {step.index} has no action to imitate")
-    return fmt.format(_adapted(fmt, step), step.observation.size, step.thought)
+    return _printed(fmt, step, step.thought)
+
+
+def _printed(fmt: "ActionFormat", step: Step, thought: str) -> str:
+    """The step's action printed by ``fmt`` on the step's screen (a format that names elements by their
+    listed names reads them off the screen, ``format_on``); by ``format`` for every other format."""
+    format_on = getattr(fmt, "format_on", None)
+    if format_on is not None:
+        return format_on(_adapted(fmt, step), step.observation, thought)
+    return fmt.format(_adapted(fmt, step), step.observation.size, thought)
 
 
 def _adapted(fmt: "ActionFormat", step: Step) -> Any:

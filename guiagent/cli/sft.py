@@ -68,7 +68,8 @@ def main(argv: list[str]) -> int:
     trajs = load_trajectories(cfg.data, successful_only=not cfg.include_failures, tasks=cfg.tasks)
     log(f"sft: {len(trajs)} episodes from {', '.join(cfg.data)}")
     policy = load_policy(cfg.model, backend="transformers", threads=cfg.threads or None)
-    settings = (dataclasses.replace(cfg.agent, system_prompt=compact_prompt(cfg.agent.action_format))
+    settings = (dataclasses.replace(cfg.agent, system_prompt=compact_prompt(cfg.agent.action_format,
+                                                                            cfg.agent.mark_refer))
                 if cfg.compact_prompt else cfg.agent)
     examples = load_examples(trajs, policy, settings.format(), settings.prompt_config(), cfg.train)
     log(f"sft: {len(examples)} examples; training {cfg.train.steps} steps")

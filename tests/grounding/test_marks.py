@@ -152,3 +152,77 @@ def test_chat_lists_the_elements_and_targets_name_them():
     # formats without marks build the same chat as before
     json_chat = build_chat(spec.goal, (), obs, get_format("json"), PromptConfig())
     assert "Elements" not in str(json_chat)
+
+
+NAMED = (Mark(0, "link", "Contacts", (0, 0, .5, .1)), Mark(1, "link", "Clock", (0, .1, .5, .2)),
+         Mark(2, "button", "clock", (0, .2, .5, .3)), Mark(3, "textbox", "Search", (0, .3, .5, .4)),
+         Mark(4, "button", "Clock", (0, .4, .5, .5)), Mark(5, "image", "", (0, .5, .5, .6)),
+         Mark(6, "link", "A very long link text that the list cuts short", (0, .6, .5, .7)))
+SCREEN = Observation(b"", 360, 640, marks=NAMED)
+BY_NAME = get_format("marks", refer="name", max_name_chars=20)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('{"action": {"kind": "click_element", "name": "Contacts"}}', ClickElement(0)),
+    ('{"action": {"kind": "tap", "name": "  Contacts "}}', ClickElement(0)),  # whitespace collapsed
+    ('{"action": {"kind": "click", "name": "Clock"}}', ClickElement(1)),  # the first so named
+    ('{"action": {"kind": "click", "name": "clock"}}', ClickElement(2)),  # an exact match before any case
+    ('{"action": {"kind": "click", "name": "CONTACTS"}}', ClickElement(0)),  # then ignoring case
+    ('{"action": {"kind": "long_press", "name": "Search", "duration_ms": 900}}', LongPressElement(3, 900)),
+    ('{"action": {"kind": "type_element", "name": "Search", "text": "ann", "submit": true}}',
+     TypeElement(3, "ann", submit=True)),
+    ('{"action": {"kind": "click", "name": "A very long link te…"}}', ClickElement(6)),  # as listed
+    ('{"action": {"kind": "click", "name": "A very long link text that the list cuts short"}}', ClickElement(6)),
+    ('{"action": {"kind": "click_element", "element": 4}}', ClickElement(4)),  # numbers still work
+    ('{"action": {"kind": "click_element", "name": "Nowhere"}}', "bad_arguments"),
+    ('{"action": {"kind": "click_element", "name": ""}}', "bad_arguments"),
+    ('{"action": {"kind": "click_element", "name": 3}}', "bad_arguments"),  # not a string: the table says
+    ('{"action": {"kind": "finish", "name": "Clock"}}', "bad_arguments"),  # no element to name
+    ('{"action": {"kind": "click_element"}}', "bad_arguments"),
+    ('{"action": {"kind": "click_element", "name": "Clock"}} {"action": {"kind": "finish"}}', "multiple_actions"),
+    ("no json here", "no_action"),
+])
+def test_replies_name_elements_as_listed(text, expected):
+    got = BY_NAME.parse_on(text, SCREEN)
+    if isinstance(expected, str):
+        assert isinstance(got, ParseError) and got.code == expected, got
+    else:
+        assert got == expected
+    assert get_format("marks", max_name_chars=20).parse_on(text, SCREEN) == got  # nor on refer
+
+
+def test_no_name_is_resolved_on_a_screen_without_marks():
+    got = BY_NAME.parse_on('{"action": {"kind": "click_element", "name": "Clock"}}', Observation(b"", 360, 640))
+    assert isinstance(got, ParseError) and got.code == "bad_arguments" and "no element named" in got.message
+
+
+def test_targets_name_their_element_where_the_name_finds_it_again():
+    # the name where it leads back to the same element; the number where an earlier one shares the name
+    # or the element has none
+    assert BY_NAME.format_on(ClickElement(1), SCREEN) == '{"action": {"kind": "click_element", "name": "Clock"}}'
+    assert BY_NAME.format_on(ClickElement(4), SCREEN) == '{"action": {"kind": "click_element", "element": 4}}'
+    assert BY_NAME.format_on(ClickElement(5), SCREEN) == '{"action": {"kind": "click_element", "element": 5}}'
+    assert BY_NAME.format_on(TypeElement(3, "x"), SCREEN, "search") == (
+        '{"thought": "search", "action": {"kind": "type_element", "name": "Search", "text": "x"}}')
+    assert BY_NAME.format_on(Finish(), SCREEN) == '{"action": {"kind": "finish"}}'
+    for a in (ClickElement(i) for i in range(7)):
+        assert BY_NAME.parse_on(BY_NAME.format_on(a, SCREEN), SCREEN) == a  # every target reads back
+    assert FMT.format_on(ClickElement(1), SCREEN) == FMT.format(ClickElement(1), PHONE)  # refer=id: numbers
+
+
+def test_refer_is_checked_and_named_in_the_prompt():
+    with pytest.raises(ValueError, match="refer must be 'id' or 'name'"):
+        MarksFormat(refer="label")
+    assert '"name": "Files"' in MarksFormat(refer="name", compact=True).system_prompt()
+    assert '"name": "Files" in place of "element"' in FMT.system_prompt()
+
+
+def test_sft_targets_and_history_name_elements_with_refer_name():
+    from rl.prompting import PromptConfig, sft_example
+
+    spec = TaskSpec("webapps", "open_app", 1, "Open the Clock app.", 3)
+    traj = Trajectory("ep", spec, (Step(0, SCREEN, Click(0.1, 0.15)), Step(1, SCREEN, Finish())))
+    chat, target = sft_example(traj, 1, BY_NAME, PromptConfig(max_history=5))
+    user = "\n".join(p["text"] for p in chat[1]["content"] if p["type"] == "text")
+    assert 'Step 1: {"action": {"kind": "click_element", "name": "Clock"}}' in user
+    assert sft_example(traj, 0, BY_NAME, PromptConfig())[1] == '{"action": {"kind": "click_element", "name": "Clock"}}'

@@ -122,6 +122,7 @@ def test_critic_fits_returns_and_round_trips_weights_only(tmp_path):
     assert not TurnCritic().load(tmp_path / "none")
 
 
+@pytest.mark.slow  # a learning-quality check: ~20-45 s of critic fitting on 2 cores
 def test_the_default_critic_fits_one_iterations_returns():
     # one iteration's worth of turns (200) whose hidden states vary along a few directions, the
     # return set by one of them (as the task named in the goal sets it): the default fit explains

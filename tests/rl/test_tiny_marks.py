@@ -8,7 +8,7 @@ import pytest
 from grounding import get_format
 from guiagent.types import ClickElement, Mark, Observation
 from rl.agents import (
-    COMPACT_JSON_PROMPT, COMPACT_MARKS_PROMPT, TINY_MARK_NAME_CHARS, AgentSettings, compact_prompt,
+    COMPACT_JSON_PROMPT, COMPACT_MARKS_NAME_PROMPT, COMPACT_MARKS_PROMPT, TINY_MARK_NAME_CHARS, AgentSettings, compact_prompt,
     tiny_model_settings,
 )
 
@@ -21,14 +21,16 @@ def _screen(*names):
 def test_compact_prompts_are_the_formats_own():
     assert COMPACT_MARKS_PROMPT == get_format("marks", compact=True).system_prompt()
     assert compact_prompt("marks") == COMPACT_MARKS_PROMPT
+    assert compact_prompt("marks", "name") == COMPACT_MARKS_NAME_PROMPT == get_format(
+        "marks", compact=True, refer="name").system_prompt()
     assert compact_prompt("json") == COMPACT_JSON_PROMPT
     assert compact_prompt("uitars15") == COMPACT_JSON_PROMPT  # as before formats had their own
 
 
 def test_tiny_model_settings_write_names_plain_and_short():
     s = tiny_model_settings("marks")
-    assert (s.action_format, s.mark_names, s.mark_name_chars, s.system_prompt) == (
-        "marks", "plain", TINY_MARK_NAME_CHARS, COMPACT_MARKS_PROMPT)
+    assert (s.action_format, s.mark_names, s.mark_name_chars, s.system_prompt, s.mark_refer) == (
+        "marks", "plain", TINY_MARK_NAME_CHARS, COMPACT_MARKS_NAME_PROMPT, "name")
     fmt = s.format()
     long = "Kitchen scale Shopping · Sun, Jun 1 $126.47"
     text = fmt.observation_text(_screen("Files", long))
@@ -36,6 +38,11 @@ def test_tiny_model_settings_write_names_plain_and_short():
     [row] = [line for line in text.splitlines() if line.startswith("[1]")]
     assert row == "[1] link: " + long[:TINY_MARK_NAME_CHARS - 1] + "…"
     assert fmt.parse('{"action": {"kind": "click_element", "element": 1}}', (360, 640)) == ClickElement(1)
+    screen = _screen("Files", long)
+    assert fmt.parse_on('{"action": {"kind": "click_element", "name": "Files"}}', screen) == ClickElement(0)
+    cut = long[:TINY_MARK_NAME_CHARS - 1] + "…"  # a long name is answered as the list writes it
+    assert fmt.format_on(ClickElement(1), screen) == '{"action": {"kind": "click_element", "name": "%s"}}' % cut
+    assert fmt.parse_on(fmt.format_on(ClickElement(1), screen), screen) == ClickElement(1)
     assert tiny_model_settings() == AgentSettings(system_prompt=COMPACT_JSON_PROMPT)  # json: as it always was
 
 
