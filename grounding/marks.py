@@ -51,7 +51,7 @@ from guiagent.types import (
 from grounding.jsonfmt import JsonFormat, _row
 from grounding.spec import Table
 
-__all__ = ["MarksFormat", "marks_text", "mark_line", "to_element_action", "listed_name", "mark_named"]
+__all__ = ["MarksFormat", "marks_text", "mark_line", "to_element_action", "listed_name", "mark_named", "shortest_name"]
 
 #: the actions of the elements-only format besides the element actions: none of them needs a point
 _NO_POINT = (Type, Scroll, Key, NavigateBack, NavigateHome, OpenApp, Wait, Answer, Finish)
@@ -65,19 +65,34 @@ def listed_name(name: str, max_name_chars: int = 80) -> str:
 
 
 def mark_named(marks: Sequence[Mark] | None, name: str, *, max_name_chars: int = 80) -> Mark | None:
-    """The mark a reply means by ``name``: the first in table order whose name, or its listed (cut)
-    form, equals ``name`` with whitespace collapsed; failing that, the first equal ignoring case.
-    ``None`` when no mark is so named."""
-    want = " ".join(name.split())
+    """The mark a reply means by ``name`` (whitespace collapsed): the first in table order whose name, or
+    its listed (cut) form, equals it; failing that, the first equal ignoring case; failing that, the
+    first whose name begins with it as whole words, ignoring case (``Pictures`` for a row
+    ``Pictures 8 items``, as a goal names it). ``None`` when no mark is so named."""
+    want = " ".join(name.split()).casefold()
     if not want:
         return None
-    for fold in (False, True):
-        key = want.casefold() if fold else want
-        for m in marks or ():
-            full = " ".join(m.name.split())
-            for cand in (full, listed_name(full, max_name_chars)):
-                if (cand.casefold() if fold else cand) == key:
-                    return m
+    rows = [(m, " ".join(m.name.split())) for m in marks or ()]
+    for m, full in rows:
+        if name.split() and " ".join(name.split()) in (full, listed_name(full, max_name_chars)):
+            return m
+    for m, full in rows:
+        if want in (full.casefold(), listed_name(full, max_name_chars).casefold()):
+            return m
+    for m, full in rows:
+        if full.casefold().startswith(want + " "):
+            return m
+    return None
+
+
+def shortest_name(marks: Sequence[Mark] | None, mark: Mark, *, max_name_chars: int = 80) -> str | None:
+    """The fewest leading words of ``mark``'s listed name that :func:`mark_named` leads back to ``mark``
+    (``Pictures`` for a row ``Pictures 8 items`` when no earlier row starts so); ``None`` when not even
+    the whole listed name does (an earlier row has the same name, or the mark has none)."""
+    words = listed_name(mark.name, max_name_chars).split()
+    for k in range(1, len(words) + 1):
+        if mark_named(marks, " ".join(words[:k]), max_name_chars=max_name_chars) is mark:
+            return " ".join(words[:k])
     return None
 
 
@@ -245,16 +260,15 @@ class MarksFormat(JsonFormat):
         return json.dumps(obj, ensure_ascii=False)
 
     def format_on(self, action: Action, observation: Observation, thought: str = "") -> str:
-        """:meth:`format` on the turn's screen: with ``refer="name"`` an element action names its mark as
-        the list writes it (its number where an earlier mark has the same name, or the mark has none)."""
+        """:meth:`format` on the turn's screen: with ``refer="name"`` an element action names its mark by
+        the fewest leading words of its listed name that find it again (:func:`shortest_name`), and by
+        its number where no name does (an earlier mark has the same name, or the mark has none)."""
         text = self.format(action, observation.size, thought)
         if self.refer != "name" or not isinstance(action, ELEMENT_ACTION_TYPES):
             return text
         mark = next((m for m in observation.marks or () if m.id == action.element), None)
-        if mark is None or not mark.name.strip():
-            return text
-        listed = listed_name(mark.name, self.max_name_chars)
-        if mark_named(observation.marks, listed, max_name_chars=self.max_name_chars) is not mark:
+        listed = None if mark is None else shortest_name(observation.marks, mark, max_name_chars=self.max_name_chars)
+        if listed is None:
             return text
         obj = json.loads(text)
         args = {k: v for k, v in obj["action"].items() if k != "element"}

@@ -191,6 +191,18 @@ def test_replies_name_elements_as_listed(text, expected):
     assert get_format("marks", max_name_chars=20).parse_on(text, SCREEN) == got  # nor on refer
 
 
+def test_a_name_may_be_the_first_words_of_a_row():
+    rows = (Mark(0, "link", "Pictures old 2 items", (0, 0, 1, .1)), Mark(1, "link", "Pictures 8 items", (0, .1, 1, .2)),
+            Mark(2, "link", "Music 3 items", (0, .2, 1, .3)))
+    screen = Observation(b"", 360, 640, marks=rows)
+    assert BY_NAME.parse_on('{"action": {"kind": "click", "name": "music"}}', screen) == ClickElement(2)
+    assert BY_NAME.parse_on('{"action": {"kind": "click", "name": "Pictures"}}', screen) == ClickElement(0)
+    assert BY_NAME.parse_on('{"action": {"kind": "click", "name": "Pictures 8"}}', screen) == ClickElement(1)
+    assert isinstance(BY_NAME.parse_on('{"action": {"kind": "click", "name": "Mus"}}', screen), ParseError)  # words
+    printed = [BY_NAME.format_on(ClickElement(i), screen) for i in range(3)]
+    assert [p.split('"name": ')[1][:-2] for p in printed] == ['"Pictures"', '"Pictures 8"', '"Music"']
+
+
 def test_no_name_is_resolved_on_a_screen_without_marks():
     got = BY_NAME.parse_on('{"action": {"kind": "click_element", "name": "Clock"}}', Observation(b"", 360, 640))
     assert isinstance(got, ParseError) and got.code == "bad_arguments" and "no element named" in got.message

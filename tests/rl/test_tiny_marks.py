@@ -40,8 +40,10 @@ def test_tiny_model_settings_write_names_plain_and_short():
     assert fmt.parse('{"action": {"kind": "click_element", "element": 1}}', (360, 640)) == ClickElement(1)
     screen = _screen("Files", long)
     assert fmt.parse_on('{"action": {"kind": "click_element", "name": "Files"}}', screen) == ClickElement(0)
-    cut = long[:TINY_MARK_NAME_CHARS - 1] + "…"  # a long name is answered as the list writes it
-    assert fmt.format_on(ClickElement(1), screen) == '{"action": {"kind": "click_element", "name": "%s"}}' % cut
+    cut = long[:TINY_MARK_NAME_CHARS - 1] + "…"  # a long name is read as the list writes it
+    assert fmt.parse_on('{"action": {"kind": "click", "name": "%s"}}' % cut, screen) == ClickElement(1)
+    # and answered by its first words where they find it again
+    assert fmt.format_on(ClickElement(1), screen) == '{"action": {"kind": "click_element", "name": "Kitchen"}}'
     assert fmt.parse_on(fmt.format_on(ClickElement(1), screen), screen) == ClickElement(1)
     assert tiny_model_settings() == AgentSettings(system_prompt=COMPACT_JSON_PROMPT)  # json: as it always was
 
