@@ -221,6 +221,17 @@ class MarksFormat(JsonFormat):
         return head + marks_text(observation.marks, max_marks=self.max_marks, max_name_chars=self.max_name_chars,
                                  boxes=self.boxes, names=self.names)
 
+    def json_schema(self) -> dict[str, Any]:
+        """The JSON format's schema with an element action's element given by number or by name."""
+        schema = super().json_schema()
+        element_kinds = {cls.kind for cls in ELEMENT_ACTION_TYPES}
+        for v in schema["properties"]["action"]["oneOf"]:
+            if v["properties"]["kind"]["const"] in element_kinds:
+                v["properties"]["name"] = {"type": "string", "minLength": 1}
+                v["required"] = [r for r in v["required"] if r != "element"]
+                v["oneOf"] = [{"required": ["element"]}, {"required": ["name"]}]
+        return schema
+
     def parse_on(self, text: str, observation: Observation) -> Action | ParseError:
         """:meth:`parse` on the turn's screen: an element action naming its element (``"name": "Files"``
         in place of ``"element"``) becomes the action on the mark so named (:func:`mark_named`); a name

@@ -238,3 +238,18 @@ def test_sft_targets_and_history_name_elements_with_refer_name():
     user = "\n".join(p["text"] for p in chat[1]["content"] if p["type"] == "text")
     assert 'Step 1: {"action": {"kind": "click_element", "name": "Clock"}}' in user
     assert sft_example(traj, 0, BY_NAME, PromptConfig())[1] == '{"action": {"kind": "click_element", "name": "Clock"}}'
+
+
+def test_the_schema_takes_an_element_by_number_or_by_name():
+    import json
+
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = BY_NAME.json_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    ok = ['{"action": {"kind": "click_element", "name": "Clock"}}', '{"action": {"kind": "click_element", "element": 1}}',
+          '{"action": {"kind": "type_element", "name": "Search", "text": "ann"}}', '{"action": {"kind": "finish"}}']
+    bad = ['{"action": {"kind": "click_element"}}', '{"action": {"kind": "click_element", "name": ""}}',
+           '{"action": {"kind": "click_element", "element": 1, "name": "Clock"}}', '{"action": {"kind": "finish", "name": "x"}}']
+    v = jsonschema.Draft202012Validator(schema)
+    assert all(v.is_valid(json.loads(t)) for t in ok)
+    assert not any(v.is_valid(json.loads(t)) for t in bad)
