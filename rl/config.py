@@ -42,7 +42,7 @@ from rl.settings import (
 )
 from rl.strategies import strategy_class
 
-__all__ = ["EMBEDDED_RECIPE", "GOAL_CONDITIONED_TASKS", "WEBAPPS_RECIPE", "embedded_recipe", "TINY_MAX_PIXELS", "TRAIN_SEED_RANGE", "WARM_START_TASKS", "SemiOnlineSettings",
+__all__ = ["EMBEDDED_RECIPE", "TINY_MAX_PIXELS", "TRAIN_SEED_RANGE", "WARM_START_TASKS", "SemiOnlineSettings",
            "TrainConfig", "VLLMSettings"]
 
 #: ~128 visual tokens a screenshot: enough for fixed layouts, and 5x cheaper than the default
@@ -59,27 +59,6 @@ EMBEDDED_RECIPE: dict[str, Any] = {
     "min_informative_groups": 6, "max_sampling_rounds": 4, "resample_unparseable": 2, "eval_episodes": 192,
     "kl_reference": "stage",
 }
-
-#: the embedded default's tasks on webapps: the fixed-layout family, each task with its shuffled variant
-#: (the seed also permutes the layout), and go_home
-GOAL_CONDITIONED_TASKS: tuple[str, ...] = (
-    "open_app", "open_app_shuffled", "settings_turn_on", "settings_turn_on_shuffled", "settings_turn_off",
-    "settings_turn_off_shuffled", "settings_open_section", "settings_open_section_shuffled", "files_open_folder",
-    "files_open_folder_shuffled", "go_home")
-
-#: on top of :data:`EMBEDDED_RECIPE` for ``--env webapps`` (the default env): the marks format, the tiny model
-#: answering by the element's name, on targets the goal names wherever the layout puts them, with the
-#: warm start that learns the goal-to-name map (docs/training.md, "Goal-conditioned grounding")
-WEBAPPS_RECIPE: dict[str, Any] = {
-    "action_format": "marks", "device": {"marks": "true"}, "tasks": GOAL_CONDITIONED_TASKS,
-    "warm_start_demos": 1200, "warm_start_steps": 800,
-}
-
-
-def embedded_recipe(env: str = "webapps") -> dict[str, Any]:
-    """The embedded default's recipe for ``env``: :data:`EMBEDDED_RECIPE`, and :data:`WEBAPPS_RECIPE` on
-    top for webapps (other suites and mixed fleets keep the JSON format, their own tasks and devices)."""
-    return {**EMBEDDED_RECIPE, **(WEBAPPS_RECIPE if env == "webapps" else {})}
 
 
 @dataclass
@@ -169,10 +148,10 @@ class TrainConfig:
         return build(cls, **fields)
 
     @classmethod
-    def embedded(cls, env: str = "webapps", **overrides: Any) -> "TrainConfig":
-        """The embedded default's recipe for ``env`` (:func:`embedded_recipe`) with ``overrides`` on top:
-        what ``guiagent train`` runs when no ``--model``, ``--resume`` or ``--config`` is given."""
-        return build(cls, base=build(cls, env=env, **embedded_recipe(env)), **overrides)
+    def embedded(cls, **overrides: Any) -> "TrainConfig":
+        """The embedded default's recipe (:data:`EMBEDDED_RECIPE`) with ``overrides`` on top: what
+        ``guiagent train`` runs when no ``--model``, ``--resume`` or ``--config`` is given."""
+        return build(cls, base=build(cls, **EMBEDDED_RECIPE), **overrides)
 
     def __post_init__(self) -> None:
         strategy = strategy_class(self.algo)

@@ -112,17 +112,7 @@ def parse_args(argv: list[str]):
     from rl.trainer import TrainConfig  # lazy: the trainer loads torch (2 s); --help does not
 
     return parse_config(TrainConfig, argv, prog="guiagent train",
-                        default=None if _names_a_start(argv) else TrainConfig.embedded(_env_of(argv)))
-
-
-def _env_of(argv: list[str]) -> str:
-    """The --env a command line names (webapps when none): the embedded recipe differs by suite."""
-    for i, a in enumerate(argv):
-        if a == "--env" and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--env="):
-            return a.split("=", 1)[1]
-    return "webapps"
+                        default=None if _names_a_start(argv) else TrainConfig.embedded())
 
 
 def main(argv: list[str]) -> int:

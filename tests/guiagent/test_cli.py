@@ -417,9 +417,7 @@ def test_train_without_a_model_runs_the_embedded_recipe_and_flags_override_it():
     plain = parse([])
     assert plain.mode == "staged" and plain.semi.iterations == EMBEDDED_RECIPE["semi"]["iterations"]
     flat = flat_values(plain)
-    from rl.config import embedded_recipe
-
-    assert all(flat[k] == v for k, v in embedded_recipe("webapps").items() if k != "semi"), flat
+    assert all(flat[k] == v for k, v in EMBEDDED_RECIPE.items() if k != "semi")
     assert plain.warm_start.warm_start_steps != TrainConfig().warm_start.warm_start_steps  # the recipe differs from the class
     tuned = parse(["--iterations", "3", "--semi.iterations", "1"])
     assert tuned.iterations == 3 and tuned.semi.iterations == 1 and tuned.algo == EMBEDDED_RECIPE["algo"]
@@ -429,25 +427,6 @@ def test_train_without_a_model_runs_the_embedded_recipe_and_flags_override_it():
         assert got.algo == TrainConfig().algo and got.warm_start == TrainConfig().warm_start
     spelled_out = Path(__file__).resolve().parents[2] / "configs" / "train_webapps_tiny.yaml"
     assert parse(["--config", str(spelled_out)]) == TrainConfig.embedded(out="runs/train")
-
-
-def test_the_embedded_default_on_webapps_answers_by_name_on_shuffled_layouts():
-    """On webapps (the default env) the recipe adds the marks format and the goal-conditioned tasks; other
-    suites keep the JSON format, their own tasks and devices (no marks option reaches an Android device)."""
-    from rl.config import EMBEDDED_RECIPE, GOAL_CONDITIONED_TASKS, WARM_START_TASKS, WEBAPPS_RECIPE
-
-    from guiagent.cli.train import parse_args as parse
-
-    for argv in ([], ["--env", "webapps"], ["--env=webapps"]):
-        cfg = parse(argv)
-        assert (cfg.action_format, cfg.fleet.device, cfg.tasks) == ("marks", {"marks": "true"}, GOAL_CONDITIONED_TASKS)
-        assert cfg.warm_start.warm_start_demos == WEBAPPS_RECIPE["warm_start_demos"]
-        assert {t.removesuffix("_shuffled") for t in cfg.tasks} == set(WARM_START_TASKS)
-    for env in ("miniwob", "androidworld", "webapps,miniwob"):
-        cfg = parse(["--env", env])
-        assert (cfg.env, cfg.action_format, cfg.fleet.device, cfg.tasks) == (env, "auto", {}, ())
-        assert cfg.warm_start.warm_start_steps == EMBEDDED_RECIPE["warm_start_steps"]
-    assert parse(["--action-format", "json", "--tasks", "open_app"]).action_format == "json"  # flags still win
 
 
 def test_the_embedded_default_starts_for_a_first_time_user_and_asks_before_replacing_its_run(tmp_path, monkeypatch,
