@@ -78,6 +78,8 @@ class TrainerState:
     data_cursor: int | None = None
     """async: the data iteration to produce next; ahead of ``iteration`` by the results dropped
     for lagging (None: a sync run, or an async one from before this field: ``iteration``)"""
+    env_steps: int = 0
+    """env steps the run's rollouts took so far, over all iterations (what --max-env-steps caps)"""
 
 
 def checkpoint_dir(out: Path) -> Path:
@@ -165,7 +167,7 @@ def _state_from(raw: Any) -> TrainerState:
             expected = str(hints[name]).replace("<class '", "").replace("'>", "").replace("typing.", "")
             raise ValueError(f"{name}: {shown} is not valid (expected {expected})") from None
     state = TrainerState(**values)
-    for name in ("iteration", "rollbacks", "best_iteration", "data_cursor"):
+    for name in ("iteration", "rollbacks", "best_iteration", "data_cursor", "env_steps"):
         v = getattr(state, name)
         if v is not None and not 0 <= v < 2**63:
             raise ValueError(f"{name}: {v} is out of range (a count, 0 or more)")

@@ -106,6 +106,10 @@ class TrainConfig:
     the store, and other files stay. Without it, such an --out is refused (--resume continues a run)"""
     iterations: int = 8
     """total training iterations (with --resume: the total to reach)"""
+    max_env_steps: int = 0
+    """a budget of env steps: the run stops after the iteration whose rollouts reach it, so that
+    methods that spend steps differently (branched rollouts, resampling rounds) compare at equal
+    env steps; 0: no budget (--iterations alone). Semi-online replays take no env step"""
     seed: int = 0
     """seeds the task and seed plan, the sampling generators of the rollout slots, the order of
     turns in the update and the model's initialisation: in sync mode, one seed gives one run"""
@@ -159,6 +163,8 @@ class TrainConfig:
             raise ValueError("--resume continues a run and --overwrite starts one again: give one of them")
         if self.iterations < 0:
             raise ValueError("--iterations must be >= 0")
+        if self.max_env_steps < 0:
+            raise ValueError("--max-env-steps must be >= 0 (0: no budget)")
         if not 0 <= self.threads <= 1024:
             raise ValueError(f"--threads must lie in 0..1024 (0: torch's default), got {self.threads}")
         for name, n in (("--groups-per-iteration x --group-size", self.groups.groups_per_iteration

@@ -40,7 +40,8 @@ def rollout_metrics(result: Any, suites: Any = ()) -> dict[str, float]:
         "episode_length": len(steps) / max(len(trajs), 1),
         "parse_error_rate": sum(s.parse_error is not None for s in steps) / max(len(steps), 1),
         "resampled_rate": sum(bool(s.metadata.get("rejected_replies")) for s in steps) / max(len(steps), 1),
-        "aborted": float(result.aborted), "env_steps_per_s": result.steps_per_second,
+        "aborted": float(result.aborted), "env_steps": float(result.env_steps),
+        "env_steps_per_s": result.steps_per_second,
         "rollout_seconds": result.wall_seconds,
     }
     for name in sorted({k for s in steps for k in s.reward_parts}):

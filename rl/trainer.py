@@ -78,6 +78,10 @@ class TrainResult:
     best_iteration: int | None = None
     stopped_by: str | None = None
     """the stability guard that ended the run early, if one did"""
+    env_steps: int = 0
+    """env steps the run's rollouts took (semi-online replays take none)"""
+    budget_reached: bool = False
+    """the run ended at its --max-env-steps budget, before --iterations"""
     eval_curve: dict[str, float] = field(default_factory=dict)
     last: dict[str, float] = field(default_factory=dict)
     suite_success_before: dict[str, float] = field(default_factory=dict)
@@ -108,7 +112,7 @@ class Trainer:
         self.store = self.pool = self.async_rollout = self.engine = self.judge = self.loggers = None
         try:
             self.setup()
-            while self.state.iteration < self.cfg.iterations and self.stopped_by is None:
+            while self.state.iteration < self.cfg.iterations and self.stopped_by is None and self.budget_left():
                 self.iterate()
             result = self.finish()
             self.store.set_run_status(self.state.run_id, "finished")
@@ -259,6 +263,9 @@ class Trainer:
         strategy = self.strategy_at(data_it)
         metrics = rollout_metrics(result, suites=cfg.env.split(","))  # a mixed --env: also per suite
         metrics["data_iteration"] = float(data_it)
+        if strategy is not self.semi:  # a semi-online replay's turns take no env step
+            state.env_steps += result.env_steps
+        metrics["env_steps_total"] = float(state.env_steps)
         if self.judge is not None and strategy is self.strategy:  # its score is a stored reward part already
             metrics.update(rollout_judge_metrics(result))
         t1 = time.perf_counter()
@@ -334,12 +341,16 @@ class Trainer:
             self.learner.anchor_reference()
         every = cfg.evaluation.eval_every
         due = (every and (it + 1) % every == 0) or stage_end
-        if due and it + 1 < cfg.iterations and self.stopped_by is None:
+        if due and it + 1 < cfg.iterations and self.stopped_by is None and self.budget_left():
             t = time.perf_counter()
             metrics["eval_success"] = self.evaluate("after-semi-online" if stage_end else f"iter-{it + 1}")
             metrics.update({f"suite/{k}/eval_success": v for k, v in self.suite_eval.items()})
             self.learner.keep_best(metrics["eval_success"], it + 1, self.settings)
             metrics["time/eval_seconds"] = time.perf_counter() - t
+
+    def budget_left(self) -> bool:
+        """Env steps left under --max-env-steps (always, without a budget)."""
+        return not self.cfg.max_env_steps or self.state.env_steps < self.cfg.max_env_steps
 
     def evaluate(self, tag: str) -> float:
         """Greedy held-out success of the current policy (nan when --eval-episodes is 0)."""
@@ -388,7 +399,8 @@ class Trainer:
             run_dir=str(self.out), run_id=s.run_id, iterations=s.iteration,
             success_before=s.eval_before if s.eval_before is not None else float("nan"), success_after=after,
             model=str(final), best_model=str(best) if best.is_dir() else None, best_success=s.best_success,
-            best_iteration=s.best_iteration, stopped_by=self.stopped_by,
+            best_iteration=s.best_iteration, stopped_by=self.stopped_by, env_steps=s.env_steps,
+            budget_reached=not self.budget_left() and s.iteration < self.cfg.iterations,
             eval_curve={str(i + 1): h["eval_success"] for i, h in enumerate(self.history, start=self.first_iteration)
                         if "eval_success" in h},
             last=self.history[-1] if self.history else {},

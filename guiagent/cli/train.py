@@ -132,6 +132,8 @@ def main(argv: list[str]) -> int:
     best = (f"; best {result.best_success:.1%} at iteration {result.best_iteration} -> {result.best_model}"
             if result.best_model else "")
     stopped = f"; stopped early: {result.stopped_by}" if result.stopped_by else ""
+    if result.budget_reached:
+        stopped += f"; stopped at the env-step budget ({result.env_steps:,} of --max-env-steps {cfg.max_env_steps:,})"
     held = ("no held-out evaluation (--eval-episodes 0)"
             if math.isnan(result.success_before) and math.isnan(result.success_after) else
             f"held-out success {result.success_before:.1%} before, {result.success_after:.1%} after")

@@ -1,5 +1,7 @@
 """Branched rollouts (--branch-at): G continuations restored from the very same env state."""
 
+import json
+
 import pytest
 
 from emulators.pool import ActionRequest, InProcessPool, ResetRequest
@@ -135,6 +137,26 @@ def test_the_trainer_learns_from_branches(tiny_model_dir, tmp_path, algo):
     # G branches from each of the trunk's states, each a group of its own
     assert len(kids) == 2 * trunks[0].num_steps and len({e.group_id for e in kids}) == trunks[0].num_steps
     assert result.last["groups"] == trunks[0].num_steps
+    # the trunk's steps are env steps too: what --max-env-steps counts
+    assert result.env_steps == sum(e.num_steps for e in eps) == result.last["env_steps_total"]
+
+
+def test_an_env_step_budget_ends_the_run_after_the_iteration_that_reaches_it(tiny_model_dir, tmp_path):
+    from rl.trainer import train
+
+    out = tmp_path / "run"
+    result = train(TrainConfig.build(model=tiny_model_dir, tasks=("settings_dark_theme",), iterations=4,
+                                     max_env_steps=1, groups_per_iteration=1, group_size=2, slots=2, pool="inprocess",
+                                     max_new_tokens=8, eval_episodes=0, filter_zero_variance=False,
+                                     horizon_schedule="0:2", out=str(out), seed=1))
+    assert result.iterations == 1 and result.budget_reached and result.stopped_by is None
+    reader = StoreReader(out)
+    [run] = reader.list_runs()
+    eps = reader.list_episodes(EpisodeFilter(run_id=run.run_id), limit=50).items
+    assert result.env_steps == sum(e.num_steps for e in eps) >= 2 == len(eps)
+    assert json.loads((out / "checkpoint" / "trainer_state.json").read_text())["state"]["env_steps"] == result.env_steps
+    with pytest.raises(ValueError, match="--max-env-steps"):
+        TrainConfig.build(max_env_steps=-1)
 
 
 @pytest.mark.ray
