@@ -184,7 +184,7 @@ class AndroidWorldDevice(AndroidDevice):
 
     Touches, screenshots and adb go through the env's controller (an android_env
     wrapper) via :class:`AndroidEnvTransport`. ``recover()`` reloads
-    ``snapshot`` with ``adb emu avd snapshot load`` or, failing that, runs
+    ``snapshot`` (kept as ``boot_snapshot``) with ``adb emu avd snapshot load`` or, failing that, runs
     ``restart`` (e.g. the farm's ``docker compose restart`` for this emulator).
     """
 
@@ -196,7 +196,7 @@ class AndroidWorldDevice(AndroidDevice):
         self.aw_env = aw_env
         self.serial = serial
         self.adb_path = adb_path
-        self.snapshot = snapshot
+        self.boot_snapshot = snapshot  # not ``snapshot``: that is the device's snapshot() method
         self.restart = restart
 
     def reset(self) -> None:
@@ -232,26 +232,26 @@ class AndroidWorldDevice(AndroidDevice):
 
     def load_snapshot(self) -> None:
         """``adb emu avd snapshot load <snapshot>``; :class:`DeviceError` when it does not load."""
-        if not (self.serial and self.snapshot):
+        if not (self.serial and self.boot_snapshot):
             raise DeviceError("androidworld: no snapshot to load (serial and snapshot unset)")
-        proc = subprocess.run([self.adb_path, "-s", self.serial, "emu", "avd", "snapshot", "load", self.snapshot],
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run([self.adb_path, "-s", self.serial, "emu", "avd", "snapshot", "load",
+                               self.boot_snapshot], capture_output=True, text=True, timeout=120)
         if proc.returncode != 0 or "KO" in proc.stdout:
-            raise DeviceError(f"androidworld: snapshot {self.snapshot!r} did not load on {self.serial}: "
+            raise DeviceError(f"androidworld: snapshot {self.boot_snapshot!r} did not load on {self.serial}: "
                               f"{' '.join((proc.stdout + proc.stderr).split())[:200]}")
 
     def recover(self) -> None:
         """Bring the emulator back to a clean state after a failed tear-down."""
-        if self.serial and self.snapshot:
+        if self.serial and self.boot_snapshot:
             proc = subprocess.run([self.adb_path, "-s", self.serial, "emu", "avd", "snapshot", "load",
-                                   self.snapshot], capture_output=True, text=True, timeout=120)
+                                   self.boot_snapshot], capture_output=True, text=True, timeout=120)
             if proc.returncode == 0 and "KO" not in proc.stdout:
                 return
         if self.restart is not None:
             self.restart()
             return
         raise DeviceError(f"androidworld: cannot recover {self.serial or 'the device'}: snapshot "
-                          f"{self.snapshot!r} did not load and no restart hook is set")
+                          f"{self.boot_snapshot!r} did not load and no restart hook is set")
 
     lease: Any = None  # the EndpointLease this device holds, released on close
     failure: str | None = None  # the device error that broke it: its emulator is marked unhealthy on close

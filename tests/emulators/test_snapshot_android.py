@@ -302,3 +302,35 @@ def test_adb_console_snapshots_through_the_real_adb_client():
     finally:
         adbd.close(), console.close()
         subprocess.run([adb, "kill-server"], env=env, capture_output=True, check=False, timeout=30)
+
+
+def test_an_androidworld_device_snapshots_through_its_controller():
+    """The androidworld device keeps the name of the snapshot it boots episodes from apart from its
+    snapshot() method, so an androidworld env captures and restores like any Android device (here
+    android_env's save_state / load_state under android_world's controller)."""
+    from emulators.android.suite import AndroidWorldDevice
+
+    class World:  # android_world's AsyncEnv as the device uses it: its controller and reset
+        def __init__(self):
+            self.controller = ae.make_fake_env((W, H), simulator_cls=StatefulSimulator)
+            self.controller.reset()
+
+        def reset(self, go_home=False):
+            pass
+
+        def close(self):
+            self.controller.close()
+
+    device = AndroidWorldDevice(World(), serial="emulator-5554", snapshot="guiagent_ready", settle_s=0,
+                                home_on_reset=False, with_tree=False)
+    assert device.boot_snapshot == "guiagent_ready" and device.can_snapshot
+    env = GuiEnv(device, TapThrice)
+    env.reset_typed(seed=0)
+    env.step_typed(Click(0.5, 0.5))
+    state = env.snapshot()
+    env.step_typed(Click(0.5, 0.5))
+    env.step_typed(Click(0.5, 0.5))
+    assert env.task.evaluate(env.device) == 1.0
+    obs = env.restore(state)
+    assert obs.screenshot == state.observation.screenshot and env.task.milestones(env.device) == [True, False, False]
+    env.close()

@@ -185,7 +185,7 @@ def test_snapshot_reset_through_the_real_adb_client(tmp_path, monkeypatch):
         GuiEnv(device, wrap_task("SystemCopyToClipboard", ClipboardTask)).reset(seed=1)
         assert device.snapshot_loads == loads + 1 and console.commands[-1] == "avd snapshot load guiagent_ready"
         device.snapshot_reset = "always"
-        device.snapshot = "gone"
+        device.boot_snapshot = "gone"
         with pytest.raises(DeviceError, match=f"snapshot 'gone' did not load on {adbd.serial}: KO: snapshot gone"):
             device.reset()
         device.close()
