@@ -55,9 +55,18 @@ from guiagent.types import (Action, Answer, Finish, Observation, ParseError, Tas
 
 __all__ = ["ActionError", "DeviceError", "Device", "Task", "GuiEnv", "StepInfo", "ActionText", "UnicodeText",
            "check_env", "dead_observation", "decode_screenshot", "observation_space", "parse_action",
-           "SnapshotError", "EnvState", "DeviceState", "StartStates"]
+           "SnapshotError", "EnvState", "DeviceState", "StartStates", "parse_flag"]
 
 log = logging.getLogger(__name__)
+
+
+def parse_flag(name: str, value: bool | str) -> bool:
+    """A device option's yes/no, from Python (a bool) or the command line (``--device NAME true``)."""
+    if isinstance(value, str):
+        if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise ValueError(f"{name} must be true or false, got {value!r}")
+        return value.lower() in ("true", "1", "yes")
+    return bool(value)
 
 
 class ActionError(Exception):

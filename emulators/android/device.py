@@ -34,12 +34,12 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
-from typing import Mapping
+from typing import Collection, Mapping
 
 from emulators.android.keys import KeyChord, parse_key, resolve_app
 from emulators.android.transport import Transport, png_size
 from emulators.android.uitree import UITreeError, format_ui_tree, parse_ui_tree, ui_marks
-from emulators.base import ActionError, Device
+from emulators.base import ActionError, Device, parse_flag
 from emulators.snapshot import DeviceState, SnapshotError
 from guiagent.types import (
     ELEMENT_ACTION_TYPES, Action, Answer, Click, DoubleClick, Drag, ElementNotFound, Finish, Hover, Key, LongPress,
@@ -107,13 +107,10 @@ class AndroidDevice(Device):
 
     def __init__(self, transport: Transport, *, with_tree: bool = True, with_activity: bool = False,
                  settle_s: float = 0.3, stable_timeout_s: float = 0.0, home_on_reset: bool = True,
-                 scroll_ms: int = 400, drag_ms: int = 1200, with_marks: bool = False, max_snapshots: int = 4):
-        if isinstance(with_marks, str):  # from the command line (--device with_marks true)
-            if with_marks.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError(f"with_marks must be true or false, got {with_marks!r}")
-            with_marks = with_marks.lower() in ("true", "1", "yes")
+                 scroll_ms: int = 400, drag_ms: int = 1200, with_marks: bool = False, max_snapshots: int = 4,
+                 snapshot_peers: Collection[str] = (), snapshot_transport: Transport | None = None):
         self.transport = transport
-        self.with_marks = bool(with_marks)
+        self.with_marks = parse_flag("with_marks", with_marks)
         self._marks: tuple[Mark, ...] | None = None
         self.with_tree = with_tree
         self.with_activity = with_activity
@@ -127,7 +124,16 @@ class AndroidDevice(Device):
         if int(max_snapshots) < 1:
             raise ValueError(f"max_snapshots must be >= 1, got {max_snapshots}")
         self.max_snapshots = int(max_snapshots)
-        self._snapshots: list[str] = []  # the emulator snapshots this device saved, oldest first
+        self._snapshots: list[str] = []  # the emulator snapshots this device saved or imported, oldest first
+        if isinstance(snapshot_peers, str):  # from the command line: "host:port,host:port"
+            snapshot_peers = [p for p in snapshot_peers.split(",") if p.strip()]
+        self.snapshot_peers = frozenset(p.strip().removeprefix("grpc://") for p in snapshot_peers)
+        """gRPC addresses of the emulators whose snapshots this device may copy in to restore them
+        (its farm's other emulators); empty: a state restores on the emulator that saved it only"""
+        self._saves_blocked: str | None = None  # why the emulator can no longer save snapshots
+        self.snapshots_via: Transport = snapshot_transport or transport
+        """what saves, loads, deletes and copies snapshots: ``snapshot_transport`` (e.g. the emulator's
+        gRPC service beside an android_env controller), else the device's transport"""
 
     # Device --------------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -179,17 +185,26 @@ class AndroidDevice(Device):
             self._closed = True
             for name in self._snapshots:  # they hold the emulator's RAM and disk: gigabytes
                 try:
-                    self.transport.delete_snapshot(name)
+                    self.snapshots_via.delete_snapshot(name)
                 except Exception:  # noqa: BLE001 - a dead emulator takes its snapshots with it
                     pass
             self._snapshots.clear()
             self.transport.close()
+            if self.snapshots_via is not self.transport:
+                self.snapshots_via.close()
 
     # snapshots -----------------------------------------------------------------------------------
     @property
     def can_snapshot(self) -> bool:  # type: ignore[override]
-        """Whether the transport can save emulator snapshots (gRPC, an emulator's adb, android_env)."""
-        return bool(self.transport.can_snapshot)
+        """Whether the transport can save and load emulator snapshots (gRPC, an emulator's adb,
+        android_env). An emulator that loaded a snapshot copied in from another one still
+        restores, but its :meth:`snapshot` raises (:attr:`saves_blocked` says why)."""
+        return bool(self.snapshots_via.can_snapshot)
+
+    @property
+    def saves_blocked(self) -> str | None:
+        """Why this device's emulator can no longer save snapshots (None: it can)."""
+        return self._saves_blocked
 
     def snapshot(self) -> DeviceState:
         """An emulator snapshot of the whole device (RAM, disk, screen) under a fresh name, on the
@@ -198,30 +213,70 @@ class AndroidDevice(Device):
         longer restores."""
         if self._closed:
             raise SnapshotError("the device was closed")
+        if self._saves_blocked is not None:
+            raise SnapshotError(self._saves_blocked)
         name = f"guiagent-{uuid.uuid4().hex[:16]}"
-        self.transport.save_snapshot(name)
+        self.snapshots_via.save_snapshot(name)
+        self._keep(name)
+        return DeviceState("android-snapshot", {"name": name, "where": self.snapshots_via.snapshot_location()})
+
+    def _keep(self, name: str) -> None:
+        """Track a snapshot on this emulator; the oldest past ``max_snapshots`` are deleted."""
         self._snapshots.append(name)
         while len(self._snapshots) > self.max_snapshots:
-            self.transport.delete_snapshot(self._snapshots.pop(0))
-        return DeviceState("android-snapshot", {"name": name, "where": self.transport.snapshot_location()})
+            self.snapshots_via.delete_snapshot(self._snapshots.pop(0))
 
     def restore(self, state: DeviceState) -> None:
-        """Load the state's emulator snapshot; :class:`SnapshotError` for a snapshot of another
-        emulator or one this device deleted (``max_snapshots``)."""
+        """Load the state's emulator snapshot. A snapshot of another emulator is copied in first
+        when that emulator is one of ``snapshot_peers`` and both talk gRPC (``PullSnapshot`` from
+        it, ``PushSnapshot`` here; the emulators must share a hardware configuration: a farm's
+        do). :class:`SnapshotError` for a snapshot of any other emulator, one its device deleted
+        (``max_snapshots``), or a copy the emulator refuses.
+
+        Once an emulator has loaded a snapshot copied in from another one, it cannot save
+        snapshots any more (the emulator's rule for imported snapshots): this device's
+        :meth:`snapshot` then raises :class:`SnapshotError` (:attr:`saves_blocked`) until its
+        emulator restarts, and restores go on working."""
         data = state.data if state.kind == "android-snapshot" else None
-        if not isinstance(data, Mapping) or not isinstance(data.get("name"), str):
+        if not isinstance(data, Mapping) or not isinstance(data.get("name"), str) \
+                or not isinstance(data.get("where"), str):
             raise SnapshotError(f"not an Android snapshot state: {state.kind}")
-        here = self.transport.snapshot_location()
-        if data.get("where") != here:
-            raise SnapshotError(f"the snapshot lives on {data.get('where')}; this device is {here} "
-                                "(emulator snapshots restore on the emulator that saved them)")
-        if data["name"] not in self._snapshots:
-            raise SnapshotError(f"snapshot {data['name']} was deleted (this device keeps its "
+        name, where = data["name"], data["where"]
+        here = self.snapshots_via.snapshot_location()
+        imported = where != here
+        if imported and name not in self._snapshots:
+            self._copy_in(name, where, here)
+        elif not imported and name not in self._snapshots:
+            raise SnapshotError(f"snapshot {name} was deleted (this device keeps its "
                                 f"{self.max_snapshots} newest: max_snapshots) or is not this device's")
-        self.transport.load_snapshot(data["name"])
+        self.snapshots_via.load_snapshot(name)
+        if imported:
+            self._saves_blocked = (f"this emulator ({here}) loaded a snapshot copied from {where}; an emulator "
+                                   "cannot save snapshots after that until it restarts")
         self._size = None
         self._marks = None
         self._settle()
+
+    def _copy_in(self, name: str, where: str, here: str) -> None:
+        """Copy snapshot ``name`` in from the peer emulator at ``where`` (``grpc://host:port``)."""
+        address = where.removeprefix("grpc://")
+        copy = getattr(self.snapshots_via, "copy_snapshot_from", None)
+        if not where.startswith("grpc://") or copy is None:
+            raise SnapshotError(f"the snapshot lives on {where}; this device is {here} (emulator snapshots "
+                                "restore on the emulator that saved them, or are copied between emulators "
+                                "that both talk gRPC)")
+        if address not in self.snapshot_peers:
+            raise SnapshotError(f"the snapshot lives on {where}; this device is {here} (emulator snapshots "
+                                "restore on the emulator that saved them, or are copied in from one of the "
+                                f"device's snapshot_peers: {', '.join(sorted(self.snapshot_peers)) or 'none'})")
+        if self._closed:
+            raise SnapshotError("the device was closed")
+        source = self.snapshots_via.peer(address)
+        try:
+            copy(source, name)
+        finally:
+            source.close()
+        self._keep(name)
 
     # helpers -------------------------------------------------------------------------------------
     @property

@@ -15,8 +15,9 @@ the ``android`` extra.
 
 from __future__ import annotations
 
+import logging
 import time
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from emulators.android.adb import AdbTransport
 from emulators.android.keys import EMULATOR_KEY_NAMES, KeyChord
@@ -27,6 +28,20 @@ from emulators.snapshot import SnapshotError
 __all__ = ["EmulatorGrpcTransport", "load_protos"]
 
 T = TypeVar("T")
+
+#: payload bytes per pushed gRPC message (the default receive cap is 4 MiB)
+_PUSH_CHUNK = 1 << 20
+
+
+class _Abort(Exception):
+    """Raised inside a push's request stream to cancel the call."""
+
+
+class _Quiet(logging.Filter):
+    """Drops gRPC's log line for a request stream cancelled on purpose (:class:`_Abort`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], _Abort))
 
 
 def load_protos():
@@ -56,7 +71,8 @@ class EmulatorGrpcTransport(Transport):
     name = "grpc"
 
     def __init__(self, address: str, *, adb: AdbTransport | None = None, token: str | None = None,
-                 timeout_s: float = 10.0, swipe_steps: int = 12, connect_timeout_s: float = 5.0):
+                 timeout_s: float = 10.0, swipe_steps: int = 12, connect_timeout_s: float = 5.0,
+                 copy_timeout_s: float = 600.0):
         import grpc
 
         pb, pb_grpc = load_protos()
@@ -64,7 +80,9 @@ class EmulatorGrpcTransport(Transport):
         self.address = address
         self.adb = adb
         self.timeout_s = timeout_s
+        self.copy_timeout_s = copy_timeout_s  # a snapshot copy streams the emulator's RAM and disk
         self.swipe_steps = swipe_steps
+        self._token = token
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self._channel = grpc.insecure_channel(address, options=[
             ("grpc.max_receive_message_length", 64 * 1024 * 1024)])
@@ -218,6 +236,90 @@ class EmulatorGrpcTransport(Transport):
             self._snapshot_call("DeleteSnapshot", name)
         except ActionError:  # already gone, or never made: nothing to delete
             pass
+
+    # copying a snapshot between emulators: SnapshotService.PullSnapshot / PushSnapshot ------------
+    can_copy_snapshots = True
+
+    def pull_snapshot(self, name: str) -> Iterator[bytes]:
+        """Snapshot ``name`` exported by this emulator as a TAR stream (``PullSnapshot``; the emulator
+        pauses while it normalises the snapshot, then streams it): its payload chunks, in order.
+        :class:`SnapshotError` when the emulator refuses or the stream breaks."""
+        import grpc
+        from android_env.proto import snapshot_service_pb2 as spb
+        from android_env.proto import snapshot_service_pb2_grpc as spb_grpc
+
+        stub = spb_grpc.SnapshotServiceStub(self._channel)
+        request = spb.SnapshotPackage(snapshot_id=name, format=spb.SnapshotPackage.Format.TAR)
+        try:
+            for package in stub.PullSnapshot(request, timeout=self.copy_timeout_s, metadata=self._metadata):
+                if package.err:
+                    raise SnapshotError(f"grpc: snapshot {name!r} was not exported by {self.address}: "
+                                        f"{self._why(package)}")
+                if package.payload:
+                    yield bytes(package.payload)
+        except grpc.RpcError as e:
+            raise SnapshotError(f"grpc: pulling snapshot {name!r} from {self.address} failed: "
+                                f"{e.code().name if hasattr(e, 'code') else '?'}: "
+                                f"{e.details() if hasattr(e, 'details') else e}") from None
+
+    def push_snapshot(self, name: str, chunks: Iterable[bytes]) -> int:
+        """Import a TAR stream exported by :meth:`pull_snapshot` of an emulator with the same hardware
+        configuration as snapshot ``name`` (``PushSnapshot``: the id and format go in the first
+        message). Returns the bytes sent; :class:`SnapshotError` when the emulator refuses it.
+
+        The first chunk is read before the call opens, so a source that cannot export sends
+        nothing; a source that fails later cancels the call (the emulator never sees a torn stream
+        end as a whole one) and its error is the one raised."""
+        import grpc
+        from android_env.proto import snapshot_service_pb2 as spb
+        from android_env.proto import snapshot_service_pb2_grpc as spb_grpc
+
+        source = iter(chunks)
+        first = next(source, b"")
+        sent, failed = [0], []
+
+        def packages() -> Iterator[Any]:
+            yield spb.SnapshotPackage(snapshot_id=name, format=spb.SnapshotPackage.Format.TAR)
+            chunk = first
+            while chunk:
+                sent[0] += len(chunk)
+                for i in range(0, len(chunk), _PUSH_CHUNK):  # gRPC messages stay well under their cap
+                    yield spb.SnapshotPackage(payload=chunk[i:i + _PUSH_CHUNK])
+                try:
+                    chunk = next(source, b"")
+                except Exception as e:  # the source broke: cancel the call rather than end the stream
+                    failed.append(e)
+                    raise _Abort from None
+
+        stub = spb_grpc.SnapshotServiceStub(self._channel)
+        grpc_log = logging.getLogger("grpc._channel")
+        quiet = _Quiet()
+        grpc_log.addFilter(quiet)  # gRPC logs the cancelling exception; it is raised here instead
+        try:
+            reply = stub.PushSnapshot(packages(), timeout=self.copy_timeout_s, metadata=self._metadata)
+        except grpc.RpcError as e:
+            if failed:
+                raise failed[0] if isinstance(failed[0], SnapshotError) else SnapshotError(
+                    f"grpc: reading snapshot {name!r} for {self.address} failed: {failed[0]}") from None
+            raise SnapshotError(f"grpc: pushing snapshot {name!r} to {self.address} failed: "
+                                f"{e.code().name if hasattr(e, 'code') else '?'}: "
+                                f"{e.details() if hasattr(e, 'details') else e}") from None
+        finally:
+            grpc_log.removeFilter(quiet)
+        if not reply.success:
+            raise SnapshotError(f"grpc: snapshot {name!r} was not imported at {self.address}: {self._why(reply)}")
+        return sent[0]
+
+    def peer(self, address: str) -> "EmulatorGrpcTransport":
+        """A transport to another emulator of the same farm (same token and timeouts, no adb): the
+        source of a snapshot copy."""
+        return EmulatorGrpcTransport(address, token=self._token, timeout_s=self.timeout_s,
+                                     copy_timeout_s=self.copy_timeout_s)
+
+    def copy_snapshot_from(self, source: "EmulatorGrpcTransport", name: str) -> int:
+        """Copy snapshot ``name`` from ``source``'s emulator into this one, streamed (never held whole:
+        a snapshot holds the emulator's RAM and disk). Returns the bytes copied."""
+        return self.push_snapshot(name, source.pull_snapshot(name))
 
     def close(self) -> None:
         if not self._closed:

@@ -45,12 +45,13 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import logging
 import os
 import random
 import socket
 import subprocess
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -58,9 +59,11 @@ from emulators.android import farm as farm_lib
 from emulators.android.android_env import AndroidEnvTransport
 from emulators.android.device import AndroidDevice
 from emulators.android.health import probe_with_deadline
-from emulators.base import Device, DeviceError, Task
+from emulators.base import Device, DeviceError, Task, parse_flag
 from emulators.suites.base import Suite
 from guiagent.types import Action
+
+log = logging.getLogger(__name__)
 
 __all__ = ["AndroidWorldMissing", "AndroidWorldSuite", "AndroidWorldDevice", "wrap_task", "step_budget",
            "snapshot_need", "parse_snapshot_reset", "parse_console_ports", "generate_params", "json_params",
@@ -386,7 +389,7 @@ class AndroidWorldSuite(Suite):
                     snapshot: str | None = "guiagent_ready", restart: Callable[[], None] | None = None,
                     endpoint: Any = None, farm: str | None = None, console_ports: Any = None,
                     serials: Any = None, lease_dir: str | None = None, health_deadline_s: Any = None,
-                    snapshot_reset: Any = None, **device_options: Any) -> Device:
+                    snapshot_reset: Any = None, snapshot_copy: Any = True, **device_options: Any) -> Device:
         """Attach to a running emulator: one emulator per device, never shared.
 
         * ``farm``: a local farm's ``endpoints.json``; the first free, healthy emulator is leased
@@ -404,6 +407,13 @@ class AndroidWorldSuite(Suite):
         the episodes of tasks that need it, :func:`snapshot_need`; the default with ``farm``),
         ``always`` or ``never`` (the default otherwise).
 
+        Snapshots (``GuiEnv.snapshot`` / ``restore``, branched rollouts): on an emulator of a farm or
+        of ``console_ports``, the device saves and loads them through the emulator's own gRPC
+        snapshot service and may copy a state's snapshot in from any other emulator of the same
+        list (``snapshot_peers``), so a state taken in one slot restores in another;
+        ``snapshot_copy false`` keeps android_env's ``save_state`` / ``load_state`` (a state then
+        restores on its own emulator only), as does an emulator whose gRPC port does not answer.
+
         android_world reaches the emulator as ``emulator-<console_port>`` through the local adb
         server and its gRPC on ``localhost``, so the process must run on the farm host (with Ray:
         pin the env actors there with a per-host custom resource, docs/android.md).
@@ -414,10 +424,12 @@ class AndroidWorldSuite(Suite):
         probe = None
         if health_deadline_s not in (None, "", 0, "0"):
             probe = probe_with_deadline(float(health_deadline_s))
-        lease = None
+        copy = parse_flag("snapshot_copy", snapshot_copy)
+        lease, peers = None, []
         if farm is not None:
             lease = farm_lib.lease_endpoint(farm, probe=probe)
             endpoint = lease.endpoint
+            peers = farm_lib.load_endpoints(farm)
             if restart is None:
                 project = json.loads(Path(farm).read_text()).get("project", "guiagent-farm")
                 restart = farm_lib.restart_hook(endpoint, project)
@@ -426,6 +438,9 @@ class AndroidWorldSuite(Suite):
             lease = farm_lib.lease_from(endpoints, lease_dir or farm_lib.default_lock_dir(), probe=probe,
                                         what=", ".join(e.name for e in endpoints))
             endpoint = lease.endpoint
+            peers = endpoints
+        if copy and peers and "snapshot_transport" not in device_options:
+            device_options.update(snapshot_options(endpoint, peers))
         try:
             device = self._attach(console_port, grpc_port, adb_path, emulator_setup, freeze_datetime, serial,
                                   snapshot, restart, endpoint, lease, device_options)
@@ -463,6 +478,22 @@ class AndroidWorldSuite(Suite):
                                     **device_options)
         device.lease = lease
         return device
+
+
+def snapshot_options(endpoint: Any, peers: Sequence[Any]) -> dict[str, Any]:
+    """Device options that save, load and copy snapshots through ``endpoint``'s gRPC snapshot
+    service, with the other ``peers`` as sources; none (android_env's snapshots, no copying) when
+    its gRPC port does not answer or grpcio is missing."""
+    try:
+        from emulators.android.grpc import EmulatorGrpcTransport
+
+        transport = EmulatorGrpcTransport(endpoint.grpc_address, connect_timeout_s=2.0)
+    except (ImportError, DeviceError) as e:
+        log.warning("androidworld: snapshots through android_env on %s, not copied between emulators (%s)",
+                    endpoint.name, e)
+        return {}
+    return {"snapshot_transport": transport,
+            "snapshot_peers": [p.grpc_address for p in peers if p.grpc_address != endpoint.grpc_address]}
 
 
 def parse_console_ports(console_ports: Any = None, serials: Any = None) -> list[int]:

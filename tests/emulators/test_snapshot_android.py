@@ -64,11 +64,17 @@ def _count(png: bytes) -> int:
 class FakeEmulator(pb_grpc.EmulatorControllerServicer, spb_grpc.SnapshotServiceServicer):
     """Taps count up; the screen shows the count; snapshots keep the count by name."""
 
-    def __init__(self):
+    def __init__(self, hardware: str = "pixel_6-x86_64-api34"):
         self.count = 0
         self.snapshots: dict[str, int] = {}
         self.deleted: list[str] = []
         self.refuse_saves = False
+        self.hardware = hardware
+        self.imported: set[str] = set()
+        self.loaded_import = False
+        self.pulls: list[str] = []
+        self.pushed_messages = 0
+        self.break_pulls = False
 
     def getScreenshot(self, request, context):  # noqa: N802 (proto naming)
         return pb.Image(format=pb.ImageFormat(format=request.format, width=W, height=H), image=_png(self.count))
@@ -81,6 +87,9 @@ class FakeEmulator(pb_grpc.EmulatorControllerServicer, spb_grpc.SnapshotServiceS
     def SaveSnapshot(self, request, context):  # noqa: N802
         if self.refuse_saves:
             return spb.SnapshotPackage(snapshot_id=request.snapshot_id, success=False, err=b"disk full")
+        if self.loaded_import:  # the emulator's documented rule for imported snapshots
+            return spb.SnapshotPackage(snapshot_id=request.snapshot_id, success=False,
+                                       err=b"cannot save after loading an imported snapshot")
         self.snapshots[request.snapshot_id] = self.count
         return spb.SnapshotPackage(snapshot_id=request.snapshot_id, success=True)
 
@@ -88,7 +97,32 @@ class FakeEmulator(pb_grpc.EmulatorControllerServicer, spb_grpc.SnapshotServiceS
         if request.snapshot_id not in self.snapshots:
             return spb.SnapshotPackage(snapshot_id=request.snapshot_id, success=False, err=b"no such snapshot")
         self.count = self.snapshots[request.snapshot_id]
+        self.loaded_import |= request.snapshot_id in self.imported
         return spb.SnapshotPackage(snapshot_id=request.snapshot_id, success=True)
+
+    # an exported snapshot: a TAR-like blob naming the hardware and the state, padded past one message
+    def PullSnapshot(self, request, context):  # noqa: N802
+        self.pulls.append(request.snapshot_id)
+        if request.snapshot_id not in self.snapshots:
+            yield spb.SnapshotPackage(snapshot_id=request.snapshot_id, success=False, err=b"no such snapshot")
+            return
+        blob = f"{self.hardware}|{self.snapshots[request.snapshot_id]}|".encode() + bytes(3 * 1024 * 1024)
+        for i in range(0, len(blob), 1_500_000):
+            yield spb.SnapshotPackage(snapshot_id=request.snapshot_id, payload=blob[i:i + 1_500_000], success=True)
+            if self.break_pulls:
+                context.abort(grpc.StatusCode.INTERNAL, "disk read error")
+
+    def PushSnapshot(self, request_iterator, context):  # noqa: N802
+        first = next(request_iterator)
+        self.pushed_messages += 1
+        blob = b"".join(m.payload for m in request_iterator)  # a cancelled stream raises here
+        hardware, count, padding = blob.split(b"|", 2)
+        if hardware.decode() != self.hardware or len(padding) != 3 * 1024 * 1024:
+            return spb.SnapshotPackage(snapshot_id=first.snapshot_id, success=False,
+                                       err=b"incompatible snapshot: different hardware configuration")
+        self.snapshots[first.snapshot_id] = int(count)
+        self.imported.add(first.snapshot_id)
+        return spb.SnapshotPackage(snapshot_id=first.snapshot_id, success=True)
 
     def DeleteSnapshot(self, request, context):  # noqa: N802
         self.deleted.append(request.snapshot_id)
@@ -99,8 +133,8 @@ class FakeEmulator(pb_grpc.EmulatorControllerServicer, spb_grpc.SnapshotServiceS
 @pytest.fixture()
 def emulators():
     out = []
-    for _ in range(2):
-        servicer = FakeEmulator()
+    for hardware in ("pixel_6-x86_64-api34", "pixel_6-x86_64-api34", "tablet-arm64-api30"):
+        servicer = FakeEmulator(hardware)
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         pb_grpc.add_EmulatorControllerServicer_to_server(servicer, server)
         spb_grpc.add_SnapshotServiceServicer_to_server(servicer, server)
@@ -144,7 +178,7 @@ class TapThrice(Task):
 
 
 def test_grpc_snapshot_restores_screen_task_and_counters(emulators):
-    (emu, address, _), (other, other_address, _) = emulators
+    (emu, address, _), (other, other_address, _), _ = emulators
     env = GuiEnv(_device(address), TapThrice)
     assert env.can_snapshot
     env.reset_typed(seed=1)
@@ -172,7 +206,7 @@ def test_grpc_snapshot_restores_screen_task_and_counters(emulators):
 
 
 def test_grpc_snapshots_are_bounded_and_failures_are_snapshot_errors(emulators):
-    (emu, address, _), _ = emulators
+    (emu, address, _), _, _ = emulators
     env = GuiEnv(_device(address, max_snapshots=2), TapThrice)
     env.reset_typed(seed=1)
     states = []
@@ -191,6 +225,73 @@ def test_grpc_snapshots_are_bounded_and_failures_are_snapshot_errors(emulators):
     with pytest.raises(SnapshotError, match="did not load"):
         env.restore(states[2])
     env.close()
+
+
+def test_grpc_snapshot_copied_in_from_a_peer_emulator_restores_there(emulators, caplog):
+    """A state restores on another emulator of the farm: its snapshot is pulled from the emulator
+    that saved it and pushed into this one (streamed, in chunks), then loaded."""
+    (emu, address, _), (other, other_address, _), (tablet, tablet_address, _) = emulators
+    env = GuiEnv(_device(address), TapThrice)
+    env.reset_typed(seed=1)
+    env.step_typed(Click(0.5, 0.5))
+    state = env.snapshot()
+    env.step_typed(Click(0.5, 0.5))
+    name = state.device.data["name"]
+    branch = GuiEnv(_device(other_address, snapshot_peers=[address]), TapThrice)
+    assert branch.can_snapshot
+    obs = branch.restore(state)
+    assert obs.screenshot == state.observation.screenshot and other.count == 1 and emu.count == 2
+    assert branch.steps == 1 and branch.task.milestones(branch.device) == [True, False, False]
+    assert emu.pulls == [name] and name in other.imported
+    # the branch goes on to the end on its own emulator; the original is untouched
+    branch.step_typed(Click(0.5, 0.5))
+    _, _, _, info = branch.step_typed(Click(0.5, 0.5))
+    assert info.milestones == (True, True, True) and other.count == 3 and emu.count == 2
+    # a second restore of the same state loads the copy already there
+    assert branch.restore(state).screenshot == state.observation.screenshot and emu.pulls == [name]
+    # the emulator's rule: no saving after loading an imported snapshot; the device says so
+    assert "cannot save snapshots after that" in branch.device.saves_blocked
+    with pytest.raises(SnapshotError, match="cannot save snapshots after that"):
+        branch.snapshot()
+    branch.step_typed(Click(0.5, 0.5))  # the episode goes on
+    branch.close()
+    assert name in other.deleted  # the copy is the device's to delete, like its own
+    # not a peer: refused before anything is pulled or pushed
+    stranger = GuiEnv(_device(other_address), TapThrice)
+    with pytest.raises(SnapshotError, match="snapshot_peers: none"):
+        stranger.restore(state)
+    assert emu.pulls == [name]
+    stranger.close()
+    # another hardware configuration: the emulator refuses the import, one clear error
+    pushes = tablet.pushed_messages
+    wrong = GuiEnv(_device(tablet_address, snapshot_peers=[address]), TapThrice)
+    with pytest.raises(SnapshotError, match="not imported .*different hardware"):
+        wrong.restore(state)
+    assert tablet.pushed_messages == pushes + 1 and tablet.count == 0 and wrong.device.saves_blocked is None
+    wrong.close()
+    # the source breaks mid-stream: the push is cancelled, nothing half-imported, one clear error
+    emu.break_pulls = True
+    torn = GuiEnv(_device(other_address, snapshot_peers=[address]), TapThrice)
+    before, count = dict(other.snapshots), other.count
+    with pytest.raises(SnapshotError, match="disk read error"):
+        torn.restore(state)
+    assert other.snapshots == before and other.count == count
+    assert not [r for r in caplog.records if r.name.startswith("grpc") and r.levelname == "ERROR"]
+    torn.close()
+    emu.break_pulls = False
+    env.close()
+    # the source deleted it (closed): the pull fails, one clear error
+    late = GuiEnv(_device(tablet_address, snapshot_peers=[address]), TapThrice)
+    with pytest.raises(SnapshotError, match="not exported .*no such snapshot"):
+        late.restore(state)
+    late.close()
+
+
+def test_snapshot_peers_from_the_command_line():
+    dev = AndroidDevice.__new__(AndroidDevice)
+    AndroidDevice.__init__(dev, ae.AndroidEnvTransport.fake((W, H)), snapshot_peers="127.0.0.1:8554, grpc://h:8555")
+    assert dev.snapshot_peers == {"127.0.0.1:8554", "h:8555"}
+    dev.close()
 
 
 class StatefulSimulator(fake_simulator.FakeSimulator):
@@ -334,3 +435,77 @@ def test_an_androidworld_device_snapshots_through_its_controller():
     obs = env.restore(state)
     assert obs.screenshot == state.observation.screenshot and env.task.milestones(env.device) == [True, False, False]
     env.close()
+
+
+def _emulators_at_consecutive_ports(n: int):
+    """``n`` fake gRPC emulators on consecutive ports (a farm's gRPC ports are ``base + i``)."""
+    for _ in range(20):
+        base = random.randrange(20000, 40000)
+        servers = []
+        for i in range(n):
+            servicer, server = FakeEmulator(), grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+            pb_grpc.add_EmulatorControllerServicer_to_server(servicer, server)
+            spb_grpc.add_SnapshotServiceServicer_to_server(servicer, server)
+            if server.add_insecure_port(f"127.0.0.1:{base + i}") != base + i:
+                break
+            server.start()
+            servers.append((servicer, server))
+        if len(servers) == n:
+            return base, servers
+        for _, server in servers:
+            server.stop(0)
+    pytest.skip("no free run of gRPC ports")
+
+
+def test_androidworld_devices_of_a_farm_copy_snapshots_between_their_emulators(tmp_path, monkeypatch, caplog):
+    """make_device on a farm: snapshots go through the leased emulator's gRPC snapshot service, and
+    the farm's other emulators are its peers, so a state saved in one slot restores in another."""
+    from emulators.android import farm
+    from emulators.android import suite as aw
+
+    base, servers = _emulators_at_consecutive_ports(2)
+
+    class World:  # what android_world's load_and_setup_env returns, as the device uses it
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+            self.controller = ae.make_fake_env((W, H), simulator_cls=StatefulSimulator)
+            self.controller.reset()
+
+        def reset(self, go_home=False):
+            pass
+
+        def close(self):
+            self.controller.close()
+
+    class Launcher:
+        @staticmethod
+        def load_and_setup_env(**kwargs):
+            return World(**kwargs)
+
+    monkeypatch.setattr(aw, "_import", lambda module: Launcher)
+    monkeypatch.setattr(aw, "_use_local_forwarder_apk", lambda: None)
+    path = farm.write_endpoints(farm.FarmSpec(emulators=2, grpc_base_port=base), tmp_path / "endpoints.json")
+    try:
+        a = aw.SUITE.make_device(farm=str(path), settle_s=0, home_on_reset=False, with_tree=False)
+        b = aw.SUITE.make_device(farm=str(path), settle_s=0, home_on_reset=False, with_tree=False)
+        (emu_a, _), (emu_b, _) = servers
+        assert a.aw_env.kwargs["grpc_port"] == base and b.aw_env.kwargs["grpc_port"] == base + 1
+        assert a.snapshot_peers == {f"127.0.0.1:{base + 1}"} and b.snapshot_peers == {f"127.0.0.1:{base}"}
+        state = a.snapshot()
+        assert state.data["where"] == f"grpc://127.0.0.1:{base}" and state.data["name"] in emu_a.snapshots
+        b.restore(state)
+        assert emu_a.pulls == [state.data["name"]] and state.data["name"] in emu_b.imported
+        a.close(), b.close()
+        # snapshot_copy false: android_env's own snapshots, restored on their emulator only
+        c = aw.SUITE.make_device(farm=str(path), snapshot_copy="false", settle_s=0, home_on_reset=False,
+                                 with_tree=False)
+        assert c.snapshots_via is c.transport and not c.snapshot_peers
+        assert c.snapshot().data["where"].startswith("android_env://")
+        c.close()
+    finally:
+        for _, server in servers:
+            server.stop(0)
+    # an emulator whose gRPC port does not answer: android_env's snapshots, and a warning that says so
+    d = aw.SUITE.make_device(farm=str(path), settle_s=0, home_on_reset=False, with_tree=False)
+    assert d.snapshots_via is d.transport and "not copied between emulators" in caplog.text
+    d.close()

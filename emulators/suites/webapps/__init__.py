@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from emulators.base import parse_flag
 from emulators.snapshot import START_STATES
 from emulators.suites.base import Suite
 
@@ -86,7 +87,8 @@ class WebAppsSuite(Suite):
 
         from .server import shared_server  # lazy: Flask and httpx, see __getattr__
         server = shared_server()[0]
-        page_loads, reset_by_restore = _flag("page_loads", page_loads), _flag("reset_by_restore", reset_by_restore)
+        page_loads = parse_flag("page_loads", page_loads)
+        reset_by_restore = parse_flag("reset_by_restore", reset_by_restore)
         if page_loads:
             options["in_page_reset"] = False
             options["init_script"] = "window.__webappsPageLoads = true;\n" + options.get("init_script", "")
@@ -103,14 +105,6 @@ class WebAppsSuite(Suite):
         """Stop the app server (a later episode starts it again)."""
         from .server import stop_shared_server  # lazy: Flask and httpx, see __getattr__
         stop_shared_server()
-
-
-def _flag(name: str, value: bool | str) -> bool:
-    if isinstance(value, str):  # from the command line (--device page_loads true)
-        if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
-            raise ValueError(f"{name} must be true or false, got {value!r}")
-        return value.lower() in ("true", "1", "yes")
-    return bool(value)
 
 
 SUITE = WebAppsSuite()
