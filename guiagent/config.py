@@ -412,6 +412,41 @@ def _pop_config_flag(argv: list[str]) -> tuple[str | None, list[str]]:
     return path, out
 
 
+def join_lines(text: str) -> str:
+    """``text`` with the lines of each paragraph joined by spaces; blank lines, and lines that start
+    a list item (``- ``, ``* ``, ``1. ``), keep their breaks."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        line = line.strip()
+        item = line.startswith(("- ", "* ")) or (line[:1].isdigit() and ". " in line[:4])
+        if out and out[-1] and line and not item:
+            out[-1] += " " + line
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+def _join_help_lines() -> None:
+    """A field's docstring wraps at the source's line length; tyro keeps those breaks in ``--help``
+    for docstrings under fields (not for a class's own), so each flag's help broke mid-sentence.
+    Its help now joins the lines of each paragraph (blank lines and list items stay on lines of
+    their own). tyro internals: where they are missing, the help keeps its breaks."""
+    try:
+        from tyro import _docstrings
+    except ImportError:  # pragma: no cover - another tyro layout
+        return
+    get = _docstrings.get_field_docstring
+    if getattr(get, "_guiagent_joined", False):
+        return
+
+    def joined(cls: Any, field_name: str, markers: Any) -> str | None:
+        text = get(cls, field_name, markers)
+        return join_lines(text) if text else text
+
+    joined._guiagent_joined = True  # type: ignore[attr-defined]
+    _docstrings.get_field_docstring = joined
+
+
 def parse_config(cls: type[T], argv: Sequence[str] | None = None, *, prog: str | None = None,
                  description: str | None = None, default: T | None = None) -> T:
     """Defaults <- ``--config FILE`` <- flags. See the module docstring. ``default``: an instance whose
@@ -421,6 +456,7 @@ def parse_config(cls: type[T], argv: Sequence[str] | None = None, *, prog: str |
     default = load_yaml(cls, path) if path else default
     import tyro  # lazy: only command lines parse flags; the store and the web UI read configs without it
 
+    _join_help_lines()
     desc = (description or (cls.__doc__ or "")).strip()
     desc += "\n\nAlso: --config FILE.yaml loads the same fields from YAML (flags override it)."
     try:

@@ -36,6 +36,22 @@ def test_every_command_has_help(argv):
     assert "usage" in (r.stdout + r.stderr).lower()
 
 
+def test_a_flags_help_runs_on_as_one_paragraph():
+    """A field docstring's source line breaks do not reach --help: each paragraph runs on (and wraps
+    at the terminal's width); list items keep their lines."""
+    from guiagent.config import _join_help_lines, join_lines
+    from rl.config import TrainConfig
+
+    assert join_lines("a b\n(c d)\n\nnext\n- one\n  more\n- two") == "a b (c d)\n\nnext\n- one more\n- two"
+    docstrings = pytest.importorskip("tyro._docstrings")
+    _join_help_lines()
+    text = docstrings.get_field_docstring(TrainConfig, "overwrite", ())
+    assert "\n" not in text and "what an earlier training run wrote there (its config, checkpoints" in text
+    r = subprocess.run([sys.executable, "-m", "guiagent", "train", "--help"], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "COLUMNS": "100"})
+    assert r.returncode == 0 and "--max-env-steps" in r.stdout
+
+
 def test_tasks_list_json_is_a_list_of_ids():
     r = subprocess.run([sys.executable, "-m", "guiagent", "tasks", "list", "--env", "webapps", "--json"],
                        capture_output=True, text=True, timeout=120)
