@@ -10,7 +10,8 @@ advantage compares actions taken from exactly the same screen and task state::
     first      one reset per (task, seed), snapshotted at once; its G branches are the group
                (GRPO's groups, from one captured start instead of G resets)
     every      a trunk episode is sampled first (its turns are not trained: it is how the states
-               are reached); each of its states before a step is a branch point
+               are reached); each of its states before a step is a branch point, up to its
+               first unparseable reply (:func:`choose_points`)
     uncertain  as every, but only the --branch-points states per trunk where the trunk's reply was
                least certain (highest mean surprisal per sampled token)
 
@@ -104,10 +105,15 @@ class TrunkSide(LiveSide):
 def choose_points(points: Sequence[BranchPoint], completed: set[str], rule: str, per_trunk: int
                   ) -> list[BranchPoint]:
     """The branch points of completed trunks: all of them (``every``), or each trunk's
-    ``per_trunk`` most uncertain ones (``uncertain``; ties: the earlier step), in step order."""
+    ``per_trunk`` most uncertain ones (``uncertain``; ties: the earlier step), in step order.
+
+    A state the trunk reached through an unparseable reply is no branch point: its history holds
+    text the policy did not mean as an action, which its G branches would read and often copy,
+    so their group would measure the garbage in the prompt rather than the actions taken (and,
+    with ``every``, spend G continuations on each state of a derailed trunk's tail)."""
     by_trunk: dict[str, list[BranchPoint]] = {}
     for p in points:
-        if p.episode_id in completed:
+        if p.episode_id in completed and not any(s.parse_error is not None for s in p.history):
             by_trunk.setdefault(p.episode_id, []).append(p)
     out: list[BranchPoint] = []
     for pts in by_trunk.values():

@@ -59,6 +59,20 @@ def test_uncertain_picks_the_least_certain_states_of_completed_trunks():
     assert [p.step for p in choose_points(pts, {"e1"}, "every", 1)] == [0, 1, 2, 3]
 
 
+def test_no_branch_point_after_an_unparseable_reply():
+    from guiagent.types import Observation, ParseError, Step
+
+    obs = Observation(screenshot=b"", width=1, height=1)
+    good = Step(index=0, observation=obs, action=Click(0.5, 0.5), response="ok")
+    bad = Step(index=1, observation=obs, action=None, response="{x", parse_error=ParseError("malformed", "bad"))
+    req = EpisodeRequest("t", 0, "g:trunk")
+    histories = [(), (good,), (good, bad), (good, bad, good)]
+    pts = [BranchPoint(req, "e1", i, None, h, s) for i, (h, s) in enumerate(zip(histories, [0.1, 0.2, 5.0, 6.0]))]
+    assert [p.step for p in choose_points(pts, {"e1"}, "every", 1)] == [0, 1]
+    # the most uncertain states are the ones after the garbage: still not chosen
+    assert [p.step for p in choose_points(pts, {"e1"}, "uncertain", 1)] == [1]
+
+
 def test_every_branches_g_siblings_from_each_trunk_state_and_stores_the_tree(pool, tmp_path):
     store = Store.open(tmp_path / "run")
     run = store.create_run("branch")
