@@ -432,7 +432,7 @@ def _join_help_lines() -> None:
     Its help now joins the lines of each paragraph (blank lines and list items stay on lines of
     their own). tyro internals: where they are missing, the help keeps its breaks."""
     try:
-        from tyro import _docstrings
+        from tyro import _docstrings  # lazy: as tyro in parse_config (command lines only)
     except ImportError:  # pragma: no cover - another tyro layout
         return
     get = _docstrings.get_field_docstring

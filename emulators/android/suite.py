@@ -485,7 +485,7 @@ def snapshot_options(endpoint: Any, peers: Sequence[Any]) -> dict[str, Any]:
     service, with the other ``peers`` as sources; none (android_env's snapshots, no copying) when
     its gRPC port does not answer or grpcio is missing."""
     try:
-        from emulators.android.grpc import EmulatorGrpcTransport
+        from emulators.android.grpc import EmulatorGrpcTransport  # lazy: grpcio, the android extra's
 
         transport = EmulatorGrpcTransport(endpoint.grpc_address, connect_timeout_s=2.0)
     except (ImportError, DeviceError) as e:

@@ -148,9 +148,12 @@ def test_the_trainer_learns_from_branches(tiny_model_dir, tmp_path, algo):
     trunks = [e for e in eps if e.group_id.endswith(":trunk")]
     kids = [e for e in eps if e.metadata.get("branch_of")]
     assert len(trunks) == 1 and trunks[0].num_steps >= 1
-    # G branches from each of the trunk's states, each a group of its own
-    assert len(kids) == 2 * trunks[0].num_steps and len({e.group_id for e in kids}) == trunks[0].num_steps
-    assert result.last["groups"] == trunks[0].num_steps
+    # G branches from each of the trunk's states up to its first unparseable reply, a group each
+    steps = reader.get_episode(trunks[0].episode_id).steps
+    points = next((i + 1 for i, st in enumerate(steps) if st.parse_error is not None), len(steps))
+    assert len(kids) == 2 * points and len({e.group_id for e in kids}) == points
+    assert sorted({e.metadata["branch_step"] for e in kids}) == list(range(points))
+    assert result.last["groups"] == points
     # the trunk's steps are env steps too: what --max-env-steps counts
     assert result.env_steps == sum(e.num_steps for e in eps) == result.last["env_steps_total"]
 
