@@ -405,24 +405,29 @@ def test_adb_console_snapshots_through_the_real_adb_client():
         subprocess.run([adb, "kill-server"], env=env, capture_output=True, check=False, timeout=30)
 
 
+class FakeWorld:
+    """android_world's AsyncEnv (what ``load_and_setup_env`` returns) as the device uses it: its
+    controller (android_env over the stateful fake simulator), reset and close."""
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+        self.controller = ae.make_fake_env((W, H), simulator_cls=StatefulSimulator)
+        self.controller.reset()
+
+    def reset(self, go_home=False):
+        pass
+
+    def close(self):
+        self.controller.close()
+
+
 def test_an_androidworld_device_snapshots_through_its_controller():
     """The androidworld device keeps the name of the snapshot it boots episodes from apart from its
     snapshot() method, so an androidworld env captures and restores like any Android device (here
     android_env's save_state / load_state under android_world's controller)."""
     from emulators.android.suite import AndroidWorldDevice
 
-    class World:  # android_world's AsyncEnv as the device uses it: its controller and reset
-        def __init__(self):
-            self.controller = ae.make_fake_env((W, H), simulator_cls=StatefulSimulator)
-            self.controller.reset()
-
-        def reset(self, go_home=False):
-            pass
-
-        def close(self):
-            self.controller.close()
-
-    device = AndroidWorldDevice(World(), serial="emulator-5554", snapshot="guiagent_ready", settle_s=0,
+    device = AndroidWorldDevice(FakeWorld(), serial="emulator-5554", snapshot="guiagent_ready", settle_s=0,
                                 home_on_reset=False, with_tree=False)
     assert device.boot_snapshot == "guiagent_ready" and device.can_snapshot
     env = GuiEnv(device, TapThrice)
@@ -465,22 +470,10 @@ def test_androidworld_devices_of_a_farm_copy_snapshots_between_their_emulators(t
 
     base, servers = _emulators_at_consecutive_ports(2)
 
-    class World:  # what android_world's load_and_setup_env returns, as the device uses it
-        def __init__(self, **kwargs):
-            self.kwargs = kwargs
-            self.controller = ae.make_fake_env((W, H), simulator_cls=StatefulSimulator)
-            self.controller.reset()
-
-        def reset(self, go_home=False):
-            pass
-
-        def close(self):
-            self.controller.close()
-
     class Launcher:
         @staticmethod
         def load_and_setup_env(**kwargs):
-            return World(**kwargs)
+            return FakeWorld(**kwargs)
 
     monkeypatch.setattr(aw, "_import", lambda module: Launcher)
     monkeypatch.setattr(aw, "_use_local_forwarder_apk", lambda: None)
