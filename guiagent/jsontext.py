@@ -25,8 +25,34 @@ _JSON_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n"
 
 
 def strip_fences(text: str) -> str:
-    """Remove Markdown code-fence markers (keeps what was inside them)."""
-    return _FENCE.sub("", text)
+    """Remove Markdown code-fence markers (keeps what was inside them). Backticks inside a JSON
+    string of an object (text to type that holds a fence) are the string's, and stay."""
+    if "```" not in text:
+        return text
+    out: list[str] = []
+    depth, in_string, i, n = 0, False, 0, len(text)
+    while i < n:
+        c = text[i]
+        if in_string:
+            if c == "\\":
+                out.append(text[i:i + 2])
+                i += 2
+                continue
+            in_string = c != '"'
+        elif c == "`":
+            m = _FENCE.match(text, i)
+            if m:
+                i = m.end()
+                continue
+        elif c == '"' and depth > 0:  # strings are tracked inside objects only: prose has stray quotes
+            in_string = True
+        elif c == "{":
+            depth += 1
+        elif c == "}":
+            depth = max(0, depth - 1)
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 def find_objects(text: str) -> list[tuple[int, int]]:

@@ -200,3 +200,15 @@ def test_random_elements_round_trip(element, text, submit):
     fmt = FORMATS["marks"]
     for action in (ClickElement(element), TypeElement(element, text, submit=submit)):
         assert fmt.parse(fmt.format(action, SIZE), SIZE) == action
+
+
+def test_text_that_holds_a_code_fence_round_trips():
+    """A fence inside a JSON string is the string's: typed text with backticks survives the printer
+    and the parser (the fence markers around the reply still go)."""
+    from guiagent.types import TypeElement
+
+    fmt = FORMATS["marks"]
+    for text in ("```", "a```b", "```json", "say ```\\n``` twice"):
+        action = TypeElement(3, text)
+        assert fmt.parse(fmt.format(action, SIZE), SIZE) == action
+        assert fmt.parse("```json\n" + fmt.format(action, SIZE) + "\n```", SIZE) == action
