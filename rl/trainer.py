@@ -88,6 +88,10 @@ class TrainResult:
     """a mixed --env: held-out success per suite before training (empty on a resumed run)"""
     suite_success_after: dict[str, float] = field(default_factory=dict)
     """a mixed --env: held-out success per suite of the final model"""
+    task_success_before: dict[str, float] = field(default_factory=dict)
+    """held-out success per task before training (empty on a resumed run)"""
+    task_success_after: dict[str, float] = field(default_factory=dict)
+    """held-out success per task of the final model"""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -232,9 +236,11 @@ class Trainer:
         """Held-out success of the starting model (not again on a resume)."""
         self.suite_eval: dict[str, float] = {}  # a mixed run: per suite, of the latest held-out evaluation
         self.suite_before: dict[str, float] = {}
+        self.task_eval: dict[str, float] = {}  # per task, of the latest held-out evaluation
+        self.task_before: dict[str, float] = {}
         if self.state.eval_before is None:
             self.state.eval_before = self.evaluate("before")
-            self.suite_before = dict(self.suite_eval)
+            self.suite_before, self.task_before = dict(self.suite_eval), dict(self.task_eval)
             # the starting model is the first candidate wherever the run evaluates between iterations
             # (--eval-every, or a staged run's evaluation after its semi-online stage): a run never
             # hands back a worse one
@@ -366,7 +372,7 @@ class Trainer:
                           tasks=tuple(self.tasks), name=f"eval {tag}", fleet=cfg.fleet)
         with self._pool_paused():
             r = run_eval(ecfg, policy=greedy, pool=self.env_pool())
-        self.suite_eval = dict(r.per_suite)
+        self.suite_eval, self.task_eval = dict(r.per_suite), dict(r.per_task)
         by_suite = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r.per_suite.items())
         log.info("held-out success %s: %.1f%% over %d episodes%s", tag, 100 * r.success_rate, r.episodes,
                  f" ({by_suite})" if by_suite else "")
@@ -404,7 +410,8 @@ class Trainer:
             eval_curve={str(i + 1): h["eval_success"] for i, h in enumerate(self.history, start=self.first_iteration)
                         if "eval_success" in h},
             last=self.history[-1] if self.history else {},
-            suite_success_before=self.suite_before, suite_success_after=dict(self.suite_eval))
+            suite_success_before=self.suite_before, suite_success_after=dict(self.suite_eval),
+            task_success_before=self.task_before, task_success_after=dict(self.task_eval))
 
     def cleanup(self) -> None:
         for part in (self.async_rollout, self.judge, self.loggers, self.pool, self.engine, self.store):

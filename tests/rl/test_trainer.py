@@ -287,6 +287,7 @@ def test_a_tripped_guard_rolls_back_and_the_best_model_is_kept(tiny_model_dir, t
     assert r.best_model == str(out / "model-best") and (out / "model-best" / "guiagent_agent.json").is_file()
     # the untrained start (0%) is the first candidate; later evaluations tie and ties keep the earlier
     assert r.best_iteration == 0 and r.best_success == 0.0 and r.eval_curve.keys() == {"1"}
+    assert r.task_success_before == r.task_success_after == {"go_home": 0.0}  # held-out success per task
     best = _weights(r.best_model)
     assert all(torch.equal(best[k], start[k]) for k in start)
 
