@@ -61,7 +61,7 @@ import yaml
 
 T = TypeVar("T")
 
-__all__ = ["Flat", "build", "flat_values", "parse_config", "from_mapping", "to_mapping", "load_yaml", "read_yaml", "check_value", "ConfigError",
+__all__ = ["Flat", "KeyValues", "build", "flat_values", "parse_config", "from_mapping", "to_mapping", "load_yaml", "read_yaml", "check_value", "ConfigError",
            "check_numbers", "validate_out_dir", "check_model_path", "hub_offline", "looks_local", "MAX_CONFIG_BYTES",
            "INT_RANGE", "SEED_RANGE"]
 
@@ -93,6 +93,26 @@ try:  # tyro is a core dependency; the marker also names the field "" for tyro (
     _FLAT_META: tuple[Any, ...] = (_tyro.conf.arg(name=""), _FlatMarker())
 except ImportError:  # pragma: no cover
     _FLAT_META = (_FlatMarker(),)
+
+
+def _key_value_pairs(words: list[str]) -> dict[str, str]:
+    """``K1 V1 K2 V2 ...`` as a dict (a later key wins)."""
+    if len(words) % 2:
+        raise ValueError(f"expected KEY VALUE pairs, got {len(words)} word(s): {' '.join(words)}")
+    return dict(zip(words[::2], words[1::2]))
+
+
+try:  # a dict flag stays ``--device K V ...`` whatever its default (tyro makes a non-empty default's keys flags)
+    from tyro.constructors import PrimitiveConstructorSpec as _PrimitiveSpec
+
+    _KEY_VALUES_META: tuple[Any, ...] = (_PrimitiveSpec(
+        nargs="*", metavar="KEY VALUE ...", instance_from_str=_key_value_pairs,
+        is_instance=lambda x: isinstance(x, dict), str_from_instance=lambda d: [w for kv in d.items() for w in kv]),)
+except ImportError:  # pragma: no cover
+    _KEY_VALUES_META = ()
+
+#: a ``dict[str, str]`` setting given as ``--name K1 V1 K2 V2`` on the command line and as a mapping in YAML
+KeyValues = typing.Annotated[(dict[str, str], *_KEY_VALUES_META)] if _KEY_VALUES_META else dict[str, str]
 
 
 class Flat:

@@ -20,6 +20,9 @@ from guiagent.config import Flat, build
 from judge.compose import RewardConfig
 from judge.settings import JudgeSettings
 from rl.settings import (
+    MAX_EPISODES,
+    TRAIN_SEED_RANGE,
+    WARM_START_TASKS,
     AWRSettings,
     BranchSettings,
     CreditSettings,
@@ -29,12 +32,9 @@ from rl.settings import (
     GiGPOSettings,
     GroupSettings,
     GuardSettings,
-    MAX_EPISODES,
     LearnerSettings,
     RolloutSettings,
     SamplingSettings,
-    TRAIN_SEED_RANGE,
-    WARM_START_TASKS,
     SemiOnlineSettings,
     UpdateSettings,
     VLLMSettings,
@@ -42,8 +42,18 @@ from rl.settings import (
 )
 from rl.strategies import strategy_class
 
-__all__ = ["EMBEDDED_RECIPE", "TINY_MAX_PIXELS", "TRAIN_SEED_RANGE", "WARM_START_TASKS", "SemiOnlineSettings",
-           "TrainConfig", "VLLMSettings"]
+__all__ = [
+    "EMBEDDED_RECIPE",
+    "GOAL_CONDITIONED_TASKS",
+    "TINY_MAX_PIXELS",
+    "TRAIN_SEED_RANGE",
+    "WARM_START_TASKS",
+    "WEBAPPS_RECIPE",
+    "SemiOnlineSettings",
+    "TrainConfig",
+    "VLLMSettings",
+    "embedded_recipe",
+]
 
 #: ~128 visual tokens a screenshot: enough for fixed layouts, and 5x cheaper than the default
 TINY_MAX_PIXELS = 28 * 28 * 128
@@ -59,6 +69,32 @@ EMBEDDED_RECIPE: dict[str, Any] = {
     "min_informative_groups": 6, "max_sampling_rounds": 4, "resample_unparseable": 2, "eval_episodes": 192,
     "kl_reference": "stage",
 }
+
+#: the embedded default's tasks on webapps: the fixed-layout family, each task with its shuffled variant
+#: (the seed also permutes the layout, so the target sits wherever the screen puts it), and go_home
+GOAL_CONDITIONED_TASKS: tuple[str, ...] = (
+    "open_app", "open_app_shuffled", "settings_turn_on", "settings_turn_on_shuffled", "settings_turn_off",
+    "settings_turn_off_shuffled", "settings_open_section", "settings_open_section_shuffled", "files_open_folder",
+    "files_open_folder_shuffled", "go_home")
+
+#: on top of :data:`EMBEDDED_RECIPE` for ``--env webapps`` (the default env): goal-conditioned grounding.
+#: The marks format (the screen's elements listed beside the screenshot, the tiny model answering by the
+#: element's name), the fixed-layout tasks and their shuffled variants, a warm start that forms the
+#: goal-to-name map, then online AWR with the warm start's demonstrations in its replay buffer (the route
+#: on which RL adds for a tiny model; the staged GRPO recipe took away from the warm start there:
+#: docs/results.md, "Goal-conditioned grounding")
+WEBAPPS_RECIPE: dict[str, Any] = {
+    "action_format": "marks", "device": {"marks": "true"}, "tasks": GOAL_CONDITIONED_TASKS,
+    "warm_start_demos": 1200, "warm_start_steps": 800, "mode": "online", "algo": "awr", "iterations": 10,
+    "group_size": 4, "groups_per_iteration": 16, "min_informative_groups": 0, "max_sampling_rounds": 3,
+    "resample_unparseable": 0, "kl_coef": 0.0, "neg_adv_min_scale": 1.0,
+}
+
+
+def embedded_recipe(env: str = "webapps") -> dict[str, Any]:
+    """The embedded default's recipe for ``env``: :data:`EMBEDDED_RECIPE`, with :data:`WEBAPPS_RECIPE` on
+    top for webapps (other suites and mixed fleets keep the JSON format, their own tasks and devices)."""
+    return {**EMBEDDED_RECIPE, **(WEBAPPS_RECIPE if env == "webapps" else {})}
 
 
 @dataclass
@@ -152,10 +188,10 @@ class TrainConfig:
         return build(cls, **fields)
 
     @classmethod
-    def embedded(cls, **overrides: Any) -> "TrainConfig":
-        """The embedded default's recipe (:data:`EMBEDDED_RECIPE`) with ``overrides`` on top: what
-        ``guiagent train`` runs when no ``--model``, ``--resume`` or ``--config`` is given."""
-        return build(cls, base=build(cls, **EMBEDDED_RECIPE), **overrides)
+    def embedded(cls, env: str = "webapps", **overrides: Any) -> "TrainConfig":
+        """The embedded default's recipe for ``env`` (:func:`embedded_recipe`) with ``overrides`` on top:
+        what ``guiagent train`` runs when no ``--model``, ``--resume`` or ``--config`` is given."""
+        return build(cls, base=build(cls, env=env, **embedded_recipe(env)), **overrides)
 
     def __post_init__(self) -> None:
         strategy = strategy_class(self.algo)
@@ -186,7 +222,9 @@ class TrainConfig:
             if self.action_format not in FORMAT_NAMES:
                 raise ValueError(f"--action-format {self.action_format!r}: choose auto or one of "
                                  f"{', '.join(FORMAT_NAMES)}")
-            if self.action_format == "marks" and not {"marks", "with_marks"} & set(self.fleet.device):
+            marks_on = [v for k, v in self.fleet.device.items() if k in ("marks", "with_marks")
+                        and str(v).lower() in ("true", "1", "yes")]
+            if self.action_format == "marks" and not marks_on:
                 raise ValueError("--action-format marks acts on the screen's numbered elements: turn them on with "
                                  "--device marks true (browser suites) or --device with_marks true (Android)")
         suites = [e.strip() for e in self.env.split(",")]

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from guiagent.config import KeyValues
 from rl.advantages import SemiOnlineRewardConfig
 from rl.match import MatchConfig
 from rl.patching import PatchConfig
@@ -94,7 +95,7 @@ class FleetSettings:
     worker_resources: dict[str, float] = field(default_factory=dict)
     """--pool ray: custom Ray resources per worker (e.g. --worker-resources androidworld 1 pins
     AndroidWorld workers to farm hosts started with ray start --resources '{"androidworld": N}')"""
-    device: dict[str, str] = field(default_factory=dict)
+    device: KeyValues = field(default_factory=dict)
     """device options passed to the suite's make_device (e.g. --device farm runs/farm/endpoints.json
     for androidworld, --device chromium_path /usr/bin/chromium for the browser suites)"""
 

@@ -111,8 +111,33 @@ def parse_args(argv: list[str]):
     to resume or a config file is named (then the class defaults)."""
     from rl.trainer import TrainConfig  # lazy: the trainer loads torch (2 s); --help does not
 
-    return parse_config(TrainConfig, argv, prog="guiagent train",
-                        default=None if _names_a_start(argv) else TrainConfig.embedded())
+    if _names_a_start(argv):
+        return parse_config(TrainConfig, argv, prog="guiagent train")
+    default = TrainConfig.embedded(_env_of(argv))
+    return parse_config(TrainConfig, _on_top_of(argv, "--device", default.fleet.device), prog="guiagent train",
+                        default=default)
+
+
+def _on_top_of(argv: list[str], flag: str, pairs: dict[str, str]) -> list[str]:
+    """``flag K V ...`` as given, after the recipe's own ``pairs`` (a key given wins): ``--device tree none``
+    on the embedded default keeps its ``marks true``."""
+    if not pairs or flag not in argv:
+        return argv
+    i = argv.index(flag) + 1
+    given = next((j for j in range(i, len(argv)) if argv[j].startswith("--")), len(argv)) - i
+    if given % 2:  # left as typed: the parser's one line then shows the user's own words
+        return argv
+    return [*argv[:i], *(w for kv in pairs.items() for w in kv), *argv[i:]]
+
+
+def _env_of(argv: list[str]) -> str:
+    """The --env a command line names (webapps when none): the embedded recipe differs by suite."""
+    for i, a in enumerate(argv):
+        if a == "--env" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--env="):
+            return a.split("=", 1)[1]
+    return "webapps"
 
 
 def main(argv: list[str]) -> int:
@@ -138,6 +163,10 @@ def main(argv: list[str]) -> int:
             if math.isnan(result.success_before) and math.isnan(result.success_after) else
             f"held-out success {result.success_before:.1%} before, {result.success_after:.1%} after")
     print(f"trained {result.iterations} iterations -> {result.model}; {held}{best}{stopped} ({result.run_dir})")
+    if result.task_success_after and len(result.task_success_after) > 1:
+        print("held-out success by task: " + ", ".join(
+            f"{t} {result.task_success_before[t]:.0%} -> {v:.0%}" if t in result.task_success_before else f"{t} {v:.0%}"
+            for t, v in result.task_success_after.items()))
     if cfg.json:
         emit_json(result.to_dict())
     return 0

@@ -424,25 +424,71 @@ def test_sft_takes_the_agent_settings_schema(tmp_path, capsys):
 
 
 def test_train_without_a_model_runs_the_embedded_recipe_and_flags_override_it():
-    """`guiagent train` alone (README command (a)) takes rl.config.EMBEDDED_RECIPE; a flag overrides one
-    field of it; --model, --resume or --config bring back the class defaults."""
-    from rl.config import EMBEDDED_RECIPE, TrainConfig
-
+    """`guiagent train` alone (README command (a)) takes the embedded recipe (rl.config.embedded_recipe of
+    its --env); a flag overrides one field of it; --model, --resume or --config bring back the class
+    defaults."""
     from guiagent.cli.train import parse_args as parse  # what `guiagent train` itself runs
+    from rl.config import EMBEDDED_RECIPE, TrainConfig, embedded_recipe
 
     plain = parse([])
-    assert plain.mode == "staged" and plain.semi.iterations == EMBEDDED_RECIPE["semi"]["iterations"]
+    assert plain.mode == "online" and plain.algo == "awr" and plain.semi.iterations == EMBEDDED_RECIPE["semi"]["iterations"]
     flat = flat_values(plain)
-    assert all(flat[k] == v for k, v in EMBEDDED_RECIPE.items() if k != "semi")
+    assert all(flat[k] == v for k, v in embedded_recipe("webapps").items() if k not in ("semi", "device")), flat
     assert plain.warm_start.warm_start_steps != TrainConfig().warm_start.warm_start_steps  # the recipe differs from the class
-    tuned = parse(["--iterations", "3", "--semi.iterations", "1"])
-    assert tuned.iterations == 3 and tuned.semi.iterations == 1 and tuned.algo == EMBEDDED_RECIPE["algo"]
-    assert tuned.semi.epochs == EMBEDDED_RECIPE["semi"]["epochs"]  # the rest of the nested recipe stays
+    tuned = parse(["--iterations", "3", "--group-size", "2"])
+    assert tuned.iterations == 3 and tuned.groups.group_size == 2 and tuned.algo == "awr"
+    assert tuned.groups.groups_per_iteration == 16  # the rest of the recipe stays
+    staged = parse(["--env", "miniwob"])  # other suites: warm start, semi-online, online Dr. GRPO
+    assert staged.mode == "staged" and staged.algo == EMBEDDED_RECIPE["algo"]
+    assert parse(["--env", "miniwob", "--semi.iterations", "1"]).semi.epochs == EMBEDDED_RECIPE["semi"]["epochs"]
     for argv in (["--model", "m"], ["--model=m"], ["--resume", "r"]):
         got = parse(argv)
         assert got.algo == TrainConfig().algo and got.warm_start == TrainConfig().warm_start
     spelled_out = Path(__file__).resolve().parents[2] / "configs" / "train_webapps_tiny.yaml"
     assert parse(["--config", str(spelled_out)]) == TrainConfig.embedded(out="runs/train")
+    from guiagent.config import build
+    from rl.config import WARM_START_TASKS
+
+    former = spelled_out.with_name("train_webapps_fixed_json.yaml")  # the staged JSON recipe on fixed layouts
+    assert parse(["--config", str(former)]) == build(TrainConfig, base=build(TrainConfig, **EMBEDDED_RECIPE),
+                                                     tasks=WARM_START_TASKS, out="runs/train")
+
+
+def test_the_embedded_default_on_webapps_answers_by_name_on_shuffled_layouts():
+    """On webapps (the default env) the recipe adds the marks format, the goal-conditioned tasks and online
+    AWR; other suites keep the JSON format, their own tasks and devices (no marks option reaches an Android
+    device) and the staged recipe."""
+    from guiagent.cli.train import parse_args as parse
+    from rl.config import EMBEDDED_RECIPE, GOAL_CONDITIONED_TASKS, WARM_START_TASKS, WEBAPPS_RECIPE
+
+    for argv in ([], ["--env", "webapps"], ["--env=webapps"]):
+        cfg = parse(argv)
+        assert (cfg.action_format, cfg.fleet.device, cfg.tasks) == ("marks", {"marks": "true"}, GOAL_CONDITIONED_TASKS)
+        assert cfg.warm_start.warm_start_demos == WEBAPPS_RECIPE["warm_start_demos"]
+        assert {t.removesuffix("_shuffled") for t in cfg.tasks} == set(WARM_START_TASKS)
+    for env in ("miniwob", "androidworld", "webapps,miniwob"):
+        cfg = parse(["--env", env])
+        assert (cfg.env, cfg.action_format, cfg.fleet.device, cfg.tasks) == (env, "auto", {}, ())
+        assert cfg.warm_start.warm_start_steps == EMBEDDED_RECIPE["warm_start_steps"] and cfg.mode == "staged"
+    assert parse(["--action-format", "json", "--device", "marks", "false",
+                  "--tasks", "open_app"]).action_format == "json"  # flags still win
+
+
+def test_device_options_on_the_embedded_default_go_on_top_of_its_own():
+    """--device K V on the embedded default adds to (or changes) its marks option instead of replacing it;
+    turning the marks off under the marks format, or an odd word, is one line."""
+    from guiagent.cli.train import parse_args as parse
+    from guiagent.config import ConfigError
+
+    assert parse(["--device", "tree", "none"]).fleet.device == {"marks": "true", "tree": "none"}
+    assert parse(["--device", "chromium_path", "/usr/bin/chromium", "--iterations", "2"]).fleet.device == {
+        "marks": "true", "chromium_path": "/usr/bin/chromium"}
+    assert parse(["--env", "miniwob", "--device", "tree", "none"]).fleet.device == {"tree": "none"}
+    assert parse(["--model", "m", "--device", "farm", "f.json"]).fleet.device == {"farm": "f.json"}
+    with pytest.raises(ConfigError, match="turn them on with --device marks true"):
+        parse(["--device", "marks", "false"])
+    with pytest.raises(ConfigError, match=r"--device: expected KEY VALUE pairs, got 1 word\(s\): marks$"):
+        parse(["--device", "marks"])
 
 
 def test_the_embedded_default_starts_for_a_first_time_user_and_asks_before_replacing_its_run(tmp_path, monkeypatch,

@@ -31,15 +31,18 @@ def _run(*args):
     return r.stdout
 
 
-def test_the_embedded_default_adds_at_each_stage(tmp_path):
-    """README command (a), `guiagent train` with no flags: held-out success (192 episodes) after the warm
-    start, after the semi-online stage and after the online stage, each above the last (measured
-    38.5% -> 53.1% -> 62.5% and 65.6% with seed 0: docs/results.md, "The embedded default")."""
+def test_the_embedded_default_learns_goal_conditioned_grounding(tmp_path):
+    """README command (a), `guiagent train` with no flags: a tiny model from scratch, the marks format, the
+    fixed-layout tasks and their shuffled variants (targets wherever the layout puts them); held-out success
+    (192 episodes) after the warm start and after online AWR: AWR adds, and `open_app` and
+    `open_app_shuffled` (the goal names one of nine icons) reach 80% (measured: docs/results.md,
+    "The embedded default")."""
     import json
 
     got = json.loads(_run("train", "--out", str(tmp_path / "train"), "--json").strip().splitlines()[-1])
-    [between] = got["eval_curve"].values()  # the evaluation after the semi-online stage
-    assert between >= got["success_before"] + 0.05 and got["success_after"] >= between + 0.04, got
+    after = got["task_success_after"]
+    assert got["success_after"] >= got["success_before"] + 0.03, got
+    assert after["open_app"] >= 0.8 and after["open_app_shuffled"] >= 0.8, after
 
 
 def _sft_checkpoint(tmp_path, tasks, *, demos: int, steps: int = 400, every: int = 160, at: int = 160) -> str:

@@ -8,7 +8,12 @@ import pytest
 from grounding import get_format
 from guiagent.types import ClickElement, Mark, Observation
 from rl.agents import (
-    COMPACT_JSON_PROMPT, COMPACT_MARKS_NAME_PROMPT, COMPACT_MARKS_PROMPT, TINY_MARK_NAME_CHARS, AgentSettings, compact_prompt,
+    COMPACT_JSON_PROMPT,
+    COMPACT_MARKS_NAME_PROMPT,
+    COMPACT_MARKS_PROMPT,
+    TINY_MARK_NAME_CHARS,
+    AgentSettings,
+    compact_prompt,
     tiny_model_settings,
 )
 
@@ -67,6 +72,8 @@ def test_the_marks_format_needs_the_devices_marks():
         TrainConfig.build(action_format="marks")
     assert TrainConfig.build(action_format="marks", device={"marks": "true"}).action_format == "marks"
     assert TrainConfig.build(action_format="marks", device={"with_marks": "true"}).action_format == "marks"
+    with pytest.raises(ValueError, match="--device marks true"):  # named, but off
+        TrainConfig.build(action_format="marks", device={"marks": "false"})
 
 
 @pytest.mark.browser
@@ -89,3 +96,29 @@ def test_a_warm_start_in_the_marks_format_records_marks_and_saves_its_settings(t
     evaluated = load_trajectories([str(out / "eval-before")], successful_only=False)
     assert evaluated and all(s.observation.marks for t in evaluated for s in t.steps)
     assert 0.0 <= r.success_before <= 1.0
+
+
+@pytest.mark.browser
+def test_the_embedded_default_on_webapps_runs_online_awr_on_its_warm_start_on_a_tiny_budget(tmp_path, capsys):
+    """The embedded recipe on webapps (README command (a)) with a tiny budget, through the command: a tiny
+    model warm-started in the marks format on goal-conditioned tasks, then online AWR whose replay buffer
+    holds the warm start's demonstrations, with held-out success per task before and after."""
+    from guiagent.cli.main import main
+    from guiagent.store import StoreReader
+    from rl.config import GOAL_CONDITIONED_TASKS, TrainConfig
+
+    assert (TrainConfig.embedded().tasks, TrainConfig.embedded().algo) == (GOAL_CONDITIONED_TASKS, "awr")
+    out = tmp_path / "run"
+    assert main(["train", "--tasks", "open_app", "open_app_shuffled", "--warm-start-demos", "4",
+                 "--warm-start-steps", "4", "--iterations", "1", "--groups-per-iteration", "1", "--group-size", "2",
+                 "--slots", "2", "--pool", "inprocess", "--eval-episodes", "2", "--max-new-tokens", "24",
+                 "--out", str(out), "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    r = json.loads(lines[-1])
+    assert AgentSettings.load(r["model"]) == tiny_model_settings("marks")
+    assert r["iterations"] == 1 and set(r["task_success_before"]) == set(r["task_success_after"]) == {
+        "open_app", "open_app_shuffled"}
+    [by_task] = [line for line in lines if line.startswith("held-out success by task: ")]
+    assert "open_app " in by_task and "open_app_shuffled " in by_task and " -> " in by_task
+    [replay] = [m.value for m in StoreReader(out).metrics(r["run_id"])["replay"]]
+    assert replay >= 4  # the warm start's demonstrations, then the iteration's own episodes
