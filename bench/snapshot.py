@@ -35,8 +35,10 @@ load average is printed with every figure):
   ``side_by_side_png`` (the contexts side by side as the pool runs its slots, PNG as the env
   captures: the browser's own speed with the pool's concurrency).
 
-Reported: steps/s of each, and each rollout's ratio to the raw loops that ran right after it. The last stdout
-line is one JSON object.
+Reported: steps/s of each, each rollout's ratio to the raw loops that ran right after it, and the CPU a
+step, in all and by kind of process (python: this process with the webapps server and the store; driver:
+Playwright's node process; browser, renderer, gpu, utility: Chromium's). The last stdout line is one JSON
+object.
 """
 
 from __future__ import annotations
@@ -112,6 +114,12 @@ def operations(repeats: int) -> dict[str, list[dict]]:
         handle.close()
 
 
+def by_process(cpu0: dict[str, float], cpu1: dict[str, float], steps: int) -> dict[str, float]:
+    """CPU ms a step by kind of process (python, the Playwright driver, Chromium's browser, renderer and
+    GPU processes) between two :func:`bench.cpu.cpu_by_process` readings."""
+    return {k: round(1e3 * (cpu1[k] - cpu0.get(k, 0.0)) / max(steps, 1), 1) for k in sorted(cpu1)}
+
+
 class RawLoop:
     """Playwright alone: ``n`` phone contexts of one Chromium on the apps, a tap and a screenshot a step."""
 
@@ -157,7 +165,7 @@ class RawLoop:
         cpu = sum(cpu1.values()) - sum(cpu0.values())
         return {"loop": "raw", "mode": mode, "env_steps": batches * n, "wall_s": round(wall, 3),
                 "steps_per_s": round(batches * n / wall, 2), "cpu_ms_per_step": round(1e3 * cpu / (batches * n), 1),
-                "load_avg": load_avg()}
+                "cpu_ms_by_process": by_process(cpu0, cpu1, batches * n), "load_avg": load_avg()}
 
     def close(self) -> None:
         self.handle.close()
@@ -203,6 +211,7 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
                          "episodes": len(res.trajectories), "aborted": res.aborted, "env_steps": res.env_steps,
                          "wall_s": round(res.wall_seconds, 3), "steps_per_s": round(res.steps_per_second, 2),
                          "cpu_ms_per_step": round(1e3 * (sum(cpu1.values()) - sum(cpu0.values())) / steps, 1),
+                         "cpu_ms_by_process": by_process(cpu0, cpu1, steps),
                          "steps_per_episode": round(res.env_steps / max(len(res.trajectories), 1), 2),
                          "start_hits": START_STATES.hits - hits0, "start_misses": START_STATES.misses - misses0,
                          "load_avg": load_avg()}
@@ -211,6 +220,7 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
                           f"{r['cpu_ms_per_step']:6.1f} ms CPU a step ({r['env_steps']} steps, "
                           f"{r['steps_per_episode']} an episode, starts restored {r['start_hits']}/"
                           f"{r['start_hits'] + r['start_misses']})  load {r['load_avg']}", flush=True)
+                    print(f"    CPU ms a step by process: {r['cpu_ms_by_process']}", flush=True)
                     r["ratio_vs_raw"] = {}
                     for m in RawLoop.MODES:
                         rr = raw.run(res.env_steps, m)
@@ -220,6 +230,7 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
                         print(f"round {rnd + 1} G={g}   raw {m:<17} {rr['steps_per_s']:6.2f} steps/s "
                               f"{rr['cpu_ms_per_step']:6.1f} ms CPU a step  -> rollout / raw "
                               f"{r['ratio_vs_raw'][m]:.3f}  load {rr['load_avg']}", flush=True)
+                        print(f"    CPU ms a step by process: {rr['cpu_ms_by_process']}", flush=True)
     finally:
         raw.close()
         for pool in pools.values():
