@@ -64,7 +64,9 @@ def test_replayed_state_matches_and_the_oracle_finishes_from_it(task_id, devices
     except SnapshotError as e:  # a screen the page does not repeat: refused, never wrong
         assert task_id in ANIMATED and "changes with time" in str(e), e
         return
-    assert obs.screenshot == record[0] == b.device.observe().screenshot
+    assert obs.screenshot == record[0]
+    if task_id not in ANIMATED:  # a jQuery animation (setInterval, which settling ignores) may move on
+        assert b.device.observe().screenshot == record[0]  # after the restored frame, as on the original
     assert (b.task.state(b.device), b.task.goal) == record[1:]
     assert (b.steps, b.done, b.task_spec) == (half, False, state.spec)
     while not b.done:
