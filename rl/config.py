@@ -58,10 +58,11 @@ __all__ = [
 #: ~128 visual tokens a screenshot: enough for fixed layouts, and 5x cheaper than the default
 TINY_MAX_PIXELS = 28 * 28 * 128
 
-#: ``guiagent train`` with no ``--model``, ``--resume`` or ``--config`` (README command (a)): a short
-#: SFT warm start that leaves something to learn, semi-online RL on its demonstrations, then online RL,
-#: each stage adding to the last within minutes on 2 CPU cores (measured: docs/results.md, "The
-#: embedded default"; configs/train_webapps_tiny.yaml spells it out). Flags override any of it.
+#: ``guiagent train`` with no ``--model``, ``--resume`` or ``--config`` on suites other than webapps (and
+#: under :data:`WEBAPPS_RECIPE` on webapps): a short SFT warm start that leaves something to learn,
+#: semi-online RL on its demonstrations, then online RL, each stage adding to the last within minutes on
+#: 2 CPU cores on webapps' fixed-layout tasks (measured: docs/results.md, "The former default";
+#: configs/train_webapps_fixed_json.yaml spells it out there). Flags override any of it.
 EMBEDDED_RECIPE: dict[str, Any] = {
     "warm_start_steps": 160, "iterations": 30, "semi": {"iterations": 20, "epochs": 1},
     "groups_per_iteration": 8, "group_size": 8, "slots": 8, "algo": "dr_grpo", "lr": 3e-4, "epochs": 2,
@@ -79,10 +80,11 @@ GOAL_CONDITIONED_TASKS: tuple[str, ...] = (
 
 #: on top of :data:`EMBEDDED_RECIPE` for ``--env webapps`` (the default env): goal-conditioned grounding.
 #: The marks format (the screen's elements listed beside the screenshot, the tiny model answering by the
-#: element's name), the fixed-layout tasks and their shuffled variants, a warm start that forms the
-#: goal-to-name map, then online AWR with the warm start's demonstrations in its replay buffer (the route
-#: on which RL adds for a tiny model; the staged GRPO recipe took away from the warm start there:
-#: docs/results.md, "Goal-conditioned grounding")
+#: element's name), the fixed-layout tasks and their shuffled variants, a warm start on demonstrations of
+#: them (it learns the Settings targets' goal-to-name map; the apps' map depends on the initialisation),
+#: then online AWR with the warm start's demonstrations in its replay buffer (the route on which RL adds
+#: for a tiny model; the staged GRPO recipe took away from the warm start there: docs/results.md,
+#: "Goal-conditioned grounding" and "The embedded default")
 WEBAPPS_RECIPE: dict[str, Any] = {
     "action_format": "marks", "device": {"marks": "true"}, "tasks": GOAL_CONDITIONED_TASKS,
     "warm_start_demos": 1200, "warm_start_steps": 800, "mode": "online", "algo": "awr", "iterations": 10,
