@@ -87,9 +87,11 @@ _GOAL_WORDS = (
 ).split()
 
 
-def _corpus(rng: random.Random, n_lines: int = 4000) -> list[str]:
-    """Lines that look like prompts and actions of every format (JSON, calls, tool calls)."""
-    lines: list[str] = []
+def _corpus(rng: random.Random, n_lines: int = 4000, capitalised: int = 0) -> list[str]:
+    """``capitalised`` lines of goal words written as element names are (``Calendar``, ``Turn On``), then
+    lines that look like prompts and actions of every format (JSON, calls, tool calls)."""
+    lines: list[str] = [" ".join(rng.choice(_GOAL_WORDS).capitalize() for _ in range(rng.randint(2, 8)))
+                        for _ in range(capitalised)]
     words = _ACTION_WORDS + _GOAL_WORDS
     for _ in range(n_lines):
         x, y = rng.randint(0, 1000), rng.randint(0, 1000)
@@ -115,24 +117,44 @@ def _corpus(rng: random.Random, n_lines: int = 4000) -> list[str]:
     return lines
 
 
-def train_tokenizer(vocab_size: int = 2048, seed: int = 0):
+#: ``words="bare"``: letters runs, single digits, whitespace runs, and punctuation runs (with the
+#: space before them) as pre-tokens; a space never joins the word after it
+_BARE_WORDS = r"\p{L}+|\p{N}|\s+(?=\p{L})|\s?[^\s\p{L}\p{N}]+|\s+"
+
+
+def train_tokenizer(vocab_size: int = 2048, seed: int = 0, words: str = "prefixed"):
     """Byte-level BPE with single-digit pre-splitting and the Qwen2-VL special tokens.
 
+    ``words``: ``prefixed`` splits as GPT-2 and Qwen do, a word carrying the space before it, so the
+    same word is other tokens after a space (``ĠCalendar``) than after a quote (``C al endar``);
+    ``bare`` makes the space before a word a token of its own, so a word is the same tokens
+    wherever it stands (in a goal, a quoted element name, a reply), and a model that copies a
+    name from its prompt copies token ids (docs/training.md, "Goal-conditioned grounding").
     Returns a ``transformers`` fast tokenizer carrying the chat template.
     """
+    from tokenizers import Regex
     from transformers import PreTrainedTokenizerFast
 
+    if words not in ("prefixed", "bare"):
+        raise ValueError(f"words must be 'prefixed' or 'bare', got {words!r}")
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
+    if words == "bare":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(_BARE_WORDS), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
-    tok.train_from_iterator(_corpus(random.Random(seed)), trainer=trainer)
+    corpus = _corpus(random.Random(seed), capitalised=1000 if words == "bare" else 0)
+    tok.train_from_iterator(corpus, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
         additional_special_tokens=[t for t in SPECIAL_TOKENS if t not in ("<|im_end|>", "<|endoftext|>")],
@@ -158,6 +180,9 @@ class TinyModelSpec:
     """image processor lower pixel limit (written to preprocessor_config.json)"""
     max_pixels: int = 28 * 28 * 256
     """image processor upper pixel limit (256 visual tokens at most by default)"""
+    words: Literal["prefixed", "bare"] = "prefixed"
+    """tokenizer: prefixed (a word carries the space before it, as in GPT-2 and Qwen) or bare (a space
+    is a token of its own, so a word is the same tokens in a goal and in a quoted name)"""
 
     def __post_init__(self) -> None:
         if self.size not in _SIZES:
@@ -166,6 +191,8 @@ class TinyModelSpec:
             raise ValueError(f"family must be 'qwen2_5_vl' or 'qwen3_vl', got {self.family!r}")
         if self.vocab_size < 512:
             raise ValueError("vocab_size must be at least 512 (256 bytes + merges + special tokens)")
+        if self.words not in ("prefixed", "bare"):
+            raise ValueError(f"words must be 'prefixed' or 'bare', got {self.words!r}")
         if self.min_pixels <= 0:
             raise ValueError(f"min_pixels must be positive, got {self.min_pixels}")
         if self.max_pixels < self.min_pixels:
@@ -227,7 +254,7 @@ def build_tiny_model(spec: TinyModelSpec, out: str | os.PathLike) -> dict[str, A
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tok = train_tokenizer(spec.vocab_size, spec.seed)
+    tok = train_tokenizer(spec.vocab_size, spec.seed, words=spec.words)
     config = _config(spec, tok)
     torch.manual_seed(spec.seed)
     model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
@@ -240,7 +267,7 @@ def build_tiny_model(spec: TinyModelSpec, out: str | os.PathLike) -> dict[str, A
     (out / "chat_template.jinja").write_text(QWEN2_VL_CHAT_TEMPLATE)
     params = sum(p.numel() for p in model.parameters())
     return {"out": str(out), "family": spec.family, "size": spec.size, "params": int(params),
-            "vocab_size": len(tok)}
+            "vocab_size": len(tok), "words": spec.words}
 
 
 # ---- random models of other architectures ----------------------------------------------------
