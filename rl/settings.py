@@ -363,10 +363,18 @@ class WarmStartSettings:
     """no --model: oracle episodes recorded for the SFT warm start"""
     warm_start_steps: int = 400
     """no --model: SFT optimiser steps of the warm start"""
+    warm_start_words: Literal["prefixed", "bare"] = "prefixed"
+    """no --model: the tiny model's tokenizer (guiagent model build --words): prefixed, as GPT-2 and Qwen
+    split, or bare, where a word is the same tokens in a goal and in a quoted element name"""
+    warm_start_name_weight: float = 1.0
+    """no --model: the warm start's loss weight on the element's name in replies that name one (the
+    marks format; guiagent sft --train.name-weight)"""
 
     def __post_init__(self) -> None:
         if self.warm_start_demos <= 0 or self.warm_start_steps < 0:
             raise ValueError("--warm-start-demos must be positive and --warm-start-steps >= 0")
+        if not self.warm_start_name_weight > 0:
+            raise ValueError(f"--warm-start-name-weight must be positive, got {self.warm_start_name_weight}")
 
 
 # ---- one section per algorithm that has settings of its own (rl/strategies/) ----------------------

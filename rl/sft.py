@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ import torch
 from tqdm import tqdm
 
 from guiagent.store import EpisodeFilter, StoreReader
-from guiagent.types import Trajectory
+from guiagent.types import ELEMENT_ACTION_TYPES, Trajectory
 from rl.agents import format_for_policy
 from rl.prompting import sft_example
 
@@ -51,6 +52,10 @@ class SFTConfig:
     """loss weight of the action-name tokens (action-aware SFT; 1 = plain SFT)"""
     coord_weight: float = 1.0
     """loss weight of the coordinate digit tokens (action-aware SFT; 1 = plain SFT)"""
+    name_weight: float = 1.0
+    """loss weight of the tokens of the element's name in an element action given by name (the marks
+    format's "name": "Files"): the one part of such a reply the goal decides, among a JSON frame's
+    twenty-odd tokens that every reply shares (1 = plain SFT)"""
     max_grad_norm: float = 1.0
     seed: int = 0
     checkpoint_every: int = 0
@@ -61,6 +66,8 @@ class SFTConfig:
             raise ValueError("batch_size must be a multiple of micro_batch_size")
         if self.steps <= 0 or self.lr <= 0:
             raise ValueError("steps and lr must be positive")
+        if min(self.action_weight, self.coord_weight, self.name_weight) <= 0:
+            raise ValueError("action_weight, coord_weight and name_weight must be positive")
 
 
 @dataclass(frozen=True)
@@ -92,21 +99,32 @@ def load_trajectories(run_dirs: Sequence[str], *, successful_only: bool = True, 
     return out
 
 
+#: the value of an element action's ``"name"`` in a reply (a JSON string, escapes included)
+_ELEMENT_NAME = re.compile(r'"name":\s*"((?:[^"\\]|\\.)*)"')
+
+
 def token_weights(policy: Any, ids: Sequence[int], target: str, action_kind: str, *, action_weight: float,
-                  coord_weight: float) -> tuple[float, ...]:
-    """Per-token loss weights: digits of numbers get ``coord_weight``, the action name ``action_weight``."""
-    if action_weight == 1.0 and coord_weight == 1.0:
+                  coord_weight: float, name_weight: float = 1.0) -> tuple[float, ...]:
+    """Per-token loss weights: digits of numbers get ``coord_weight``, the action name ``action_weight``,
+    the element's name of an element action given by name ``name_weight`` (a token that overlaps
+    the name's characters gets it; the name's weight wins over a digit's)."""
+    if action_weight == 1.0 and coord_weight == 1.0 and name_weight == 1.0:
         return tuple(1.0 for _ in ids)
     tok = policy.tokenizer
     weights = []
     pos = 0
     name_at = target.find(action_kind) if action_kind else -1
+    element = any(f'"{cls.kind}"' in target for cls in ELEMENT_ACTION_TYPES)  # the oracle's tap, printed by name
+    m = _ELEMENT_NAME.search(target) if name_weight != 1.0 and element else None
+    span = m.span(1) if m else (-1, -1)
     for i in ids:
         piece = tok.decode([i])
         start = pos
         pos += len(piece)
         w = 1.0
-        if any(ch.isdigit() for ch in piece):
+        if start < span[1] and pos > span[0]:
+            w = name_weight
+        elif any(ch.isdigit() for ch in piece):
             w = coord_weight
         elif name_at >= 0 and start < name_at + len(action_kind) and pos > name_at:
             w = action_weight
@@ -131,7 +149,7 @@ def load_examples(trajs: Sequence[Trajectory], policy: Any, fmt: Any, prompt_con
                 continue
             ids = policy.encode_completion(target)
             w = token_weights(policy, ids, target, step.action.kind, action_weight=cfg.action_weight,
-                              coord_weight=cfg.coord_weight)
+                              coord_weight=cfg.coord_weight, name_weight=cfg.name_weight)
             out.append(SFTExample(chat, target, tuple(ids), w, t.episode_id, i))
     return out
 

@@ -40,3 +40,49 @@ def test_sft_cli_trains_and_saves_a_loadable_model(tmp_path, tiny_model_dir):
     from guiagent.policy.hf import load_transformers
 
     assert load_transformers(str(out)).version == 0
+
+
+class _Tok:
+    """A policy stand-in carrying only the tiny model's tokenizer (token_weights reads nothing else)."""
+
+    made: dict = {}
+
+    def __init__(self, words: str):
+        from guiagent.policy.tiny import train_tokenizer
+
+        if words not in self.made:
+            self.made[words] = train_tokenizer(words=words)
+        self.tokenizer = self.made[words]
+
+
+@pytest.mark.parametrize("words", ["prefixed", "bare"])
+@pytest.mark.parametrize("name", ["Expenses", "Wi-Fi", "Tab #2", 'say "hi"', "About phone"])
+def test_name_weight_lands_on_the_element_name_and_nowhere_else(words, name):
+    from grounding.marks import MarksFormat
+    from guiagent.types import ClickElement
+    from rl.sft import token_weights
+
+    policy = _Tok(words)
+    target = MarksFormat(refer="name").format(ClickElement(3), (360, 640)).replace('"element": 3', '"name": '
+                                                                                   + json.dumps(name))
+    ids = policy.tokenizer(target + "<|im_end|>", add_special_tokens=False)["input_ids"]
+    w = token_weights(policy, ids, target + "<|im_end|>", "click", action_weight=1.0, coord_weight=1.0,
+                      name_weight=5.0)
+    heavy = "".join(policy.tokenizer.decode([i]) for i, x in zip(ids, w) if x == 5.0)
+    assert heavy.strip() == json.dumps(name)[1:-1], (heavy, target)
+    assert all(x in (1.0, 5.0) for x in w)
+    # a reply that names no element (a tap by number, a finish) keeps plain weights
+    for plain in ('{"action": {"kind": "click_element", "element": 3}}', '{"action": {"kind": "finish"}}'):
+        pids = policy.tokenizer(plain, add_special_tokens=False)["input_ids"]
+        assert set(token_weights(policy, pids, plain, "click", action_weight=1.0, coord_weight=1.0,
+                                 name_weight=5.0)) == {1.0}
+
+
+def test_bad_loss_weights_are_one_clear_error():
+    from rl.settings import WarmStartSettings
+    from rl.sft import SFTConfig
+
+    with pytest.raises(ValueError, match="name_weight must be positive"):
+        SFTConfig(name_weight=0.0)
+    with pytest.raises(ValueError, match="--warm-start-name-weight must be positive"):
+        WarmStartSettings(warm_start_name_weight=-1.0)
