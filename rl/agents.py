@@ -340,6 +340,9 @@ class AgentSettings:
     """marks format: how the model's own replies (SFT targets, the history) point at an element: by its
     number (id: "element": 3) or by its name as listed (name: "name": "Files"). Replies are read in
     either form"""
+    repeat_goal: bool = False
+    """state the goal again at the end of the prompt, after the screen's elements (a small model copying
+    the name the goal spells then looks a few tokens back, not across the screenshot)"""
 
     def __post_init__(self) -> None:
         if self.action_format not in FORMAT_NAMES:  # checked before any model loads or file is written
@@ -367,7 +370,7 @@ class AgentSettings:
         if action_format in ("auto", self.action_format):
             return self
         return AgentSettings(action_format=action_format, history_images=self.history_images,
-                             max_history=self.max_history)
+                             max_history=self.max_history, repeat_goal=self.repeat_goal)
 
     def format(self, policy: Any = None) -> Any:
         """The action format; with ``policy``, in the coordinate frame of its image processor."""
@@ -382,7 +385,7 @@ class AgentSettings:
 
     def prompt_config(self) -> PromptConfig:
         return PromptConfig(history_images=self.history_images, max_history=self.max_history,
-                            system_prompt=self.system_prompt)
+                            system_prompt=self.system_prompt, repeat_goal=self.repeat_goal)
 
 
 def format_for_policy(fmt: Any, policy: Any) -> Any:

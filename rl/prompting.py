@@ -52,6 +52,10 @@ class PromptConfig:
     #: replaces the format's generated system prompt when set (e.g. a short one for tiny models,
     #: whose prompt length is mostly compute: they learn the mapping, not the instructions)
     system_prompt: str | None = None
+    #: state the goal again at the end of the user message, after the screen's elements, so that the
+    #: reply starts a few tokens after it (a small model copying a name the goal spells then looks a
+    #: short, nearly fixed distance back instead of across the screenshot's tokens)
+    repeat_goal: bool = False
 
     def __post_init__(self) -> None:
         if self.history_images < 1:
@@ -117,6 +121,8 @@ def build_chat(goal: str, history: Sequence[Step], observation: Observation, fmt
     observation_text = getattr(fmt, "observation_text", None)  # a format that lists the screen (marks)
     if observation_text is not None:
         parts.append(observation_text(observation))
+    if config.repeat_goal:
+        parts.append(f"Goal: {goal}")
     base = config.system_prompt if config.system_prompt is not None else _system_prompt(fmt, observation.size)
     system = base + (("\n\n" + config.system_suffix) if config.system_suffix else "")
     return [{"role": "system", "content": system}, _merge_text(message("user", *parts))]

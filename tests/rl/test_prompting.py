@@ -114,3 +114,32 @@ def test_sft_target_round_trips_through_the_format():
         assert images(chat) == [shot(0), shot(1)]
     with pytest.raises(ValueError):
         sft_target(Step(0, obs(0), None), get_format("json"))
+
+
+def test_repeat_goal_states_the_goal_again_after_the_screens_elements():
+    from guiagent.types import Mark
+
+    fmt = get_format("marks", names="plain", refer="name")
+    o = obs(1, marks=(Mark(0, "link", "Clock", (0.1, 0.1, 0.2, 0.2)), Mark(1, "link", "Notes", (0.3, 0.1, 0.4, 0.2))))
+    once = build_chat("Open the Clock app.", history(2), o, fmt)
+    twice = build_chat("Open the Clock app.", history(2), o, fmt, PromptConfig(repeat_goal=True))
+    check_chat(twice)
+    assert images(twice) == images(once)
+    last = twice[1]["content"][-1]
+    assert last["type"] == "text" and last["text"].endswith("[1] link: Notes\nGoal: Open the Clock app.")
+    assert user_text(twice).count("Goal: Open the Clock app.") == 2
+    assert user_text(once).count("Goal: Open the Clock app.") == 1
+
+
+def test_agent_settings_keep_repeat_goal_and_read_older_files_without_it(tmp_path):
+    import json
+
+    from rl.agents import AGENT_SETTINGS_FILE, AgentSettings
+
+    s = AgentSettings(action_format="marks", mark_refer="name", repeat_goal=True)
+    s.save(str(tmp_path))
+    assert AgentSettings.load(str(tmp_path)) == s and s.prompt_config().repeat_goal
+    assert s.in_format("json").repeat_goal  # another format keeps how the prompt is laid out
+    old = {k: v for k, v in json.loads((tmp_path / AGENT_SETTINGS_FILE).read_text()).items() if k != "repeat_goal"}
+    (tmp_path / AGENT_SETTINGS_FILE).write_text(json.dumps(old))
+    assert AgentSettings.load(str(tmp_path)).repeat_goal is False
