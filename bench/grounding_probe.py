@@ -21,6 +21,12 @@ head; ``name``, the reply names the element as the list writes it (``"name": "Cl
 on the screen by ``grounding.marks.MarksFormat.parse_on``). ``--digit-weight`` weighs the loss on the
 number's digit tokens (the reply's other tokens are boilerplate).
 
+``--names unseen`` draws each screen's nine names from made-up words (``Velom``, ``Tarisu``) and the
+held-out screens' from words no training screen has: the model can only succeed by copying the name
+the goal spells, as MiniWoB++'s random-layout tasks ask. Compare the tokenizers with models built by
+``guiagent model init --words prefixed`` (GPT-2 splitting: ``ĠVelom`` in the goal, ``V el om`` after a
+quote) and ``--words bare`` (the same tokens in both places).
+
 Every ``--every`` steps it prints the greedy accuracy on 100 held-out screens (the digit the model
 ranks first, or for ``name`` the name in its greedy reply) and the wall time. Last stdout line: one
 JSON object with the accuracy curve.
@@ -40,9 +46,37 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 APPS = ("Contacts", "Settings", "Clock", "Notes", "Files", "Calendar", "Messages", "Expenses", "Tasks")
 
 
-def example(rng: random.Random, refer: str, system: str, tok) -> tuple[str, str, object]:
-    names = list(APPS)
-    rng.shuffle(names)
+_ONSETS = ("b", "c", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "st", "tr", "pl")
+_VOWELS = ("a", "e", "i", "o", "u", "ai", "ou")
+
+
+def made_up_word(rng: random.Random) -> str:
+    """A pronounceable word of 2-3 syllables, capitalised (``Velom``)."""
+    w = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(rng.randint(2, 3)))
+    return (w + rng.choice(("", "n", "m", "s", "x"))).capitalize()
+
+
+def is_held_out(word: str) -> bool:
+    """A fixed half of the made-up words is kept for the held-out screens."""
+    return sum(map(ord, word)) % 2 == 1
+
+
+def screen_names(rng: random.Random, names: str, held_out: bool) -> list[str]:
+    if names == "apps":
+        out = list(APPS)
+        rng.shuffle(out)
+        return out
+    out: list[str] = []
+    while len(out) < len(APPS):
+        w = made_up_word(rng)
+        if is_held_out(w) == held_out and w not in out:
+            out.append(w)
+    return out
+
+
+def example(rng: random.Random, refer: str, system: str, tok, names: str = "apps",
+            held_out: bool = False) -> tuple[str, str, object]:
+    names = screen_names(rng, names, held_out)
     goal = rng.choice(names)
     i = names.index(goal)
     if refer == "id-after-name":
@@ -69,6 +103,8 @@ def main() -> int:
     ap.add_argument("--digit-weight", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--names", choices=("apps", "unseen"), default="apps",
+                    help="apps: the nine app names; unseen: made-up words, held-out screens' words never trained on")
     a = ap.parse_args()
 
     import torch
@@ -86,7 +122,7 @@ def main() -> int:
     def batch(rng: random.Random):
         rows = []
         for _ in range(a.batch):
-            p, t, _ = example(rng, a.refer, system, tok)
+            p, t, _ = example(rng, a.refer, system, tok, a.names)
             pi, ti = tok(p)["input_ids"], tok(t + "<|im_end|>")["input_ids"]
             rows.append((pi + ti, [-100] * len(pi) + ti))
         n = max(len(r[0]) for r in rows)
@@ -101,7 +137,7 @@ def main() -> int:
         rng, ok = random.Random(10_000 + a.seed), 0
         with torch.no_grad():
             for _ in range(100):
-                p, t, gold = example(rng, a.refer, system, tok)
+                p, t, gold = example(rng, a.refer, system, tok, a.names, held_out=True)
                 if a.refer == "name":
                     ids = tok(p)["input_ids"]
                     out = model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)
@@ -137,7 +173,9 @@ def main() -> int:
             curve.append({"step": step, "accuracy": acc, "seconds": round(time.time() - t0, 1)})
             print(f"step {step}: loss {loss.item():.3f}, held-out accuracy {acc:.2f} ({time.time() - t0:.0f} s, "
                   f"load {os.getloadavg()[0]:.1f})", flush=True)
-    print(json.dumps({"refer": a.refer, "digit_weight": a.digit_weight, "lr": a.lr, "batch": a.batch,
+    words = json.load(open(os.path.join(a.model, "tokenizer.json")))["pre_tokenizer"]
+    print(json.dumps({"refer": a.refer, "names": a.names, "bare_words": "Split" in json.dumps(words),
+                      "digit_weight": a.digit_weight, "lr": a.lr, "batch": a.batch,
                       "chance": round(1 / len(APPS), 3), "curve": curve}))
     return 0
 
