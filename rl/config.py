@@ -87,7 +87,8 @@ GOAL_CONDITIONED_TASKS: tuple[str, ...] = (
 #: "Goal-conditioned grounding" and "The embedded default")
 WEBAPPS_RECIPE: dict[str, Any] = {
     "action_format": "marks", "device": {"marks": "true"}, "tasks": GOAL_CONDITIONED_TASKS,
-    "warm_start_demos": 1200, "warm_start_steps": 800, "mode": "online", "algo": "awr", "iterations": 10,
+    "warm_start_demos": 1200, "warm_start_steps": 800, "warm_start_words": "bare",
+    "warm_start_name_weight": 5.0, "mode": "online", "algo": "awr", "iterations": 10,
     "group_size": 4, "groups_per_iteration": 16, "min_informative_groups": 0, "max_sampling_rounds": 3,
     "resample_unparseable": 0, "kl_coef": 0.0, "neg_adv_min_scale": 1.0,
 }
