@@ -305,12 +305,12 @@ def tiny_model_settings(action_format: str = "json") -> "AgentSettings":
     :data:`TINY_MARK_NAME_CHARS`, and its replies naming the element as listed (``mark_refer="name"``:
     from scratch on CPU such a model learns to copy the goal's name in a few hundred steps, and does not
     learn to look up a name's number in the list in a few thousand; docs/training.md, "Goal-conditioned
-    grounding"), with the goal stated again after the elements (``repeat_goal``: with the goal only
-    before the screenshot, such a model told names of equal token length apart by the prompt's length,
-    not by the name)."""
+    grounding"). ``repeat_goal`` stays off: stating the goal again after the elements did not help such
+    a model tell apart the apps whose names are one token each (docs/results.md, "The embedded
+    default")."""
     if action_format == "marks":
         return AgentSettings(action_format="marks", system_prompt=COMPACT_MARKS_NAME_PROMPT, mark_names="plain",
-                             mark_name_chars=TINY_MARK_NAME_CHARS, mark_refer="name", repeat_goal=True)
+                             mark_name_chars=TINY_MARK_NAME_CHARS, mark_refer="name")
     return AgentSettings(action_format=action_format, system_prompt=compact_prompt(action_format))
 
 #: written next to a fine-tuned model so eval and training prompt it the way it was trained
