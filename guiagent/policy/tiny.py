@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from guiagent.policy.geometry import image_processor_for
 
@@ -132,7 +132,6 @@ def train_tokenizer(vocab_size: int = 2048, seed: int = 0, words: str = "prefixe
     name from its prompt copies token ids (docs/training.md, "Goal-conditioned grounding").
     Returns a ``transformers`` fast tokenizer carrying the chat template.
     """
-    from tokenizers import Regex
     from transformers import PreTrainedTokenizerFast
 
     if words not in ("prefixed", "bare"):
