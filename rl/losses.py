@@ -116,7 +116,7 @@ def ppo_clip_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.
     if dual_clip is not None:
         per_tok = torch.where(advantages < 0, torch.min(per_tok, -dual_clip * advantages), per_tok)
     pg = aggregate(per_tok, mask, agg, max_len=max_len, group_ids=group_ids)
-    kl_val = torch.zeros((), dtype=logp.dtype)
+    kl_val = torch.zeros((), dtype=logp.dtype, device=logp.device)
     loss = pg
     if ref_logp is not None:
         kl_tok = kl_estimate(logp, ref_logp, kl_kind)

@@ -178,7 +178,7 @@ def _place(mask: torch.Tensor, batch: Sequence[SFTExample], dtype: torch.dtype) 
         idx = mask[b].nonzero().flatten()
         if len(idx) != len(e.weights):
             raise RuntimeError(f"completion of {len(e.weights)} tokens but the mask holds {len(idx)}")
-        w[b, idx] = torch.tensor(e.weights, dtype=dtype)
+        w[b, idx] = torch.tensor(e.weights, dtype=dtype, device=mask.device)
     return w
 
 

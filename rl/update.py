@@ -96,7 +96,7 @@ def _accumulate(strategy: "Strategy", s: "UpdateSettings", policy: Any, ref: Any
         comps = [list(u.completion_ids) for u in mb]
         sb = score_turns(policy, mb, comps, grad=True)
         old = _place(sb.mask, [u.old_logprobs for u in mb], sb.logprobs.dtype)
-        adv_mb = adv[idx].to(sb.logprobs.dtype)
+        adv_mb = adv[idx].to(device=sb.logprobs.device, dtype=sb.logprobs.dtype)  # advantages are made on CPU
         if learner_old is not None:  # the learner's own old log-probs; TIS on the advantages
             rollout_old = old
             old = _place(sb.mask, [learner_old[j] for j in idx], sb.logprobs.dtype)
@@ -107,7 +107,8 @@ def _accumulate(strategy: "Strategy", s: "UpdateSettings", policy: Any, ref: Any
         if ref is not None and s.kl_coef > 0:
             ref_lp = score_turns(ref, mb, comps, grad=False).logprobs.detach()
         loss, st = strategy.loss(sb.logprobs, old, adv_mb, sb.mask, ref_logp=ref_lp, kl_coef=s.kl_coef,
-                                 group_ids=torch.tensor([_group_index(u.group_id) for u in mb]))
+                                 group_ids=torch.tensor([_group_index(u.group_id) for u in mb],
+                                                        device=sb.mask.device))
         # Each micro-batch's share of the mini-batch, so accumulation equals one big batch.
         share = (int(sb.mask.sum()) / max(part_tokens, 1)) if strategy.loss_agg == "token_mean" else len(mb) / len(part)
         (loss * share).backward()

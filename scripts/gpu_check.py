@@ -18,7 +18,10 @@ model is ~45 GB a save), with:
   fine-tuning and LoRA (rank 64 on the language model's projections);
 * figures per variant over the iterations after a warm-up one: Hugging Face ``generate``
   tokens/s, update samples/s, peak GPU memory (and ``estimate_memory_for``'s figure beside it),
-  achieved TFLOP/s and MFU against the card's bf16 dense peak.
+  achieved TFLOP/s and MFU against the card's bf16 dense peak;
+* then supervised steps on the demonstrations' replies (``rl.sft``'s loss; ``--sft-steps``, in
+  the 30% of the variant's budget kept for them): their samples/s, TFLOP/s, MFU and losses, and
+  whether the loss fell.
 
 FLOPs are model FLOPs counted by hooks on the model's parts (``FlopCounter``): 2 x parameters x
 tokens for a forward pass (``generate``'s prefill and every decode step, the learner's scoring
@@ -30,9 +33,9 @@ and gradient checkpointing's recomputation do not (the usual MFU convention). Th
 datasheet figure for bf16 Tensor Core throughput "with sparsity", halved (``PEAK_BF16_DENSE``).
 
 A random model's replies never parse, so every sample of a group gets the same reward and the
-advantages are zero: the figures are throughput, not learning (the update still runs every
-forward, backward and optimiser step: ``filter_zero_variance`` is off). The last stdout line is
-one JSON object.
+advantages are zero: the RL figures are throughput, not learning (the update still runs every
+forward, backward and optimiser step: ``filter_zero_variance`` is off); the supervised phase is
+where the loss must fall. The last stdout line is one JSON object.
 
 ``prepare`` records the demonstrations (``guiagent eval --agent oracle``), runs the ``--cpu``
 path under an import tracer to find the distributions guiagent's own code imports on it, leaves
@@ -55,6 +58,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -245,10 +249,12 @@ def run_variant(name: str, model_dir: str, episodes: list, args: argparse.Namesp
     policy.generate_encoded = timed_generate
     rng = random.Random(args.seed)
     rows: list[dict[str, float]] = []
+    # the RL iterations get the variant's budget but what the supervised phase keeps back
+    rl_deadline = deadline - (SFT_SHARE * (deadline - time.perf_counter()) if args.sft_steps else 0.0)
     try:
         last = 0.0
         for it in range(args.warmup + args.iterations):
-            if it >= args.warmup + 1 and time.perf_counter() + last > deadline:
+            if it >= args.warmup + 1 and time.perf_counter() + last > rl_deadline:
                 break  # another iteration as long as the last would overrun the budget (one measured ran)
             t_it = time.perf_counter()
             agent.seed = args.seed * 7919 + it
@@ -274,6 +280,12 @@ def run_variant(name: str, model_dir: str, episodes: list, args: argparse.Namesp
                          "update_s": update_s, "gen_flops": counter.flops.get("generate", 0.0),
                          "update_flops": counter.flops.get("update", 0.0), "loss": float(stats["loss"])})
             last = time.perf_counter() - t_it
+        policy.generate_encoded = real_generate
+        del opt  # the RL optimiser's state goes before the supervised phase builds its own
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+        sft = sft_phase(policy, model_dir, args, deadline, counter, lr=1e-3 if lora else 1e-4) if args.sft_steps else {}
     finally:
         counter.close()
         policy.generate_encoded = real_generate
@@ -294,9 +306,75 @@ def run_variant(name: str, model_dir: str, episodes: list, args: argparse.Namesp
         "gen_mfu": round(gen_tflops / peak, 4) if peak else None,
         "update_mfu": round(upd_tflops / peak, 4) if peak else None,
         "losses": [round(r["loss"], 6) for r in rows], "estimate_gib": round(est.total / GiB, 2)}
+    if sft:
+        sft_tflops = sft.pop("flops") / max(sft["seconds"], 1e-9) / 1e12
+        out.update({f"sft_{k}": v for k, v in sft.items()}, sft_tflops=round(sft_tflops, 3),
+                   sft_mfu=round(sft_tflops / peak, 4) if peak else None)
     if cuda:
         out["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated() / GiB, 2)
     return out
+
+
+#: the part of a variant's budget kept for its supervised phase
+SFT_SHARE = 0.3
+
+
+def sft_phase(policy: Any, model_dir: str, args: argparse.Namespace, deadline: float, counter: FlopCounter, *,
+              lr: float) -> dict[str, Any]:
+    """Supervised steps on the demonstrations' replies (``rl.sft``'s loss, the warm start's), the
+    variant's precision and trainable weights, ``args.micro_batch`` examples a step: the loss a
+    random model's RL cannot show (its replies never parse, so its advantages are zero) must fall
+    here. Up to ``args.sft_steps`` steps, fewer where the budget ends (at least two)."""
+    import torch
+
+    from rl.agents import AgentSettings
+    from rl.optim import build_optimizer
+    from rl.sft import SFTConfig, load_examples, load_trajectories, weighted_nll
+
+    settings = AgentSettings.load(model_dir) or AgentSettings()
+    examples = load_examples(load_trajectories([args.demos]), policy, settings.format(), settings.prompt_config(),
+                             SFTConfig())
+    if not examples:
+        raise RuntimeError(f"no supervised examples in {args.demos}")
+    params = [p for p in policy.parameters() if p.requires_grad]
+    opt = build_optimizer(policy, lr, betas=(0.9, 0.98), weight_decay=0.0, precision=args.precision)
+    rng = random.Random(args.seed)
+    order: list[int] = []
+    losses: list[float] = []
+    counter.flops.clear()
+    counter.phase = "sft"
+    seconds, samples, last = 0.0, 0, 0.0
+    for step in range(args.sft_steps):
+        if step >= 2 and time.perf_counter() + last > deadline:
+            break
+        _sync(args.device)
+        t = time.perf_counter()
+        for g in opt.param_groups:  # a short linear warm-up: a random model's first steps are large
+            g["lr"] = lr * min(1.0, (step + 1) / 3)
+        batch = []
+        for _ in range(args.micro_batch):
+            if not order:
+                order = list(range(len(examples)))
+                rng.shuffle(order)
+            batch.append(examples[order.pop()])
+        opt.zero_grad(set_to_none=True)
+        loss, plain = weighted_nll(policy, batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        policy.mark_updated()
+        _sync(args.device)
+        last = time.perf_counter() - t
+        seconds += last
+        samples += len(batch)
+        losses.append(plain)
+    del opt
+    k = max(1, min(3, len(losses) // 3))
+    first, final = sum(losses[:k]) / k, sum(losses[-k:]) / k
+    return {"examples": len(examples), "steps": len(losses), "lr": lr, "seconds": round(seconds, 2),
+            "samples_per_s": round(samples / max(seconds, 1e-9), 2), "flops": counter.flops.get("sft", 0.0),
+            "losses": [round(x, 4) for x in losses], "loss_first": round(first, 4), "loss_last": round(final, 4),
+            "loss_fell": final < first}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -343,6 +421,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             report["variants"][name] = run_variant(name, model_dir, episodes, args, time.perf_counter() + share, peak)
         except Exception as e:  # noqa: BLE001 - an OOM or a broken path is a finding: report it, go on
             failed = True
+            traceback.print_exc()  # where it broke, on stderr (the report keeps the one line)
             report["variants"][name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
         gc.collect()  # the variant's model and optimiser (also those a failure's traceback held) go
         if args.device == "cuda":
@@ -582,6 +661,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--group-size", type=int, default=None, help="samples of each (G)")
         p.add_argument("--new-tokens", type=int, default=None)
         p.add_argument("--micro-batch", type=int, default=None)
+        p.add_argument("--sft-steps", type=int, default=None,
+                       help="supervised steps on the demonstrations after the RL iterations, at most (0: none)")
         p.add_argument("--lora-rank", type=int, default=64)
         p.add_argument("--precision", choices=("fp32", "bf16-mixed"), default=None,
                        help="default: bf16-mixed on CUDA, fp32 on CPU")
@@ -600,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "run":  # sizes: a GPU's, or the tiny model's on CPU (a CI check: seconds)
         gpu = args.device == "cuda"
         for key, on_gpu, on_cpu in (("warmup", 1, 0), ("iterations", 4, 1), ("groups", 4, 1), ("group_size", 4, 2),
-                                    ("new_tokens", 64, 8), ("micro_batch", 4, 8)):
+                                    ("new_tokens", 64, 8), ("micro_batch", 4, 8), ("sft_steps", 40, 2)):
             if getattr(args, key) is None:
                 setattr(args, key, on_gpu if gpu else on_cpu)
         for key in ("iterations", "groups", "group_size", "new_tokens", "micro_batch", "lora_rank"):
@@ -610,8 +691,10 @@ def main(argv: list[str] | None = None) -> int:
             args.precision = "bf16-mixed" if gpu else "fp32"
         if args.checkpointing is None:
             args.checkpointing = gpu
-        if args.warmup < 0 or args.budget_s <= 0:
-            ap.error("--warmup must be >= 0 and --budget-s > 0")
+        if args.warmup < 0 or args.budget_s <= 0 or args.sft_steps < 0:
+            ap.error("--warmup and --sft-steps must be >= 0 and --budget-s > 0")
+        if args.sft_steps == 1:
+            ap.error("--sft-steps: 0 (none) or at least 2 (whether the loss fell needs two)")
         bad = [v for v in args.variants.split(",") if v not in ("full", "lora")]
         if bad or not args.variants:
             ap.error(f"--variants: full and/or lora, comma-separated (got {args.variants!r})")

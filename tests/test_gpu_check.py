@@ -43,6 +43,9 @@ def test_cpu_check_runs_semi_online_rl_full_and_lora_and_ships_no_browser(tiny_m
         assert v["gen_tokens_per_s"] > 0 and v["update_samples_per_s"] > 0
         assert v["gen_tflops"] > 0 and v["update_tflops"] > 0 and v["update_mfu"] is None
         assert all(math.isfinite(x) for x in v["losses"]) and v["estimate_gib"] > 0
+        # the supervised phase: the demonstrations' replies, the variant's weights, a loss that falls
+        assert v["sft_examples"] > 0 and v["sft_steps"] == 2 and v["sft_samples_per_s"] > 0 and v["sft_tflops"] > 0
+        assert v["sft_loss_fell"] and v["sft_losses"][-1] < v["sft_losses"][0]
     assert lora["lora_rank"] == 64 and 0 < lora["trainable_params"] < full["trainable_params"]
     # the path's import graph: nothing a bare GPU image lacks beyond a few small pure wheels
     info = json.loads(trace.read_text())

@@ -34,5 +34,6 @@ def test_gpu_check_measures_both_variants(tmp_path):
         v = report["variants"][name]
         assert "error" not in v, v
         assert v["peak_gpu_gib"] > 0 and v["gen_tokens_per_s"] > 0 and v["update_samples_per_s"] > 0
+        assert v["sft_loss_fell"], v["sft_losses"]
         if report["peak_bf16_tflops"]:
             assert 0 < v["update_mfu"] < 1 and 0 < v["gen_mfu"] < 1
