@@ -369,12 +369,18 @@ class WarmStartSettings:
     warm_start_name_weight: float = 1.0
     """no --model: the warm start's loss weight on the element's name in replies that name one (the
     marks format; guiagent sft --train.name-weight)"""
+    warm_start_goal_frames: float = 0.0
+    """no --model: the share of the warm start's examples whose goal is framed by neutral words
+    ("Please ... Thanks."), so that a goal's length does not give its target away (guiagent sft
+    --train.goal-frames)"""
 
     def __post_init__(self) -> None:
         if self.warm_start_demos <= 0 or self.warm_start_steps < 0:
             raise ValueError("--warm-start-demos must be positive and --warm-start-steps >= 0")
         if not self.warm_start_name_weight > 0:
             raise ValueError(f"--warm-start-name-weight must be positive, got {self.warm_start_name_weight}")
+        if not 0.0 <= self.warm_start_goal_frames <= 1.0:
+            raise ValueError(f"--warm-start-goal-frames must be in [0, 1], got {self.warm_start_goal_frames}")
 
 
 # ---- one section per algorithm that has settings of its own (rl/strategies/) ----------------------

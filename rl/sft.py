@@ -19,7 +19,7 @@ import random
 import re
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -31,7 +31,7 @@ from guiagent.types import ELEMENT_ACTION_TYPES, Trajectory
 from rl.agents import format_for_policy
 from rl.prompting import sft_example
 
-__all__ = ["SFTConfig", "SFTExample", "load_examples", "token_weights", "train_sft"]
+__all__ = ["GOAL_FRAMES", "SFTConfig", "SFTExample", "frame_goal", "load_examples", "token_weights", "train_sft"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,10 @@ class SFTConfig:
     """loss weight of the tokens of the element's name in an element action given by name (the marks
     format's "name": "Files"): the one part of such a reply the goal decides, among a JSON frame's
     twenty-odd tokens that every reply shares (1 = plain SFT)"""
+    goal_frames: float = 0.0
+    """share of the examples drawn whose goal is framed by neutral words before and after it
+    (:data:`GOAL_FRAMES`, "Please ... Thanks."), drawn afresh each time: a goal's length then says
+    nothing of its target, so the model must read the goal's words (0 = the goals as recorded)"""
     max_grad_norm: float = 1.0
     seed: int = 0
     checkpoint_every: int = 0
@@ -68,6 +72,8 @@ class SFTConfig:
             raise ValueError("steps and lr must be positive")
         if min(self.action_weight, self.coord_weight, self.name_weight) <= 0:
             raise ValueError("action_weight, coord_weight and name_weight must be positive")
+        if not 0.0 <= self.goal_frames <= 1.0:
+            raise ValueError(f"goal_frames must be in [0, 1], got {self.goal_frames}")
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,40 @@ class SFTExample:
     weights: tuple[float, ...]
     episode_id: str
     step_index: int
+    goal: str = ""
+    """the task's goal as the chat states it (what :func:`frame_goal` frames)"""
+
+
+#: neutral words put before and after a goal (:attr:`SFTConfig.goal_frames`): they change its length
+#: by 0-3 words on each side and leave what it asks unchanged
+GOAL_FRAMES: tuple[tuple[str, ...], tuple[str, ...]] = (
+    ("", "Please ", "Now ", "Now please ", "Please now, ", "Next, please "),
+    ("", " Thanks.", " Now.", " Please.", " Go ahead now.", " Thank you."))
+
+
+def frame_goal(chat: list, goal: str, rng: random.Random) -> list:
+    """``chat`` with every ``Goal: <goal>`` in its text framed by a random pair of :data:`GOAL_FRAMES`
+    (the same pair everywhere; the original chat is not changed).
+
+    Why: a tiny model trained on fixed goal templates ("Open the X app.") can tell its targets
+    apart by the goal's length in tokens alone, which a name's length gives away, and then never
+    reads the name: names of equal length all get one answer (docs/training.md, "Goal-conditioned
+    grounding"). Framing goals at random makes their length uninformative."""
+    before, after = rng.choice(GOAL_FRAMES[0]), rng.choice(GOAL_FRAMES[1])
+    if not goal or (not before and not after):
+        return chat
+    old, new = f"Goal: {goal}", f"Goal: {before}{goal}{after}"
+    out = []
+    for m in chat:
+        content = m.get("content")
+        if isinstance(content, str):
+            m = {**m, "content": content.replace(old, new)}
+        elif isinstance(content, list):
+            m = {**m, "content": [{**part, "text": part["text"].replace(old, new)}
+                                  if part.get("type") == "text" and isinstance(part.get("text"), str) else part
+                                  for part in content]}
+        out.append(m)
+    return out
 
 
 def load_trajectories(run_dirs: Sequence[str], *, successful_only: bool = True, tasks: Sequence[str] = ()
@@ -150,7 +190,7 @@ def load_examples(trajs: Sequence[Trajectory], policy: Any, fmt: Any, prompt_con
             ids = policy.encode_completion(target)
             w = token_weights(policy, ids, target, step.action.kind, action_weight=cfg.action_weight,
                               coord_weight=cfg.coord_weight, name_weight=cfg.name_weight)
-            out.append(SFTExample(chat, target, tuple(ids), w, t.episode_id, i))
+            out.append(SFTExample(chat, target, tuple(ids), w, t.episode_id, i, goal=t.task.goal))
     return out
 
 
@@ -214,7 +254,10 @@ def train_sft(policy: Any, examples: Sequence[SFTExample], cfg: SFTConfig, *, ou
                 if not order:
                     order = list(range(len(examples)))
                     rng.shuffle(order)
-                mb.append(examples[order.pop()])
+                e = examples[order.pop()]
+                if cfg.goal_frames and rng.random() < cfg.goal_frames:
+                    e = replace(e, chat=frame_goal(e.chat, e.goal, rng))
+                mb.append(e)
             loss, plain = weighted_nll(policy, mb)
             (loss / accum).backward()
             step_loss += plain / accum

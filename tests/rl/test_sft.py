@@ -86,3 +86,95 @@ def test_bad_loss_weights_are_one_clear_error():
         SFTConfig(name_weight=0.0)
     with pytest.raises(ValueError, match="--warm-start-name-weight must be positive"):
         WarmStartSettings(warm_start_name_weight=-1.0)
+
+
+def _marks_chat(repeat_goal: bool):
+    from guiagent.types import Mark, Observation
+    from rl.agents import tiny_model_settings
+    from rl.prompting import PromptConfig, build_chat
+
+    st = tiny_model_settings("marks")
+    cfg = PromptConfig(**{**vars(st.prompt_config()), "repeat_goal": repeat_goal})
+    obs = Observation(screenshot=b"\x89PNG fake", width=360, height=640,
+                      marks=(Mark(0, "link", "Clock", (0.1, 0.1, 0.2, 0.2)),
+                             Mark(1, "link", "Notes", (0.3, 0.1, 0.4, 0.2))))
+    return build_chat("Open the Clock app.", [], obs, st.format(), cfg)
+
+
+def _texts(chat):
+    out = []
+    for m in chat:
+        c = m["content"]
+        out += [c] if isinstance(c, str) else [p["text"] for p in c if p.get("type") == "text"]
+    return " | ".join(out)
+
+
+@pytest.mark.parametrize("repeat_goal", [False, True])
+def test_goal_frames_change_the_goals_length_not_what_it_asks(repeat_goal):
+    import copy
+    import random
+    import re
+
+    from rl.sft import GOAL_FRAMES, frame_goal
+
+    chat = _marks_chat(repeat_goal)
+    before = copy.deepcopy(chat)
+    rng = random.Random(0)
+    framed = [frame_goal(chat, "Open the Clock app.", rng) for _ in range(200)]
+    assert chat == before  # the example's own chat is left as it was
+    lengths = set()
+    for f in framed:
+        text = _texts(f)
+        goals = re.findall(r"Goal: ([^\n|]*)", text)
+        assert len(goals) == (2 if repeat_goal else 1) and len(set(goals)) == 1  # one frame, everywhere
+        goal = goals[0]
+        assert "Open the Clock app." in goal
+        pre, _, post = goal.partition("Open the Clock app.")
+        assert pre in GOAL_FRAMES[0] and post in GOAL_FRAMES[1]
+        lengths.add(len(goal.split()))
+        # the rest of the chat is untouched: the elements, the system prompt, the image part
+        assert text.replace(goal, "Open the Clock app.") == _texts(chat)
+        assert [p.get("type") for m in f if isinstance(m["content"], list) for p in m["content"]] == \
+            [p.get("type") for m in chat if isinstance(m["content"], list) for p in m["content"]]
+    assert len(lengths) >= 5  # 4 to 10 words: the length no longer names the target
+    assert frame_goal(chat, "", rng) is chat  # no goal recorded: nothing to frame
+
+
+def test_train_sft_frames_the_share_of_goals_asked_for(monkeypatch):
+    import rl.sft as sft
+
+    chat = _marks_chat(False)
+    ex = [SFTExample(chat, "x", (1, 2), (1.0, 1.0), f"e{i}", 0, goal="Open the Clock app.") for i in range(4)]
+    seen: list[str] = []
+
+    class _Pol:
+        w = torch.nn.Parameter(torch.zeros(1))
+
+        def parameters(self):
+            return [self.w]
+
+        def mark_updated(self):
+            pass
+
+    def fake_nll(policy, batch):
+        seen.extend(_texts(e.chat) for e in batch)
+        return (policy.w * 0).sum() + policy.w.sum(), 0.0
+
+    monkeypatch.setattr(sft, "weighted_nll", fake_nll)
+    for share, lo, hi in ((0.0, 0, 0), (1.0, 0.75, 1.0)):
+        seen.clear()
+        sft.train_sft(_Pol(), ex, sft.SFTConfig(steps=50, batch_size=4, micro_batch_size=4, warmup_steps=1,
+                                                goal_frames=share), progress=False)
+        framed = sum("Goal: Open the Clock app. |" not in t and "Goal: Open the Clock app.\n" not in t for t in seen)
+        # a frame pair may be the empty pair (1 in 36), so a share of 1 frames ~97% of the goals
+        assert lo <= framed / len(seen) <= hi, (share, framed, len(seen))
+
+
+def test_bad_goal_frames_are_one_clear_error():
+    from rl.settings import WarmStartSettings
+    from rl.sft import SFTConfig
+
+    with pytest.raises(ValueError, match=r"goal_frames must be in \[0, 1\]"):
+        SFTConfig(goal_frames=1.5)
+    with pytest.raises(ValueError, match=r"--warm-start-goal-frames must be in \[0, 1\]"):
+        WarmStartSettings(warm_start_goal_frames=-0.1)
