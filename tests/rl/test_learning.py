@@ -37,7 +37,9 @@ def test_the_embedded_default_learns_goal_conditioned_grounding(tmp_path):
     (192 episodes) after the warm start and after online AWR. What every measured seed showed (docs/results.md,
     "The embedded default": warm starts 81.2 / 67.7 / 79.7%, after AWR 77.1 / 83.3%): the warm start at least
     60%, the Files folders found wherever the shuffled layout puts them (17/17 in every seed), and AWR taking
-    away at most 5 points. `open_app` is not asserted: the one-token app names stay at 6 of 18."""
+    away at most 5 points. `open_app` is not asserted: the one-token app names stay at 6 of 18. What this shows
+    is a named target found in any layout, not the goal read: the tiny model tells goals apart by their
+    length in tokens (bench/goal_reading.py; docs/results.md)."""
     import json
 
     got = json.loads(_run("train", "--out", str(tmp_path / "train"), "--json").strip().splitlines()[-1])
