@@ -373,6 +373,10 @@ class WarmStartSettings:
     """no --model: the share of the warm start's examples whose goal is framed by neutral words
     ("Please ... Thanks."), so that a goal's length does not give its target away (guiagent sft
     --train.goal-frames)"""
+    warm_start_goal_relabel: float = 0.0
+    """no --model: the share of the warm start's first steps that name their element in the goal
+    drawn relabelled in hindsight: the goal names a sibling element on the same screen and the reply
+    acts on it (guiagent sft --train.goal-relabel)"""
 
     def __post_init__(self) -> None:
         if self.warm_start_demos <= 0 or self.warm_start_steps < 0:
@@ -381,6 +385,8 @@ class WarmStartSettings:
             raise ValueError(f"--warm-start-name-weight must be positive, got {self.warm_start_name_weight}")
         if not 0.0 <= self.warm_start_goal_frames <= 1.0:
             raise ValueError(f"--warm-start-goal-frames must be in [0, 1], got {self.warm_start_goal_frames}")
+        if not 0.0 <= self.warm_start_goal_relabel <= 1.0:
+            raise ValueError(f"--warm-start-goal-relabel must be in [0, 1], got {self.warm_start_goal_relabel}")
 
 
 # ---- one section per algorithm that has settings of its own (rl/strategies/) ----------------------

@@ -31,7 +31,8 @@ from guiagent.types import ELEMENT_ACTION_TYPES, Trajectory
 from rl.agents import format_for_policy
 from rl.prompting import sft_example
 
-__all__ = ["GOAL_FRAMES", "SFTConfig", "SFTExample", "frame_goal", "load_examples", "token_weights", "train_sft"]
+__all__ = ["GOAL_FRAMES", "Relabel", "SFTConfig", "SFTExample", "frame_goal", "goal_relabels", "load_examples",
+           "replace_goal", "TOGGLE_ROLES", "token_weights", "train_sft"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,13 @@ class SFTConfig:
     """share of the examples drawn whose goal is framed by neutral words before and after it
     (:data:`GOAL_FRAMES`, "Please ... Thanks."), drawn afresh each time: a goal's length then says
     nothing of its target, so the model must read the goal's words (0 = the goals as recorded)"""
+    goal_relabel: float = 0.0
+    """share of the examples drawn, among first steps whose goal names the element they act on, that
+    are relabelled in hindsight (:func:`goal_relabels`): the goal names another element of the same
+    role on that screen and the reply acts on it ("Open the Files app." -> tap Files becomes "Open
+    the Clock app." -> tap Clock). Every name on a screen then becomes a target as often as any
+    other, in every context the recorded goals give it, and the reply is the goal's name copied
+    (0 = the goals as recorded)"""
     max_grad_norm: float = 1.0
     seed: int = 0
     checkpoint_every: int = 0
@@ -74,6 +82,8 @@ class SFTConfig:
             raise ValueError("action_weight, coord_weight and name_weight must be positive")
         if not 0.0 <= self.goal_frames <= 1.0:
             raise ValueError(f"goal_frames must be in [0, 1], got {self.goal_frames}")
+        if not 0.0 <= self.goal_relabel <= 1.0:
+            raise ValueError(f"goal_relabel must be in [0, 1], got {self.goal_relabel}")
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,24 @@ class SFTExample:
     step_index: int
     goal: str = ""
     """the task's goal as the chat states it (what :func:`frame_goal` frames)"""
+    relabels: tuple["Relabel", ...] = ()
+    """hindsight relabellings of this step (:func:`goal_relabels`; built when
+    :attr:`SFTConfig.goal_relabel` is on)"""
+
+
+@dataclass(frozen=True)
+class Relabel:
+    """The same screen with another goal and the reply it asks for (:func:`goal_relabels`)."""
+
+    goal: str
+    target: str
+    completion_ids: tuple[int, ...]
+    weights: tuple[float, ...]
+
+    def apply(self, e: "SFTExample") -> "SFTExample":
+        """``e`` with this goal in its chat and this reply as its target."""
+        return replace(e, chat=replace_goal(e.chat, e.goal, self.goal), target=self.target,
+                       completion_ids=self.completion_ids, weights=self.weights, goal=self.goal, relabels=())
 
 
 #: neutral words put before and after a goal (:attr:`SFTConfig.goal_frames`): they change its length
@@ -106,7 +134,15 @@ def frame_goal(chat: list, goal: str, rng: random.Random) -> list:
     before, after = rng.choice(GOAL_FRAMES[0]), rng.choice(GOAL_FRAMES[1])
     if not goal or (not before and not after):
         return chat
-    old, new = f"Goal: {goal}", f"Goal: {before}{goal}{after}"
+    return replace_goal(chat, goal, f"{before}{goal}{after}")
+
+
+def replace_goal(chat: list, goal: str, new_goal: str) -> list:
+    """``chat`` with every ``Goal: <goal>`` in its text made ``Goal: <new_goal>`` (the original chat
+    and its images are shared, not changed)."""
+    if not goal or goal == new_goal:
+        return chat
+    old, new = f"Goal: {goal}", f"Goal: {new_goal}"
     out = []
     for m in chat:
         content = m.get("content")
@@ -172,6 +208,93 @@ def token_weights(policy: Any, ids: Sequence[int], target: str, action_kind: str
     return tuple(weights)
 
 
+def _names_in(goal: str, name: str) -> int:
+    """How many times ``name`` occurs in ``goal`` as whole words."""
+    return len(re.findall(r"(?<!\w)" + re.escape(name) + r"(?!\w)", goal)) if name else 0
+
+
+#: roles whose tap flips a state the marks do not record (on/off): a relabelled "Turn off X" could
+#: then be a tap that turns X on, so :func:`goal_relabels` leaves their steps as recorded
+TOGGLE_ROLES = frozenset({"switch", "checkbox", "radio", "menuitemcheckbox", "menuitemradio", "togglebutton"})
+
+
+def _reply_name(target: str) -> str | None:
+    """The element's name in a reply that acts on an element by name (unescaped), else None."""
+    m = _ELEMENT_NAME.search(target)
+    if m is None:
+        return None
+    try:
+        return json.loads(f'"{m.group(1)}"')
+    except ValueError:
+        return None
+
+
+def goal_relabels(trajectory: Trajectory, index: int, fmt: Any, chat: list, target: str
+                  ) -> list[tuple[str, str]]:
+    """Hindsight relabellings of step ``index``: ``(goal, target)`` pairs on the same screen.
+
+    Only a first step (no history to contradict) whose reply acts on a listed element by its name,
+    where that name occurs exactly once in the goal as whole words: for every other element of the
+    same role and of a like size (:func:`_alike`: the siblings of a grid, list or bar) on the
+    screen whose name (as a reply gives it) is its own, absent from the goal and
+    neither part of the recorded name nor containing it, the goal with the name swapped and the
+    same action on that element. "Open the Files app." -> tap Files gives "Open the Clock app." ->
+    tap Clock, as true a demonstration as the recorded one. Toggles (:data:`TOGGLE_ROLES`) give
+    none, since the marks do not say which way each one stands; nor do goals the chat does not
+    state as ``Goal: ...`` (nothing to swap)."""
+    if index != 0 or getattr(fmt, "adapt", None) is None or not hasattr(fmt, "format_on"):
+        return []
+    step = trajectory.steps[index]
+    goal, marks = trajectory.task.goal, step.observation.marks or ()
+    name = _reply_name(target)
+    if not marks or not name or _names_in(goal, name) != 1 or not _states_goal(chat, goal):
+        return []
+    action = fmt.adapt(step.action, step.observation)
+    if not isinstance(action, ELEMENT_ACTION_TYPES):
+        return []
+    mark = next((m for m in marks if m.id == action.element), None)
+    if mark is None or mark.role in TOGGLE_ROLES:
+        return []
+    out: list[tuple[str, str]] = []
+    seen = {name}
+    for m in marks:
+        if m.id == mark.id or m.role != mark.role or not _alike(m.box, mark.box):
+            continue
+        thought = step.thought or ""
+        alt = fmt.format_on(replace(action, element=m.id), step.observation, thought)
+        other = _reply_name(alt)
+        if (not other or not other.strip() or other in seen or _names_in(goal, other)
+                or other in name or name in other):
+            continue
+        seen.add(other)
+        new_goal = re.sub(r"(?<!\w)" + re.escape(name) + r"(?!\w)", lambda _: other, goal)
+        if thought:
+            alt = fmt.format_on(replace(action, element=m.id), step.observation, thought.replace(name, other))
+        out.append((new_goal, alt))
+    return out
+
+
+def _alike(a: tuple[float, ...], b: tuple[float, ...], ratio: float = 1.5) -> bool:
+    """Whether two boxes are siblings' boxes: width and height each within ``ratio`` of the other's
+    (the icons of a grid, the rows of a list, the tabs of a bar; not a list row and its toolbar's
+    back arrow, which share a role)."""
+    def close(u: float, v: float) -> bool:
+        return u > 0 and v > 0 and max(u, v) <= ratio * min(u, v)
+    return close(a[2] - a[0], b[2] - b[0]) and close(a[3] - a[1], b[3] - b[1])
+
+
+def _states_goal(chat: list, goal: str) -> bool:
+    """Whether some text of ``chat`` holds ``Goal: <goal>`` (what :func:`replace_goal` swaps)."""
+    needle = f"Goal: {goal}"
+    for m in chat:
+        content = m.get("content")
+        parts = [content] if isinstance(content, str) else [
+            p.get("text") for p in content or () if isinstance(p, dict)] if isinstance(content, list) else []
+        if any(isinstance(t, str) and needle in t for t in parts):
+            return True
+    return False
+
+
 def load_examples(trajs: Sequence[Trajectory], policy: Any, fmt: Any, prompt_config: Any, cfg: SFTConfig
                   ) -> list[SFTExample]:
     """One example per step with an action: the chat the agent saw and the target ``fmt`` prints,
@@ -190,7 +313,15 @@ def load_examples(trajs: Sequence[Trajectory], policy: Any, fmt: Any, prompt_con
             ids = policy.encode_completion(target)
             w = token_weights(policy, ids, target, step.action.kind, action_weight=cfg.action_weight,
                               coord_weight=cfg.coord_weight, name_weight=cfg.name_weight)
-            out.append(SFTExample(chat, target, tuple(ids), w, t.episode_id, i, goal=t.task.goal))
+            relabels = []
+            if cfg.goal_relabel:
+                for goal, alt in goal_relabels(t, i, fmt, chat, target):
+                    alt_ids = policy.encode_completion(alt)
+                    relabels.append(Relabel(goal, alt, tuple(alt_ids), token_weights(
+                        policy, alt_ids, alt, step.action.kind, action_weight=cfg.action_weight,
+                        coord_weight=cfg.coord_weight, name_weight=cfg.name_weight)))
+            out.append(SFTExample(chat, target, tuple(ids), w, t.episode_id, i, goal=t.task.goal,
+                                  relabels=tuple(relabels)))
     return out
 
 
@@ -255,6 +386,8 @@ def train_sft(policy: Any, examples: Sequence[SFTExample], cfg: SFTConfig, *, ou
                     order = list(range(len(examples)))
                     rng.shuffle(order)
                 e = examples[order.pop()]
+                if e.relabels and cfg.goal_relabel and rng.random() < cfg.goal_relabel:
+                    e = rng.choice(e.relabels).apply(e)
                 if cfg.goal_frames and rng.random() < cfg.goal_frames:
                     e = replace(e, chat=frame_goal(e.chat, e.goal, rng))
                 mb.append(e)

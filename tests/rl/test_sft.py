@@ -178,3 +178,116 @@ def test_bad_goal_frames_are_one_clear_error():
         SFTConfig(goal_frames=1.5)
     with pytest.raises(ValueError, match=r"--warm-start-goal-frames must be in \[0, 1\]"):
         WarmStartSettings(warm_start_goal_frames=-0.1)
+
+
+def _home(goal: str, action, *, index: int = 0):
+    from guiagent.types import Mark, Observation, Step, TaskSpec, Trajectory
+
+    marks = (Mark(0, "link", "Navigate up", (0.0, 0.0, 0.1, 0.05)),  # a link too, but not one of the icons
+             Mark(1, "link", "Clock", (0.1, 0.2, 0.3, 0.3)),
+             Mark(2, "link", "Notes", (0.4, 0.2, 0.6, 0.3)),
+             Mark(3, "link", "Files", (0.7, 0.2, 0.9, 0.3)),
+             Mark(4, "link", "Notes", (0.1, 0.4, 0.3, 0.5)),   # a name twice: only the first one's reply names it
+             Mark(5, "switch", "Wi-Fi", (0.1, 0.6, 0.9, 0.65)),
+             Mark(6, "switch", "Bluetooth", (0.1, 0.7, 0.9, 0.75)))
+    obs = Observation(screenshot=b"\x89PNG fake", width=360, height=640, marks=marks)
+    steps = tuple(Step(i, obs, action if i == index else None) for i in range(index + 1))
+    return Trajectory("e0", TaskSpec("webapps", "open_app", 0, goal), steps, success=1.0)
+
+
+def _relabels(traj, index: int = 0):
+    from rl.agents import tiny_model_settings
+    from rl.prompting import sft_example
+    from rl.sft import goal_relabels
+
+    st = tiny_model_settings("marks")
+    chat, target = sft_example(traj, index, st.format(), st.prompt_config())
+    return target, goal_relabels(traj, index, st.format(), chat, target)
+
+
+def test_goal_relabels_swap_the_named_element_for_its_siblings():
+    from guiagent.types import Click, ClickElement
+
+    target, out = _relabels(_home("Open the Clock app.", ClickElement(1)))
+    assert json.loads(target)["action"] == {"kind": "click_element", "name": "Clock"}
+    # the icons of the same size and role, each once; not the small back arrow, not the toggles
+    assert {g: json.loads(t)["action"]["name"] for g, t in out} == {
+        "Open the Notes app.": "Notes", "Open the Files app.": "Files"}
+    # a recorded tap at a point on the icon is the same step
+    _, by_point = _relabels(_home("Open the Clock app.", Click(0.2, 0.25)))
+    assert by_point == out
+
+
+@pytest.mark.parametrize("goal, action, index", [
+    ("Open the Clock app.", "switch", 0),            # a toggle: which way it stands is not in the marks
+    ("Open Clock, then open Clock again.", 1, 0),    # the name twice in the goal
+    ("Open the clock app.", 1, 0),                   # the reply's name not in the goal as written
+    ("Open the Clock app.", 1, 1),                   # a later step: its history would contradict the goal
+    ("Open the Clocks app.", 1, 0),                  # not as whole words
+])
+def test_goal_relabels_leave_steps_they_cannot_swap_truly(goal, action, index):
+    from guiagent.types import ClickElement
+
+    act = ClickElement(5) if action == "switch" else ClickElement(action)
+    goal = "Turn on Wi-Fi." if action == "switch" else goal
+    assert _relabels(_home(goal, act, index=index), index)[1] == []
+
+
+def test_goal_relabels_of_recorded_demonstrations_and_their_share_in_training(tmp_path, tiny_model_dir, monkeypatch):
+    """Oracle episodes of the webapps suite: every relabelling names an element of its screen, changes
+    only the name in the goal, and train_sft draws relabelled first steps at the share asked for."""
+    import re
+
+    import rl.sft as sft
+    from guiagent.policy.hf import load_transformers
+    from rl.agents import tiny_model_settings
+
+    demos = tmp_path / "demos"
+    run_eval(EvalConfig(env="webapps", agent="oracle", episodes=12, out=str(demos), seed=3,
+                        tasks=("open_app", "files_open_folder", "settings_turn_on"),
+                        fleet=__import__("rl.settings", fromlist=["FleetSettings"]).FleetSettings(
+                            slots=1, pool="inprocess", device={"marks": "true"})))
+    pol = load_transformers(str(tiny_model_dir), threads=1)
+    st = tiny_model_settings("marks")
+    trajs = sft.load_trajectories([str(demos)])
+    ex = sft.load_examples(trajs, pol, st.format(), st.prompt_config(), sft.SFTConfig(goal_relabel=0.5))
+    plain = sft.load_examples(trajs, pol, st.format(), st.prompt_config(), sft.SFTConfig())
+    assert all(not e.relabels for e in plain)  # built only when asked for
+    by_task = {t.episode_id: t.task.task_id for t in trajs}
+    relabelled = [e for e in ex if e.relabels]
+    assert {by_task[e.episode_id] for e in relabelled} == {"open_app", "files_open_folder"}  # toggles: none
+    for e in relabelled:
+        name = json.loads(e.target)["action"]["name"]
+        listed = re.findall(r"\] link: ([^\n]*)", _texts(e.chat))
+        for r in e.relabels:
+            other = json.loads(r.target)["action"]["name"]
+            assert other != name and any(x.startswith(other) for x in listed)
+            assert r.goal == e.goal.replace(name, other)
+            assert list(r.completion_ids) == pol.encode_completion(r.target)
+            applied = r.apply(e)
+            assert f"Goal: {r.goal}" in _texts(applied.chat) and f"Goal: {e.goal}" not in _texts(applied.chat)
+            assert applied.chat[0] is e.chat[0] or applied.chat[0] == e.chat[0]
+
+    seen: list[str] = []
+
+    def fake_nll(policy, batch):
+        seen.extend(e.target != recorded[e.episode_id] for e in batch)
+        return sum((p * 0).sum() for p in policy.parameters()) + next(iter(policy.parameters())).sum(), 0.0
+
+    monkeypatch.setattr(sft, "weighted_nll", fake_nll)
+    recorded = {e.episode_id: e.target for e in relabelled}
+    for share in (0.0, 1.0):
+        seen.clear()
+        sft.train_sft(pol, relabelled, sft.SFTConfig(steps=10, batch_size=8, micro_batch_size=8, warmup_steps=1,
+                                                     goal_relabel=share), progress=False)
+        assert sum(seen) / len(seen) == share  # a relabelling always names another element
+
+
+def test_bad_goal_relabel_is_one_clear_error():
+    from rl.settings import WarmStartSettings
+    from rl.sft import SFTConfig
+
+    with pytest.raises(ValueError, match=r"goal_relabel must be in \[0, 1\]"):
+        SFTConfig(goal_relabel=-0.5)
+    with pytest.raises(ValueError, match=r"--warm-start-goal-relabel must be in \[0, 1\]"):
+        WarmStartSettings(warm_start_goal_relabel=2.0)
