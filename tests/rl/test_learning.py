@@ -35,17 +35,18 @@ def test_the_embedded_default_learns_goal_conditioned_grounding(tmp_path):
     """README command (a), `guiagent train` with no flags: a tiny model from scratch, the marks format, the
     fixed-layout tasks and their shuffled variants (targets wherever the layout puts them); held-out success
     (192 episodes) after the warm start and after online AWR. What every measured seed showed (docs/results.md,
-    "The embedded default": warm starts 81.2 / 67.7 / 79.7%, after AWR 77.1 / 83.3%): the warm start at least
-    60%, the Files folders found wherever the shuffled layout puts them (17/17 in every seed), and AWR taking
-    away at most 5 points. `open_app` is not asserted: the one-token app names stay at 6 of 18. What this shows
-    is a named target found in any layout, not the goal read: the tiny model tells goals apart by their
-    length in tokens (bench/goal_reading.py; docs/results.md)."""
+    "The embedded default"): the warm start at least 85%, the Files folders found wherever the shuffled
+    layout puts them (17/17 in every seed), `open_app` at least half its episodes, the app named in the goal
+    found among nine (12-15 of 18 after the warm start; 6 of 18 with the former bare-words tokenizer, which
+    answered the one-token names by the goal's length), and AWR taking away at most 5 points. The aim of
+    80% for `open_app` is not asserted: not every seed reaches it (docs/results.md)."""
     import json
 
     got = json.loads(_run("train", "--out", str(tmp_path / "train"), "--json").strip().splitlines()[-1])
     before, after = got["task_success_before"], got["task_success_after"]
-    assert got["success_before"] >= 0.6, got
+    assert got["success_before"] >= 0.85, got
     assert before["files_open_folder_shuffled"] >= 0.8 and after["files_open_folder_shuffled"] >= 0.8, after
+    assert before["open_app"] >= 0.5 and before["open_app_shuffled"] >= 0.5, before
     assert got["success_after"] >= got["success_before"] - 0.05, got
 
 
