@@ -145,6 +145,7 @@ def test_check_env(dev, task_id):
     assert check_env(env_for(dev, task_id), seed=0) == 1.0
 
 
+@pytest.mark.slow  # ~15 s; test_check_env solves seed 0 of every task in the default suite
 def test_oracles_solve_every_task_over_three_seeds(dev):
     """Seeds 1 and 2 here; seed 0 is solved inside ``test_check_env``: three seeds per task."""
     failures = []

@@ -38,6 +38,7 @@ def _check(report: dict, nodes: int) -> None:
     assert report["ok"]
 
 
+@pytest.mark.slow  # ~16 s; tests/rl/test_rollout_faults.py kills a worker in the default suite
 def test_losing_a_worker_node_mid_rollout_loses_no_completed_episode(tmp_path):
     report = node_loss.run_node_loss(nodes=1, head_cpus=2, envs_per_worker=1, groups=1, kill_at=2,
                                      out=str(tmp_path), say=lambda m: None)

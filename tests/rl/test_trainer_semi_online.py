@@ -84,6 +84,7 @@ def test_the_embedded_default_runs_its_stages_on_a_tiny_budget(tmp_path):
     assert (out / "model-best").is_dir() and r.best_success >= r.success_before
 
 
+@pytest.mark.slow  # ~24 s; tests/rl/test_trainer.py checks an online run's seed in the default suite
 def test_one_seed_gives_one_semi_online_run(tiny_model_dir, demos, tmp_path):
     """Semi-online groups are named by iteration, round and position (not at random): their names pick
     the samples' streams and the update's micro-batches, so one seed gives the same metrics and weights."""
