@@ -5,6 +5,7 @@ Playwright loop in one run.
     python bench/snapshot.py --skip-loops --repeats 40
     python bench/snapshot.py --skip-ops --rounds 3 --group-size 2 4
     python bench/snapshot.py --skip-ops --tree none                     # observations without the tree
+    python bench/snapshot.py --skip-ops --loops restore restore_no_tree_cache   # the tree cache on and off
     python bench/snapshot.py --skip-ops --skip-loops --miniwob-survey    # which MiniWoB++ pages replay
 
 **Operations** (one phone device of the webapps suite; CPU milliseconds a call summed over this
@@ -171,7 +172,22 @@ class RawLoop:
         self.handle.close()
 
 
-def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int], tree: str = "aria") -> list[dict]:
+#: the rollout loops --loops picks from: name -> device options
+LOOP_MODES: dict[str, dict[str, Any]] = {
+    "restore": {"reset_by_restore": True},
+    "in_page": {"reset_by_restore": False},
+    "restore_no_tree_cache": {"reset_by_restore": True, "tree_cache": False},
+}
+
+
+def tree_counts(pool: Any) -> tuple[int, int]:
+    """(trees read, trees reused) over a pool's devices so far."""
+    devs = [s.device for s in pool._worker._slots.values() if s.device is not None]
+    return sum(getattr(d, "tree_reads", 0) for d in devs), sum(getattr(d, "tree_reuses", 0) for d in devs)
+
+
+def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int], tree: str = "aria",
+          modes: tuple[str, ...] = ("restore", "in_page")) -> list[dict]:
     from emulators.pool import InProcessPool
     from guiagent.store import Store
     from rl.agents import RandomPolicy
@@ -180,9 +196,8 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
     tasks = ["open_app", "settings_turn_on"]
     tmp = Path(tempfile.mkdtemp(prefix="guiagent-bench-snapshot-"))
     store = Store.open(tmp / "store")
-    pools = {mode: InProcessPool("webapps", num_slots=slots,
-                                 device_options={"reset_by_restore": mode == "restore", "tree": tree})
-             for mode in ("restore", "in_page")}
+    pools = {mode: InProcessPool("webapps", num_slots=slots, device_options={**LOOP_MODES[mode], "tree": tree})
+             for mode in modes}
     raw = RawLoop(slots)
     results: list[dict] = []
     seed = 0
@@ -203,9 +218,11 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
                     run_id = store.create_run(f"bench-snapshot-{mode}-{rnd}-{g}", env="webapps", algo="bench")
                     hits0, misses0 = START_STATES.hits, START_STATES.misses
                     cpu0 = cpu_by_process(os.getpid())
+                    trees0 = tree_counts(pool)
                     res = run_rollout(pool, RandomPolicy(seed=seed), requests, store=store, run_id=run_id,
                                       suite="webapps")
                     cpu1 = cpu_by_process(os.getpid())
+                    trees1 = tree_counts(pool)
                     steps = max(res.env_steps, 1)
                     r = {"loop": "rollout", "reset": mode, "group_size": g, "round": rnd + 1,
                          "episodes": len(res.trajectories), "aborted": res.aborted, "env_steps": res.env_steps,
@@ -214,12 +231,14 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
                          "cpu_ms_by_process": by_process(cpu0, cpu1, steps),
                          "steps_per_episode": round(res.env_steps / max(len(res.trajectories), 1), 2),
                          "start_hits": START_STATES.hits - hits0, "start_misses": START_STATES.misses - misses0,
+                         "trees_read": trees1[0] - trees0[0], "trees_reused": trees1[1] - trees0[1],
                          "load_avg": load_avg()}
                     results.append(r)
                     print(f"round {rnd + 1} G={g} rollout ({mode:<7}) {r['steps_per_s']:6.2f} steps/s "
                           f"{r['cpu_ms_per_step']:6.1f} ms CPU a step ({r['env_steps']} steps, "
                           f"{r['steps_per_episode']} an episode, starts restored {r['start_hits']}/"
-                          f"{r['start_hits'] + r['start_misses']})  load {r['load_avg']}", flush=True)
+                          f"{r['start_hits'] + r['start_misses']}, trees read {r['trees_read']} reused "
+                          f"{r['trees_reused']})  load {r['load_avg']}", flush=True)
                     print(f"    CPU ms a step by process: {r['cpu_ms_by_process']}", flush=True)
                     r["ratio_vs_raw"] = {}
                     for m in RawLoop.MODES:
@@ -287,6 +306,9 @@ def main() -> None:
     ap.add_argument("--group-size", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--tree", choices=["aria", "none"], default="aria",
                     help="the loops' devices: ARIA tree in each observation (the default) or screenshots only")
+    ap.add_argument("--loops", nargs="+", choices=list(LOOP_MODES), default=["restore", "in_page"],
+                    help="the rollout loops to run: reset by restore, in page, reset by restore without the "
+                         "tree cache (BrowserConfig.tree_cache off)")
     ap.add_argument("--skip-ops", action="store_true")
     ap.add_argument("--skip-loops", action="store_true")
     ap.add_argument("--miniwob-survey", action="store_true", help="replay every MiniWoB++ page (~5 min)")
@@ -306,12 +328,12 @@ def main() -> None:
                                  "wall_ms": statistics.median(r["wall_ms"] for r in v), "rounds": v}
                              for k, v in ops.items()}
     if not args.skip_loops:
-        res = loops(args.slots, args.rounds, args.episodes_per_slot, args.group_size, args.tree)
+        res = loops(args.slots, args.rounds, args.episodes_per_slot, args.group_size, args.tree, tuple(args.loops))
         out["loops"] = res
         out["tree"] = args.tree
         summary: dict[str, Any] = {}
         for g in args.group_size:
-            for mode in ("restore", "in_page"):
+            for mode in args.loops:
                 rows = [r for r in res if r["loop"] == "rollout" and r["reset"] == mode and r["group_size"] == g]
                 summary[f"G{g}_{mode}"] = {
                     "steps_per_s": [r["steps_per_s"] for r in rows],

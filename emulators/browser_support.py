@@ -22,7 +22,7 @@ from guiagent.types import Mark
 
 __all__ = [
     "ChromiumNotFound", "find_chromium", "BrowserHandle", "launch", "connect_over_cdp", "normalise_key",
-    "origin_of", "url_allowed", "run_concurrently", "SETTLE_INIT_SCRIPT", "SETTLE_POLL_JS", "CHROMIUM_ARGS",
+    "origin_of", "url_allowed", "run_concurrently", "SETTLE_INIT_SCRIPT", "SETTLE_POLL_JS", "VERSION_JS", "CHROMIUM_ARGS",
     "build_marks", "INTERACTIVE_ROLES", "NAMED_ROLES",
 ]
 
@@ -342,8 +342,53 @@ SETTLE_INIT_SCRIPT = r"""
   g.lastScroll = -1e9;
   window.addEventListener('scroll', () => { g.lastScroll = performance.now(); }, true);
   const onMutation = () => { g.lastMutation = performance.now(); g.mutations++; };
-  new MutationObserver(onMutation).observe(document,
-      {subtree: true, childList: true, attributes: true, characterData: true});
+  const observer = new MutationObserver(onMutation);
+  const watch = {subtree: true, childList: true, attributes: true, characterData: true};
+  observer.observe(document, watch);
+  // Shadow roots made by scripts are watched too (a mutation observer stops at a shadow boundary).
+  const origAttachShadow = Element.prototype.attachShadow;
+  Element.prototype.attachShadow = function () {
+    const root = origAttachShadow.apply(this, arguments);
+    try { observer.observe(root, watch); } catch (e) { g.unwatched = true; }
+    return root;
+  };
+  // What the ARIA tree reads beyond the DOM's nodes and attributes: form controls' live state
+  // (typed text, a checked box, a chosen option: properties, not attributes), focus, the
+  // element under the pointer (:hover rules), opened popovers and details, the end of a
+  // transition or animation (a rule that hides an element once it ends). Each bumps
+  // g.changes; the device reuses a tree while the document, its mutations and these stay the same.
+  g.doc = Math.random().toString(36).slice(2) + performance.timeOrigin;
+  g.changes = 0;
+  const bump = () => { g.changes++; };
+  for (const type of ['input', 'change', 'focusin', 'focusout', 'toggle', 'transitionend',
+                      'animationend', 'reset', 'select']) {
+    window.addEventListener(type, bump, true);
+  }
+  let hovered = null;
+  window.addEventListener('pointerover', (e) => {
+    if (e.target !== hovered) { hovered = e.target; g.changes++; }
+  }, true);
+  const setters = [[window.HTMLInputElement, ['value', 'checked', 'indeterminate']],
+                   [window.HTMLTextAreaElement, ['value']],
+                   [window.HTMLSelectElement, ['value', 'selectedIndex']],
+                   [window.HTMLOptionElement, ['selected']]];
+  for (const [cls, props] of setters) {
+    if (!cls) continue;
+    for (const prop of props) {
+      const d = Object.getOwnPropertyDescriptor(cls.prototype, prop);
+      if (!d || !d.set || !d.configurable) continue;
+      Object.defineProperty(cls.prototype, prop, {
+        configurable: true, enumerable: d.enumerable, get: d.get,
+        set: function (v) { g.changes++; return d.set.call(this, v); },
+      });
+    }
+  }
+  for (const name of ['showPopover', 'hidePopover', 'togglePopover']) {
+    const m = window.HTMLElement && HTMLElement.prototype[name];
+    if (typeof m === 'function') {
+      HTMLElement.prototype[name] = function () { g.changes++; return m.apply(this, arguments); };
+    }
+  }
   const origSetTimeout = window.setTimeout, origClearTimeout = window.clearTimeout;
   window.setTimeout = function (fn, delay, ...rest) {
     let id;
@@ -382,6 +427,13 @@ SETTLE_INIT_SCRIPT = r"""
 })();
 """
 
+#: The page's version as the ARIA tree sees it (see ``SETTLE_INIT_SCRIPT``): the same string twice
+#: means the same document with no mutation and no change of the kinds it counts in between;
+#: ``null`` where a tree read now cannot be vouched for again (no settle script, subframes whose
+#: changes this frame does not see, a shadow root it could not watch).
+VERSION_JS = ("(window.__ga && !window.__ga.unwatched && !document.querySelector('iframe, frame, object, embed')"
+              " ? window.__ga.doc + ':' + window.__ga.mutations + ':' + window.__ga.changes : null)")
+
 #: Waits inside the page (up to ``remaining`` ms) until nothing is pending: no fetch/XHR, no
 #: one-shot timer due before the deadline, no finite animation running, no navigation
 #: started, document complete. Infinite animations (spinners, ``iterations: Infinity``) and
@@ -403,7 +455,7 @@ async (remaining) => {
     const why = g.navigating ? 'navigation' : document.readyState !== 'complete' ? 'loading'
         : g.fetches > 0 ? 'network' : timers > 0 ? 'timer' : anims > 0 ? 'animation'
         : performance.now() - g.lastScroll < 50 ? 'scrolling' : '';
-    return {busy: why !== '', why, mutations: g.mutations};
+    return {busy: why !== '', why, mutations: g.mutations, version: VERSION};
   };
   for (;;) {
     const s = state();
@@ -411,7 +463,7 @@ async (remaining) => {
     await new Promise(r => g.setTimeout(r, 10));
   }
 }
-"""
+""".replace("VERSION", VERSION_JS)
 
 
 # --------------------------------------------------------------------------------------------- marks
