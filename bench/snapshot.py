@@ -6,6 +6,7 @@ Playwright loop in one run.
     python bench/snapshot.py --skip-ops --rounds 3 --group-size 2 4
     python bench/snapshot.py --skip-ops --tree none                     # observations without the tree
     python bench/snapshot.py --skip-ops --loops restore restore_no_tree_cache   # the tree cache on and off
+    python bench/snapshot.py --skip-ops --loops restore restore_two_batches     # starts beside steps, or after
     python bench/snapshot.py --skip-ops --skip-loops --miniwob-survey    # which MiniWoB++ pages replay
 
 **Operations** (one phone device of the webapps suite; CPU milliseconds a call summed over this
@@ -177,7 +178,23 @@ LOOP_MODES: dict[str, dict[str, Any]] = {
     "restore": {"reset_by_restore": True},
     "in_page": {"reset_by_restore": False},
     "restore_no_tree_cache": {"reset_by_restore": True, "tree_cache": False},
+    # the loop as before one batch a turn: the turn's step, then the freed slots' resets, each a batch
+    "restore_two_batches": {"reset_by_restore": True, "_two_batches": True},
 }
+
+
+def rollout(pool: Any, policy: Any, requests: list, *, two_batches: bool = False, **kw: Any) -> Any:
+    """``run_rollout``; ``two_batches``: with the loop's step and starts in separate batches of the pool."""
+    from rl.loop import RolloutLoop
+    from rl.rollout import LiveSide, run_rollout
+
+    if not two_batches:
+        return run_rollout(pool, policy, requests, **kw)
+
+    class TwoBatches(LiveSide):
+        step_and_start = None  # the loop then steps, and starts the freed slots after it
+
+    return RolloutLoop(TwoBatches(pool, None, kw.pop("suite", "")), policy, **kw).run(requests)
 
 
 def tree_counts(pool: Any) -> tuple[int, int]:
@@ -196,8 +213,8 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
     tasks = ["open_app", "settings_turn_on"]
     tmp = Path(tempfile.mkdtemp(prefix="guiagent-bench-snapshot-"))
     store = Store.open(tmp / "store")
-    pools = {mode: InProcessPool("webapps", num_slots=slots, device_options={**LOOP_MODES[mode], "tree": tree})
-             for mode in modes}
+    pools = {mode: InProcessPool("webapps", num_slots=slots, device_options={
+        **{k: v for k, v in LOOP_MODES[mode].items() if not k.startswith("_")}, "tree": tree}) for mode in modes}
     raw = RawLoop(slots)
     results: list[dict] = []
     seed = 0
@@ -219,8 +236,8 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
                     hits0, misses0 = START_STATES.hits, START_STATES.misses
                     cpu0 = cpu_by_process(os.getpid())
                     trees0 = tree_counts(pool)
-                    res = run_rollout(pool, RandomPolicy(seed=seed), requests, store=store, run_id=run_id,
-                                      suite="webapps")
+                    res = rollout(pool, RandomPolicy(seed=seed), requests, store=store, run_id=run_id,
+                                  suite="webapps", two_batches=LOOP_MODES[mode].get("_two_batches", False))
                     cpu1 = cpu_by_process(os.getpid())
                     trees1 = tree_counts(pool)
                     steps = max(res.env_steps, 1)
@@ -308,7 +325,8 @@ def main() -> None:
                     help="the loops' devices: ARIA tree in each observation (the default) or screenshots only")
     ap.add_argument("--loops", nargs="+", choices=list(LOOP_MODES), default=["restore", "in_page"],
                     help="the rollout loops to run: reset by restore, in page, reset by restore without the "
-                         "tree cache (BrowserConfig.tree_cache off)")
+                         "tree cache (BrowserConfig.tree_cache off), reset by restore with a turn's step and "
+                         "starts in two batches (the loop before it started freed slots beside the others' step)")
     ap.add_argument("--skip-ops", action="store_true")
     ap.add_argument("--skip-loops", action="store_true")
     ap.add_argument("--miniwob-survey", action="store_true", help="replay every MiniWoB++ page (~5 min)")

@@ -101,6 +101,11 @@ class _SlotBook:
             raise PoolRequestError(f"slots {idle} have no running episode (never reset, or the episode "
                                    "ended or was aborted): reset them before stepping")
 
+    def check_step_reset(self, steps: Sequence[ActionRequest], resets: Sequence[ResetRequest]) -> None:
+        self.check_slots([r.slot for r in (*steps, *resets)])
+        self.check_step(steps)
+        self.check_reset(resets)
+
     def record(self, outputs: Sequence[EnvOutput]) -> None:
         for o in outputs:
             self.live[o.slot] = not o.done
@@ -136,6 +141,14 @@ class InProcessPool:
         out = self._worker.step_batch(list(requests))
         self._book.record(out)
         return out
+
+    def step_and_reset(self, steps: Sequence[ActionRequest], resets: Sequence[ResetRequest]
+                       ) -> tuple[list[EnvOutput], list[EnvOutput]]:
+        """Step some slots and reset others in one batch, side by side (see :meth:`RayEnvPool.step_and_reset`)."""
+        self._book.check_step_reset(steps, resets)
+        out = self._worker.step_reset_batch(list(steps), list(resets))
+        self._book.record(out)
+        return out[:len(steps)], out[len(steps):]
 
     def oracle_actions(self, slots: Sequence[int]) -> list[Action | None]:
         slots = list(slots)
@@ -289,6 +302,18 @@ class RayEnvPool:
             out = self._run("step_batch", list(requests), self.step_timeout_s)
             self._book.record(out)
         return out
+
+    def step_and_reset(self, steps: Sequence[ActionRequest], resets: Sequence[ResetRequest]
+                       ) -> tuple[list[EnvOutput], list[EnvOutput]]:
+        """Step the slots of ``steps`` and reset those of ``resets`` in one batch, all workers in
+        parallel and a worker's slots side by side: the rollout loop starts the slots its last step
+        freed while the others take their next step. Outputs: the steps' and the resets', each in
+        request order; a slot may appear once in all."""
+        with self._lock:
+            self._book.check_step_reset(steps, resets)
+            out = self._run("mixed_batch", [*steps, *resets], max(self.step_timeout_s, self.reset_timeout_s))
+            self._book.record(out)
+        return out[:len(steps)], out[len(steps):]
 
     def oracle_actions(self, slots: Sequence[int]) -> list[Action | None]:
         """The task oracle's next action per slot (``None``: no live episode, oracle stuck, worker lost)."""

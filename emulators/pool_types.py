@@ -96,6 +96,9 @@ class EnvPool(Protocol):
 
     def step(self, requests: Sequence[ActionRequest]) -> list[EnvOutput]: ...
 
+    # optional: ``step_and_reset(steps, resets) -> (step outputs, reset outputs)``, one batch doing
+    # both side by side; the rollout loop uses it where a pool has it (InProcessPool, RayEnvPool)
+
     def oracle_actions(self, slots: Sequence[int]) -> list[Action | None]: ...
 
     def snapshot(self, slots: Sequence[int]) -> list[SnapshotOutput]: ...

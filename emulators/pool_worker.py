@@ -114,7 +114,18 @@ class EnvWorker:
 
     def reset_batch(self, requests: Sequence[ResetRequest]) -> list[EnvOutput]:
         """Reset each requested slot (side by side on a shared browser); outputs in request order."""
-        if self.shares_browser and self.concurrent and len(requests) > 1:
+        return self.step_reset_batch([], requests)
+
+    def step_batch(self, requests: Sequence[ActionRequest]) -> list[EnvOutput]:
+        """Step each requested slot (side by side on a shared browser); outputs in request order."""
+        return self._each(self._step_one, requests)
+
+    def step_reset_batch(self, steps: Sequence[ActionRequest], resets: Sequence[ResetRequest]) -> list[EnvOutput]:
+        """Step some slots and reset others in one batch, all side by side on a shared browser: the
+        rollout loop starts the slots its last step freed while the others take their next step,
+        instead of waiting for the slowest of each batch in turn. Outputs: the steps', then the resets',
+        each in request order."""
+        if self.shares_browser and self.concurrent and len(steps) + len(resets) > 1 and resets:
             try:  # the browser (and this thread's Playwright) start here, not in one slot's greenlet
                 if self._browser is None or not self._browser.connected:
                     self._relaunch_browser()
@@ -124,17 +135,20 @@ class EnvWorker:
         # of each (task, seed) starts before the rest of its group, which then restore its start
         # instead of all building the same one at once (emulators/snapshot.py).
         first, rest, seen = [], [], set()
-        for r in requests:
+        for r in resets:
             (rest if r.state is None and (r.task_id, r.seed) in seen else first).append(r)
             seen.add((r.task_id, r.seed))
-        if not rest or not any(getattr(s.device, "start_states", None) is not None for s in self._slots.values()):
-            return self._each(self._reset_one, requests)
-        out = {o.slot: o for o in self._each(self._reset_one, first) + self._each(self._reset_one, rest)}
-        return [out[r.slot] for r in requests]
+        if rest and not any(getattr(s.device, "start_states", None) is not None for s in self._slots.values()):
+            first, rest = list(resets), []
+        calls = [(self._step_one, r) for r in steps] + [(self._reset_one, r) for r in first]
+        out = {o.slot: o for o in self._run_calls(calls) + self._run_calls([(self._reset_one, r) for r in rest])}
+        return [out[r.slot] for r in (*steps, *resets)]
 
-    def step_batch(self, requests: Sequence[ActionRequest]) -> list[EnvOutput]:
-        """Step each requested slot (side by side on a shared browser); outputs in request order."""
-        return self._each(self._step_one, requests)
+    def mixed_batch(self, requests: Sequence[ActionRequest | ResetRequest]) -> list[EnvOutput]:
+        """:meth:`step_reset_batch` over one list (what a pool sends a worker); outputs in request order."""
+        steps = [r for r in requests if isinstance(r, ActionRequest)]
+        out = {o.slot: o for o in self.step_reset_batch(steps, [r for r in requests if isinstance(r, ResetRequest)])}
+        return [out[r.slot] for r in requests]
 
     def snapshot_batch(self, slots: Sequence[int]) -> list[SnapshotOutput]:
         """Each slot's env state (:meth:`GuiEnv.snapshot`), or why not; episodes go on unchanged."""
@@ -213,7 +227,13 @@ class EnvWorker:
                              f"(slots {min(self._slots)}..{max(self._slots)})") from None
 
     def _each(self, fn: Any, requests: Sequence[Any]) -> list[EnvOutput]:
-        calls = [functools.partial(self._guarded, r.slot, fn, r) for r in requests]
+        return self._run_calls([(fn, r) for r in requests])
+
+    def _run_calls(self, pairs: Sequence[tuple[Any, Any]]) -> list[EnvOutput]:
+        """Each (function, request) of one batch, guarded; outputs in order."""
+        if not pairs:
+            return []
+        calls = [functools.partial(self._guarded, r.slot, fn, r) for fn, r in pairs]
         # side by side only on the thread that launched the browser: its Playwright loop is that
         # thread's (an async trainer's held-out evaluation steps the pool from the main thread
         # while the rollout thread launched it; those calls then run one after another)

@@ -35,7 +35,7 @@ from emulators.pool_types import EnvPool, ResetRequest
 from guiagent.types import Step
 from judge.compose import RewardConfig
 from rl.agents import PolicyTurn, TurnPolicy
-from rl.loop import Episode, RolloutLoop, RolloutResult, StepOutcome
+from rl.loop import Episode, RolloutLoop, RolloutResult
 from rl.rollout import EpisodeRequest, LiveSide
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ class TrunkSide(LiveSide):
         self.points: list[BranchPoint] = []
         self.refusals: dict[str, int] = {}
 
-    def step(self, episodes: Sequence[Episode], turns: Sequence[PolicyTurn]) -> list[StepOutcome]:
+    def before_step(self, episodes: Sequence[Episode], turns: Sequence[PolicyTurn]) -> None:
         snaps = self.pool.snapshot([ep.slot for ep in episodes])
         for ep, turn, snap in zip(episodes, turns, snaps):
             if snap.state is None:
@@ -99,7 +99,6 @@ class TrunkSide(LiveSide):
                 continue
             self.points.append(BranchPoint(ep.req, ep.episode_id, len(ep.steps), snap.state, tuple(ep.history),
                                            surprisal(turn)))
-        return super().step(episodes, turns)
 
 
 def choose_points(points: Sequence[BranchPoint], completed: set[str], rule: str, per_trunk: int

@@ -7,7 +7,10 @@ both share; the side owns where screens and outcomes come from::
 
     start    the side starts episodes in free slots (a reset, or a recorded episode's first screen)
     step     one act_batch over every busy slot, then the side's step over the same slots; each
-             outcome's step is recorded (the learner's turn beside it) and stored
+             outcome's step is recorded (the learner's turn beside it) and stored. A side with
+             ``step_and_start`` (a live pool that has ``step_and_reset``) starts the free slots in
+             the same batch, so a turn waits once for its slowest slot, not once for the steps and
+             again for the resets; the slots a step frees start with the next turn's step
     judge    a finished episode goes to the judge (when there is one) before its last step is stored
     close    the episode is completed or aborted in the store; its slot starts the next request
 
@@ -215,9 +218,14 @@ class RolloutLoop:
         self.retried: set[int] = set()
         self.judging: list[_Judging] = []                 # batches in flight on the judge's threads
         self.waiting: list[tuple[Episode, Trajectory]] = []  # finished episodes not yet sent
-        self.start(list(range(self.side.num_slots)))
-        while self.live:
-            self.start(self.step())
+        both = getattr(self.side, "step_and_start", None)
+        while self.live or self.pending:
+            if both is not None and self.live:  # the free slots start in the batch of the others' step
+                self.step(both)
+            else:  # a step, then the free slots start (freed by it, or never started)
+                if self.live:
+                    self.step()
+                self.start([s for s in range(self.side.num_slots) if s not in self.live])
             if self.judging:  # the judge works on its own threads while the freed slots start new episodes
                 self.collect(block=False)
             if self.waiting:
@@ -239,16 +247,24 @@ class RolloutLoop:
 
     # ---- start --------------------------------------------------------------------------------------
 
-    def start(self, slots: Sequence[int]) -> None:
-        """Start the next requests in ``slots`` (a failed start is tried once more, then recorded aborted)."""
+    def take(self, slots: Sequence[int]) -> list[tuple[int, Any]]:
+        """The next pending requests, one for each of ``slots`` while any are left."""
         reqs = []
         for s in slots:
             if not self.pending:
                 break
             reqs.append((s, self.pending.pop()))
-        if not reqs:
-            return
-        for (s, r), got in zip(reqs, self.timed("env_seconds", self.side.start, reqs)):
+        return reqs
+
+    def start(self, slots: Sequence[int]) -> None:
+        """Start the next requests in ``slots`` (a failed start is tried once more, then recorded aborted)."""
+        reqs = self.take(slots)
+        if reqs:
+            self.begin(reqs, self.timed("env_seconds", self.side.start, reqs))
+
+    def begin(self, reqs: Sequence[tuple[int, Any]], started: Sequence[Started]) -> None:
+        """Open the episodes the side started (a failed start is tried once more, then recorded aborted)."""
+        for (s, r), got in zip(reqs, started):
             if got.error is not None or got.spec is None or got.observation is None:
                 if got.retry and id(r) not in self.retried:  # a fresh worker gets one more try at this episode
                     self.retried.add(id(r))
@@ -277,19 +293,24 @@ class RolloutLoop:
 
     # ---- step ---------------------------------------------------------------------------------------
 
-    def step(self) -> list[int]:
-        """One turn of every busy slot; returns the slots freed."""
+    def step(self, step_and_start: Callable[..., Any] | None = None) -> None:
+        """One turn of every busy slot. With ``step_and_start`` (the side's), the free slots start
+        their next requests in the same batch as the others' step (one wait for the slowest slot a
+        turn instead of two); the slots this step frees start with the next turn's."""
         slots = sorted(self.live)
         eps = [self.live[s] for s in slots]
+        reqs = self.take([s for s in range(self.side.num_slots) if s not in self.live]) if step_and_start else []
         ctxs = [TurnContext(ep.spec, tuple(ep.history), ep.obs, s, ep.req.key) for s, ep in zip(slots, eps)]
         turns = self.timed("policy_seconds", self.policy.act_batch, ctxs, getattr(self.side, "pool", None))
-        outs = self.timed("env_seconds", self.side.step, eps, turns)
-        freed = []
+        if reqs:
+            outs, started = self.timed("env_seconds", step_and_start, eps, turns, reqs)
+        else:
+            outs, started = self.timed("env_seconds", self.side.step, eps, turns), []
         for s, ep, turn, out in zip(slots, eps, turns, outs):
             self.res.env_steps += 1
-            if self.record(s, ep, turn, out):
-                freed.append(s)
-        return freed
+            self.record(s, ep, turn, out)
+        if reqs:
+            self.begin(reqs, started)
 
     def record(self, slot: int, ep: Episode, turn: PolicyTurn, out: StepOutcome) -> bool:
         """Record one outcome in the episode in ``slot`` (and the store); whether the episode ended."""

@@ -92,17 +92,39 @@ class LiveSide:
 
     def start(self, requests: Sequence[tuple[int, EpisodeRequest]]) -> list[Started]:
         """Reset each slot, or restore the state a branch request carries (``rl.branch``)."""
-        outs = self.pool.reset([ResetRequest(s, r.task_id, r.seed, r.max_steps, state=r.state)
-                                for s, r in requests])
+        return self._started(requests, self.pool.reset(self._resets(requests)))
+
+    def step(self, episodes: Sequence[Episode], turns: Sequence[PolicyTurn]) -> list[StepOutcome]:
+        self.before_step(episodes, turns)
+        outs = self.pool.step([ActionRequest(ep.slot, t.action) for ep, t in zip(episodes, turns)])
+        return [self._outcome(ep, turn, out) for ep, turn, out in zip(episodes, turns, outs)]
+
+    def step_and_start(self, episodes: Sequence[Episode], turns: Sequence[PolicyTurn],
+                       requests: Sequence[tuple[int, EpisodeRequest]]) -> tuple[list[StepOutcome], list[Started]]:
+        """:meth:`step` and :meth:`start` in one batch of the pool where it can (``step_and_reset``):
+        the slots that start wait for the same slowest slot as those that step, not for their own."""
+        both = getattr(self.pool, "step_and_reset", None)
+        if both is None or not episodes or not requests:
+            return (self.step(episodes, turns) if episodes else []), (self.start(requests) if requests else [])
+        self.before_step(episodes, turns)
+        outs, resets = both([ActionRequest(ep.slot, t.action) for ep, t in zip(episodes, turns)],
+                            self._resets(requests))
+        return ([self._outcome(ep, turn, out) for ep, turn, out in zip(episodes, turns, outs)],
+                self._started(requests, resets))
+
+    def before_step(self, episodes: Sequence[Episode], turns: Sequence[PolicyTurn]) -> None:
+        """Called with each batch's episodes and turns before they are stepped (``rl.branch`` captures states)."""
+
+    @staticmethod
+    def _resets(requests: Sequence[tuple[int, EpisodeRequest]]) -> list[ResetRequest]:
+        return [ResetRequest(s, r.task_id, r.seed, r.max_steps, state=r.state) for s, r in requests]
+
+    def _started(self, requests: Sequence[tuple[int, EpisodeRequest]], outs: Sequence[Any]) -> list[Started]:
         return [Started(error=str(out.worker_error), observation=out.observation, retry=True)
                 if out.worker_error is not None or out.spec is None
                 else Started(out.spec, out.observation, OnlineRewarder(self.rewards, out.info.milestones),
                              history=r.prefix)
                 for (_, r), out in zip(requests, outs)]
-
-    def step(self, episodes: Sequence[Episode], turns: Sequence[PolicyTurn]) -> list[StepOutcome]:
-        outs = self.pool.step([ActionRequest(ep.slot, t.action) for ep, t in zip(episodes, turns)])
-        return [self._outcome(ep, turn, out) for ep, turn, out in zip(episodes, turns, outs)]
 
     @staticmethod
     def _outcome(ep: Episode, turn: PolicyTurn, out: Any) -> StepOutcome:

@@ -265,6 +265,45 @@ def test_slots_side_by_side_give_the_episodes_of_slots_one_after_another():
                 (b.observation.screenshot, b.info, b.terminated)
 
 
+def _step_and_reset_check(pool, seed: int) -> None:
+    """Slot 0 steps while slot 1 resets, in one batch; then the roles swap; the outcomes are those of
+    separate calls."""
+    n = pool.num_slots
+    # every slot's episode over (a one-step episode each), whatever ran before
+    pool.reset([ResetRequest(s, "two_buttons", seed=seed, max_steps=1) for s in range(n)])
+    assert all(o.truncated for o in pool.step([ActionRequest(s, Click(0.99, 0.99)) for s in range(n)]))
+    with pytest.raises(PoolRequestError, match="twice"):
+        pool.step_and_reset([], [ResetRequest(0, "two_buttons", seed=seed), ResetRequest(0, "two_buttons", seed=1)])
+    with pytest.raises(PoolRequestError, match="no running episode"):  # checked before anything runs
+        pool.step_and_reset([ActionRequest(0, Click(0.5, 0.5))], [ResetRequest(1, "two_buttons", seed=seed)])
+    (first,) = pool.reset([ResetRequest(0, "two_buttons", seed=seed)])
+    with pytest.raises(PoolRequestError, match="twice"):  # a slot cannot both step and reset
+        pool.step_and_reset([ActionRequest(0, Click(0.5, 0.5))], [ResetRequest(0, "two_buttons", seed=seed)])
+    # slot 0 takes its oracle step while the last slot resets
+    (a,) = pool.oracle_actions([0])
+    steps, resets = pool.step_and_reset([ActionRequest(0, a)], [ResetRequest(n - 1, "two_buttons", seed=seed + 1)])
+    assert [o.slot for o in steps] == [0] and [o.slot for o in resets] == [n - 1]
+    assert steps[0].info.milestones == (True, False) and not steps[0].done and steps[0].worker_error is None
+    assert resets[0].spec.seed == seed + 1 and resets[0].info.milestones == (False, False)
+    # slot 0 finishes while the last slot takes its first step: both episodes solved as with step()
+    a0, a1 = pool.oracle_actions([0, n - 1])
+    steps, resets = pool.step_and_reset([ActionRequest(0, a0), ActionRequest(n - 1, a1)], [])
+    assert resets == [] and steps[0].terminated and steps[0].info.success == 1.0
+    assert steps[1].info.milestones == (True, False)
+    # the finished slot restarts in the batch of the other's last step
+    (a,) = pool.oracle_actions([n - 1])
+    steps, resets = pool.step_and_reset([ActionRequest(n - 1, a)], [ResetRequest(0, "two_buttons", seed=seed)])
+    assert steps[0].terminated and steps[0].info.success == 1.0
+    assert resets[0].observation.screenshot == first.observation.screenshot  # the same seed, the same screen
+    with pytest.raises(PoolRequestError, match="no running episode"):
+        pool.step_and_reset([ActionRequest(n - 1, Click(0.5, 0.5))], [])
+
+
+def test_step_and_reset_steps_some_slots_while_others_start():
+    with InProcessPool(SUITE_PATH, num_slots=2) as pool:
+        _step_and_reset_check(pool, seed=40)
+
+
 def test_failed_resets_come_back_as_worker_errors_for_their_slot_only():
     # an unreachable home page: the device reset raises DeviceError twice (the retry gets a fresh device)
     with InProcessPool(SUITE_PATH, num_slots=1, device_options={"home_url": "http://127.0.0.1:9/"}) as pool:
@@ -329,6 +368,11 @@ def test_ray_pool_batch_calls_leave_no_record_in_rays_task_table(ray_pool):
         time.sleep(0.1)
     assert any("traced" in n for n in names), names
     assert not [n for n in names if "EnvWorker" in n], names
+
+
+def test_ray_pool_step_and_reset_across_workers(ray_pool):
+    # slot 0 (worker 0) steps while slot 3 (worker 1) resets: one batch over both workers
+    _step_and_reset_check(ray_pool, seed=60)
 
 
 def test_ray_pool_bad_batches_are_rejected_before_sending(ray_pool):

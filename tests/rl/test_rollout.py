@@ -54,6 +54,63 @@ def test_random_policy_hits_step_budget_and_keeps_slots_busy(pool):
     assert all(s.truncated or s.terminated for t in res.trajectories for s in t.steps[-1:])
 
 
+class _Counting:
+    """The pool, with its batch calls counted by kind (each is one wait for the slowest slot)."""
+
+    def __init__(self, pool):
+        self.pool, self.num_slots, self.calls = pool, pool.num_slots, []
+
+    def reset(self, requests):
+        self.calls.append(("reset", len(requests)))
+        return self.pool.reset(requests)
+
+    def step(self, requests):
+        self.calls.append(("step", len(requests)))
+        return self.pool.step(requests)
+
+    def step_and_reset(self, steps, resets):
+        self.calls.append(("step_and_reset", len(steps), len(resets)))
+        return self.pool.step_and_reset(steps, resets)
+
+    def __getattr__(self, name):
+        return getattr(self.pool, name)
+
+
+def test_freed_slots_start_in_the_batch_of_the_others_step(pool, tmp_path):
+    # 2 slots, 6 episodes: after the first start, each episode starts in the batch in which the other
+    # slot steps, so no batch waits on resets alone while an episode is running
+    counting = _Counting(pool)
+    store = Store.open(tmp_path)
+    run = store.create_run("t", env="webapps")
+    # the oracle solves each in 2 steps; the first is cut after 1, so that the slots end apart from then on
+    reqs = make_groups(["open_app"], [7], group_size=1, max_steps=1)
+    reqs += make_groups(["settings_turn_on", "go_home", "open_app", "settings_open_section", "go_home"],
+                        [8, 9, 10, 11, 12], group_size=1)
+    res = run_rollout(counting, OraclePolicy(), reqs, store=store, run_id=run, suite="webapps")
+    store.close()
+    assert len(res.trajectories) == 6 and res.aborted == 0
+    assert all(t.success == 1.0 for t in res.trajectories)  # open_app is done at the tap, before the finish
+    assert sorted(t.num_steps for t in res.trajectories) == [1, 2, 2, 2, 2, 2]
+    assert sorted((t.task.task_id, t.task.seed) for t in res.trajectories) == \
+        sorted((r.task_id, r.seed) for r in reqs)
+    assert counting.calls[0] == ("reset", 2)
+    mixed = [c for c in counting.calls if c[0] == "step_and_reset"]
+    assert mixed == [("step_and_reset", 1, 1)] * 4
+    assert [c for c in counting.calls if c[0] == "reset"] == [("reset", 2)]  # no reset batch of its own
+    assert res.env_steps == sum(t.num_steps for t in res.trajectories)
+    reader = StoreReader(tmp_path)
+    assert reader.count_episodes(EpisodeFilter(run_id=run)) == 6
+
+
+def test_requests_whose_starts_fail_are_all_recorded_aborted():
+    # no browser to start: every start fails (and its retry), none is dropped
+    with InProcessPool("webapps", num_slots=2, device_options={"chromium_path": "/nonexistent/chromium"}) as dead:
+        reqs = make_groups(["open_app"] * 3, [1, 2, 3], group_size=1)
+        res = run_rollout(dead, RandomPolicy(seed=0), reqs)
+    assert len(res.trajectories) == 3 and res.aborted == 3
+    assert all(t.status == "aborted" and "reset failed" in t.abort_reason for t in res.trajectories)
+
+
 def test_model_agent_turns_carry_tokens_and_logprobs(pool, tiny_model_dir):
     policy = load_agent(tiny_model_dir, temperature=1.0, max_new_tokens=12, keep_chats=True)
     reqs = make_groups(["go_home"], [5], group_size=2, max_steps=2)
