@@ -219,6 +219,8 @@ class RolloutLoop:
         self.judging: list[_Judging] = []                 # batches in flight on the judge's threads
         self.waiting: list[tuple[Episode, Trajectory]] = []  # finished episodes not yet sent
         both = getattr(self.side, "step_and_start", None)
+        if not getattr(self.side, "starts_beside_steps", both is not None):
+            both = None  # its step and start are two batches anyway: start the freed slots right after
         while self.live or self.pending:
             if both is not None and self.live:  # the free slots start in the batch of the others' step
                 self.step(both)

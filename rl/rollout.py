@@ -99,6 +99,12 @@ class LiveSide:
         outs = self.pool.step([ActionRequest(ep.slot, t.action) for ep, t in zip(episodes, turns)])
         return [self._outcome(ep, turn, out) for ep, turn, out in zip(episodes, turns, outs)]
 
+    @property
+    def starts_beside_steps(self) -> bool:
+        """Whether :meth:`step_and_start` is one batch of the pool (it has ``step_and_reset``); the
+        loop starts freed slots beside the others' step only then (a MixedPool steps and resets apart)."""
+        return callable(getattr(self.pool, "step_and_reset", None))
+
     def step_and_start(self, episodes: Sequence[Episode], turns: Sequence[PolicyTurn],
                        requests: Sequence[tuple[int, EpisodeRequest]]) -> tuple[list[StepOutcome], list[Started]]:
         """:meth:`step` and :meth:`start` in one batch of the pool where it can (``step_and_reset``):

@@ -102,6 +102,20 @@ def test_freed_slots_start_in_the_batch_of_the_others_step(pool, tmp_path):
     assert reader.count_episodes(EpisodeFilter(run_id=run)) == 6
 
 
+def test_a_pool_without_step_and_reset_starts_freed_slots_right_after_the_step(pool):
+    # such a pool (a mixed fleet) gets the step, then the freed slots' resets, in the same turn
+    class Plain(_Counting):
+        step_and_reset = None
+
+    plain = Plain(pool)
+    reqs = make_groups(["open_app"], [7], group_size=1, max_steps=1)
+    reqs += make_groups(["settings_turn_on", "go_home", "open_app"], [8, 9, 10], group_size=1)
+    res = run_rollout(plain, OraclePolicy(), reqs)
+    assert len(res.trajectories) == 4 and res.aborted == 0
+    assert [c[0] for c in plain.calls[:4]] == ["reset", "step", "reset", "step"]  # slot 0 restarts at once
+    assert plain.calls[2] == ("reset", 1)
+
+
 def test_requests_whose_starts_fail_are_all_recorded_aborted():
     # no browser to start: every start fails (and its retry), none is dropped
     with InProcessPool("webapps", num_slots=2, device_options={"chromium_path": "/nonexistent/chromium"}) as dead:
