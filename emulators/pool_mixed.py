@@ -48,7 +48,8 @@ class MixedPool:
             out.setdefault(owner, []).append(s)
         return out
 
-    def reset(self, requests: Sequence[ResetRequest]) -> list[EnvOutput]:
+    def _by_suite(self, requests: Sequence[ResetRequest]) -> dict[str, list[tuple[int, ResetRequest]]]:
+        """Resets grouped by suite (index in ``requests``, the request with the suite part cut), checked."""
         by_suite: dict[str, list[tuple[int, ResetRequest]]] = {}
         for i, r in enumerate(requests):
             try:
@@ -60,12 +61,44 @@ class MixedPool:
             if not 0 <= r.slot < self.num_slots:
                 raise PoolRequestError(f"slot {r.slot!r} is out of range: this pool has slots 0..{self.num_slots - 1}")
             by_suite.setdefault(suite, []).append((i, dataclasses.replace(r, task_id=task)))
+        return by_suite
+
+    def reset(self, requests: Sequence[ResetRequest]) -> list[EnvOutput]:
         out: list[EnvOutput | None] = [None] * len(requests)
-        for suite, items in by_suite.items():
+        for suite, items in self._by_suite(requests).items():
             for (i, r), o in zip(items, self.pools[suite].reset([r for _, r in items]), strict=True):
                 out[i] = o
                 self._owner[r.slot] = suite
         return out  # type: ignore[return-value]
+
+    def step_and_reset(self, steps: Sequence[ActionRequest], resets: Sequence[ResetRequest]
+                       ) -> tuple[list[EnvOutput], list[EnvOutput]]:
+        """Steps and resets in one batch of each suite's pool (the suites one after another, as
+        :meth:`step` goes); outputs in request order. Checked before any pool sees it."""
+        slots = [r.slot for r in (*steps, *resets)]
+        twice = sorted({s for s in slots if slots.count(s) > 1})
+        if twice:
+            raise PoolRequestError(f"slot {twice[0]} appears twice in one batch")
+        stepping = self._route([r.slot for r in steps])
+        resetting = self._by_suite(resets)
+        index = {r.slot: i for i, r in enumerate(steps)}
+        step_out: list[EnvOutput | None] = [None] * len(steps)
+        reset_out: list[EnvOutput | None] = [None] * len(resets)
+        for suite in dict.fromkeys([*stepping, *resetting]):
+            pool, sreqs = self.pools[suite], [steps[index[s]] for s in stepping.get(suite, [])]
+            items = resetting.get(suite, [])
+            both = getattr(pool, "step_and_reset", None)
+            if callable(both):
+                souts, routs = both(sreqs, [r for _, r in items])
+            else:
+                souts = pool.step(sreqs) if sreqs else []
+                routs = pool.reset([r for _, r in items]) if items else []
+            for r, o in zip(sreqs, souts, strict=True):
+                step_out[index[r.slot]] = o
+            for (i, r), o in zip(items, routs, strict=True):
+                reset_out[i] = o
+                self._owner[r.slot] = suite
+        return step_out, reset_out  # type: ignore[return-value]
 
     def step(self, requests: Sequence[ActionRequest]) -> list[EnvOutput]:
         index = {r.slot: i for i, r in enumerate(requests)}

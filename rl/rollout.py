@@ -102,7 +102,7 @@ class LiveSide:
     @property
     def starts_beside_steps(self) -> bool:
         """Whether :meth:`step_and_start` is one batch of the pool (it has ``step_and_reset``); the
-        loop starts freed slots beside the others' step only then (a MixedPool steps and resets apart)."""
+        loop starts freed slots beside the others' step only then (a pool without it steps, then resets)."""
         return callable(getattr(self.pool, "step_and_reset", None))
 
     def step_and_start(self, episodes: Sequence[Episode], turns: Sequence[PolicyTurn],

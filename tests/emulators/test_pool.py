@@ -304,6 +304,23 @@ def test_step_and_reset_steps_some_slots_while_others_start():
         _step_and_reset_check(pool, seed=40)
 
 
+def test_a_mixed_pool_steps_one_suite_while_another_resets():
+    from emulators.pool_mixed import MixedPool
+
+    with InProcessPool(SUITE_PATH, num_slots=2) as a, InProcessPool(SUITE_PATH, num_slots=2) as b:
+        pool = MixedPool({"a": a, "b": b})
+        (first,) = pool.reset([ResetRequest(0, "a.two_buttons", seed=3)])
+        with pytest.raises(PoolRequestError, match="twice"):
+            pool.step_and_reset([ActionRequest(0, Click(0.5, 0.5))], [ResetRequest(0, "b.two_buttons", seed=3)])
+        with pytest.raises(PoolRequestError, match="no pool for suite"):
+            pool.step_and_reset([], [ResetRequest(1, "c.two_buttons", seed=3)])
+        (act,) = pool.oracle_actions([0])
+        steps, resets = pool.step_and_reset([ActionRequest(0, act)], [ResetRequest(1, "b.two_buttons", seed=3)])
+        assert steps[0].info.milestones == (True, False) and resets[0].info.milestones == (False, False)
+        assert resets[0].observation.screenshot == first.observation.screenshot  # same seed, same screen
+        assert b._book.live == [False, True] and a._book.live == [True, False]  # each slot in its suite
+
+
 def test_failed_resets_come_back_as_worker_errors_for_their_slot_only():
     # an unreachable home page: the device reset raises DeviceError twice (the retry gets a fresh device)
     with InProcessPool(SUITE_PATH, num_slots=1, device_options={"home_url": "http://127.0.0.1:9/"}) as pool:

@@ -116,6 +116,14 @@ def test_mixed_pool_routes_slots_to_their_suites_pools():
         assert out.spec.suite == "miniwob" and out.worker_error is None
         with pytest.raises(PoolRequestError, match="no pool for suite 'androidworld'"):
             pool.reset([ResetRequest(1, "androidworld.X", 0)])
+        # slot 0 (miniwob) steps while slot 1 starts a webapps task: one batch of each suite's pool
+        with pytest.raises(PoolRequestError, match="twice"):
+            pool.step_and_reset([ActionRequest(0, actions[0])], [ResetRequest(0, "webapps.go_home", 4)])
+        (a,) = pool.oracle_actions([0])
+        steps, resets = pool.step_and_reset([ActionRequest(0, a)], [ResetRequest(1, "webapps.go_home", 4)])
+        assert steps[0].slot == 0 and steps[0].worker_error is None and steps[0].info.success == 1.0
+        assert resets[0].slot == 1 and resets[0].spec.suite == "webapps" and resets[0].spec.task_id == "go_home"
+        assert pool.oracle_actions([1])[0] is not None  # slot 1 now follows its webapps episode
 
 
 @pytest.mark.slow

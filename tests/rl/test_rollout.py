@@ -103,7 +103,7 @@ def test_freed_slots_start_in_the_batch_of_the_others_step(pool, tmp_path):
 
 
 def test_a_pool_without_step_and_reset_starts_freed_slots_right_after_the_step(pool):
-    # such a pool (a mixed fleet) gets the step, then the freed slots' resets, in the same turn
+    # such a pool (a project's own EnvPool) gets the step, then the freed slots' resets, in the same turn
     class Plain(_Counting):
         step_and_reset = None
 
