@@ -366,6 +366,9 @@ class WarmStartSettings:
     warm_start_words: Literal["prefixed", "bare"] = "prefixed"
     """no --model: the tiny model's tokenizer (guiagent model build --words): prefixed, as GPT-2 and Qwen
     split, or bare, where a word is the same tokens in a goal and in a quoted element name"""
+    warm_start_copy_steps: int = 0
+    """no --model: steps of the tiny model's copy warm-up before its SFT (guiagent model init
+    --copy-steps): random token runs written twice, so that it can copy a name from the goal"""
     warm_start_name_weight: float = 1.0
     """no --model: the warm start's loss weight on the element's name in replies that name one (the
     marks format; guiagent sft --train.name-weight)"""
@@ -381,6 +384,8 @@ class WarmStartSettings:
     def __post_init__(self) -> None:
         if self.warm_start_demos <= 0 or self.warm_start_steps < 0:
             raise ValueError("--warm-start-demos must be positive and --warm-start-steps >= 0")
+        if not 0 <= self.warm_start_copy_steps <= 100_000:
+            raise ValueError(f"--warm-start-copy-steps must be between 0 and 100000, got {self.warm_start_copy_steps}")
         if not self.warm_start_name_weight > 0:
             raise ValueError(f"--warm-start-name-weight must be positive, got {self.warm_start_name_weight}")
         if not 0.0 <= self.warm_start_goal_frames <= 1.0:

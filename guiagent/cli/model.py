@@ -35,7 +35,7 @@ class ModelInitConfig:
     """folder to write the model to (created; files in it are overwritten)"""
     spec: Flat[TinyModelSpec] = field(default_factory=TinyModelSpec)
     """what to build (its fields are this command's --size, --family, --seed, --vocab-size,
-    --min-pixels, --max-pixels)"""
+    --min-pixels, --max-pixels, --words, --copy-steps)"""
     check: bool = True
     """reload the saved folder and generate a few tokens to prove it works"""
     json: bool = False

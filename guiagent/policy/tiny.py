@@ -29,9 +29,10 @@ import json
 import os
 import random
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -182,6 +183,11 @@ class TinyModelSpec:
     words: Literal["prefixed", "bare"] = "prefixed"
     """tokenizer: prefixed (a word carries the space before it, as in GPT-2 and Qwen) or bare (a space
     is a token of its own, so a word is the same tokens in a goal and in a quoted name)"""
+    copy_steps: int = 0
+    """steps of a copy warm-up after initialisation (0: none): runs of random tokens, each written
+    twice, trained on the second; gives the model the match-and-copy circuit a pretrained model
+    brings, so that it can copy a name from the goal it has never seen (~1,000 steps, ~4 min on 2
+    cores)"""
 
     def __post_init__(self) -> None:
         if self.size not in _SIZES:
@@ -196,6 +202,8 @@ class TinyModelSpec:
             raise ValueError(f"min_pixels must be positive, got {self.min_pixels}")
         if self.max_pixels < self.min_pixels:
             raise ValueError(f"max_pixels ({self.max_pixels}) must be >= min_pixels ({self.min_pixels})")
+        if not 0 <= self.copy_steps <= 100_000:
+            raise ValueError(f"copy_steps must be between 0 and 100000, got {self.copy_steps}")
 
 
 # text hidden, layers, heads, kv heads, intermediate | vision hidden, depth, heads, intermediate
@@ -259,14 +267,87 @@ def build_tiny_model(spec: TinyModelSpec, out: str | os.PathLike) -> dict[str, A
     model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
     model.generation_config.eos_token_id = config.text_config.eos_token_id
     model.generation_config.pad_token_id = config.text_config.pad_token_id
+    copied = copy_warmup(model, tok, spec.copy_steps, seed=spec.seed) if spec.copy_steps else None
     model.save_pretrained(out)
     tok.save_pretrained(out)
     patch = 14 if spec.family == "qwen2_5_vl" else 16
     image_processor_for(patch, spec.min_pixels, spec.max_pixels).save_pretrained(out)
     (out / "chat_template.jinja").write_text(QWEN2_VL_CHAT_TEMPLATE)
     params = sum(p.numel() for p in model.parameters())
-    return {"out": str(out), "family": spec.family, "size": spec.size, "params": int(params),
+    info = {"out": str(out), "family": spec.family, "size": spec.size, "params": int(params),
             "vocab_size": len(tok), "words": spec.words}
+    if copied is not None:
+        info["copy_warmup"] = copied
+    return info
+
+
+# ---- the copy warm-up ----------------------------------------------------------------------------
+
+#: lengths of the copy warm-up's sequences: a run of RUN tokens after up to GAP others, then up to GAP
+#: others and the run again. The run's length and the gaps vary, so that the distance back to the first
+#: copy says nothing and the model has to find it by content (an induction head), as it must find a
+#: goal's name among the screen's elements.
+COPY_RUN = (6, 30)
+COPY_GAP = 20
+
+
+def _copy_batch(rng: random.Random, vocab: Sequence[int], n: int, pad: int) -> tuple[Any, Any, Any]:
+    import torch
+
+    rows = []
+    for _ in range(n):
+        run = [rng.choice(vocab) for _ in range(rng.randint(*COPY_RUN))]
+        pre = [rng.choice(vocab) for _ in range(rng.randint(0, COPY_GAP))]
+        mid = [rng.choice(vocab) for _ in range(rng.randint(0, COPY_GAP))]
+        ids = pre + run + mid + run
+        # the run's first token cannot be known from what comes before it; the rest can, by copying
+        rows.append((ids, [-100] * (len(ids) - len(run) + 1) + run[1:]))
+    width = max(len(ids) for ids, _ in rows)
+    x = torch.full((n, width), pad)
+    y = torch.full((n, width), -100)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    for k, (ids, labels) in enumerate(rows):
+        x[k, :len(ids)], y[k, :len(labels)], mask[k, :len(ids)] = torch.tensor(ids), torch.tensor(labels), 1
+    return x, y, mask
+
+
+def copy_warmup(model: Any, tok: Any, steps: int, *, seed: int = 0, batch: int = 32, lr: float = 1e-3
+                ) -> dict[str, Any]:
+    """Train ``model`` (text only) for ``steps`` on sequences that repeat a run of random tokens
+    (:data:`COPY_RUN`), the loss on the repeat. A randomly initialised model learns this only by
+    forming the match-and-copy circuit (attend to the earlier occurrence of the current token, copy
+    what followed it); with it, a name the goal spells is copied into the reply even when no
+    demonstration ever held it. On the tiny model it forms between steps 500 and 750 (copy accuracy
+    ~0.01 -> ~0.97). Returns ``{"steps", "loss_first", "loss_last", "copy_accuracy", "seconds"}``, the
+    accuracy over the copyable tokens of 64 fresh sequences (greedy)."""
+    import torch
+
+    t0 = time.perf_counter()
+    special = set(tok.all_special_ids)
+    vocab = [i for i in range(len(tok)) if i not in special and not str(tok.convert_ids_to_tokens(i)).startswith("<|")]
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    losses: list[float] = []
+    model.train()
+    for _ in range(steps):
+        x, y, mask = _copy_batch(rng, vocab, batch, tok.pad_token_id)
+        logits = model(input_ids=x, attention_mask=mask).logits[:, :-1]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[:, 1:].reshape(-1),
+                                                 ignore_index=-100)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+    model.eval()
+    with torch.no_grad():
+        x, y, mask = _copy_batch(random.Random(seed + 1_000_003), vocab, 64, tok.pad_token_id)
+        guess, labels = model(input_ids=x, attention_mask=mask).logits[:, :-1].argmax(-1), y[:, 1:]
+        scored = labels != -100
+        accuracy = float(((guess == labels) & scored).sum()) / max(1, int(scored.sum()))
+    return {"steps": steps, "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4),
+            "copy_accuracy": round(accuracy, 3), "seconds": round(time.perf_counter() - t0, 1)}
 
 
 # ---- random models of other architectures ----------------------------------------------------
