@@ -25,7 +25,10 @@ number's digit tokens (the reply's other tokens are boilerplate).
 held-out screens' from words no training screen has: the model can only succeed by copying the name
 the goal spells, as MiniWoB++'s random-layout tasks ask. Compare the tokenizers with models built by
 ``guiagent model init --words prefixed`` (GPT-2 splitting: ``ĠVelom`` in the goal, ``V el om`` after a
-quote) and ``--words bare`` (the same tokens in both places).
+quote) and ``--words bare`` (the same tokens in both places). A model given the copy warm-up first
+(``guiagent model init --words bare --copy-steps 1000``) copies them: 79% held-out after 100 steps and
+85% after 600 on 2026-11-27, against 0% for the same model without it (docs/training.md, "Goal-conditioned
+grounding").
 
 Every ``--every`` steps it prints the greedy accuracy on 100 held-out screens (the digit the model
 ranks first, or for ``name`` the name in its greedy reply) and the wall time. Last stdout line: one

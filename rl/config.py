@@ -81,15 +81,16 @@ GOAL_CONDITIONED_TASKS: tuple[str, ...] = (
 #: on top of :data:`EMBEDDED_RECIPE` for ``--env webapps`` (the default env): goal-conditioned grounding.
 #: The marks format (the screen's elements listed beside the screenshot, the tiny model answering by the
 #: element's name), the fixed-layout tasks and their shuffled variants, a warm start on demonstrations of
-#: them (the GPT-2-style tokenizer, where the reply spells a name in other pieces than the goal: with it the
-#: tiny model tells the one-token app names apart, which it did not with bare words),
+#: them (bare words, so that a name is the same tokens in the goal and the reply, and a copy warm-up, so
+#: that the tiny model copies the goal's name rather than learning a map from goal to answer),
 #: then online AWR with the warm start's demonstrations in its replay buffer (the route on which RL adds
 #: for a tiny model; the staged GRPO recipe took away from the warm start there: docs/results.md,
 #: "Goal-conditioned grounding" and "The embedded default")
 WEBAPPS_RECIPE: dict[str, Any] = {
     "action_format": "marks", "device": {"marks": "true"}, "tasks": GOAL_CONDITIONED_TASKS,
-    "warm_start_demos": 1200, "warm_start_steps": 800, "warm_start_words": "prefixed",
-    "warm_start_name_weight": 5.0, "mode": "online", "algo": "awr", "iterations": 10,
+    "warm_start_demos": 1200, "warm_start_steps": 800, "warm_start_words": "bare",
+    "warm_start_copy_steps": 1000, "warm_start_name_weight": 5.0, "mode": "online", "algo": "awr",
+    "iterations": 10,
     "group_size": 4, "groups_per_iteration": 16, "min_informative_groups": 0, "max_sampling_rounds": 3,
     "resample_unparseable": 0, "kl_coef": 0.0, "neg_adv_min_scale": 1.0,
 }

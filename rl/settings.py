@@ -364,7 +364,7 @@ class WarmStartSettings:
     warm_start_steps: int = 400
     """no --model: SFT optimiser steps of the warm start"""
     warm_start_words: Literal["prefixed", "bare"] = "prefixed"
-    """no --model: the tiny model's tokenizer (guiagent model build --words): prefixed, as GPT-2 and Qwen
+    """no --model: the tiny model's tokenizer (guiagent model init --words): prefixed, as GPT-2 and Qwen
     split, or bare, where a word is the same tokens in a goal and in a quoted element name"""
     warm_start_copy_steps: int = 0
     """no --model: steps of the tiny model's copy warm-up before its SFT (guiagent model init

@@ -110,7 +110,8 @@ def test_the_embedded_default_on_webapps_runs_online_awr_on_its_warm_start_on_a_
     assert (TrainConfig.embedded().tasks, TrainConfig.embedded().algo) == (GOAL_CONDITIONED_TASKS, "awr")
     out = tmp_path / "run"
     assert main(["train", "--tasks", "open_app", "open_app_shuffled", "--warm-start-demos", "4",
-                 "--warm-start-steps", "4", "--iterations", "1", "--groups-per-iteration", "1", "--group-size", "2",
+                 "--warm-start-steps", "4", "--warm-start-copy-steps", "3", "--iterations", "1",
+                 "--groups-per-iteration", "1", "--group-size", "2",
                  "--slots", "2", "--pool", "inprocess", "--eval-episodes", "2", "--max-new-tokens", "24",
                  "--out", str(out), "--json"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -122,3 +123,5 @@ def test_the_embedded_default_on_webapps_runs_online_awr_on_its_warm_start_on_a_
     assert "open_app " in by_task and "open_app_shuffled " in by_task and " -> " in by_task
     [replay] = [m.value for m in StoreReader(out).metrics(r["run_id"])["replay"]]
     assert replay >= 4  # the warm start's demonstrations, then the iteration's own episodes
+    saved = (out / "config.yaml").read_text()  # the run's record: bare words, the copy warm-up asked for
+    assert "warm_start_copy_steps: 3" in saved and "warm_start_words: bare" in saved
