@@ -221,6 +221,7 @@ def _tiny_cfg(tiny_model_dir, out, **kw):
     return TrainConfig.build(**{**base, **kw})
 
 
+@pytest.mark.slow  # ~11-14 s: kept out of the default suite's 12-minute budget
 def test_kl_reference_stays_the_starting_policy_across_resumes(tiny_model_dir, tmp_path):
     from guiagent.policy.hf import load_transformers
     from rl.trainer import Trainer, train
@@ -245,6 +246,7 @@ def _weights(path):
     return load_transformers(str(path)).state_dict()
 
 
+@pytest.mark.slow  # ~11-14 s: kept out of the default suite's 12-minute budget
 def test_one_seed_gives_one_run_and_two_seeds_two(tiny_model_dir, tmp_path):
     from rl.trainer import train
 
