@@ -49,6 +49,7 @@ def test_eval_model_agent_with_the_tiny_model(tmp_path, tiny_model_dir):
     assert all(s.response for s in detail.steps)
 
 
+@pytest.mark.slow  # ~10 s: kept out of the default suite's 12-minute budget
 def test_eval_at_temperature_can_redraw_unparseable_replies(tmp_path, tiny_model_dir):
     out = _eval_in_process(env="webapps", agent="model", model=tiny_model_dir, episodes=2, tasks=("open_app",),
                            max_steps=2, slots=2, temperature=1.0, resample_unparseable=2, out=str(tmp_path))

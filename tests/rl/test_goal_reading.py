@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.browser
 
 
+@pytest.mark.slow  # ~10 s: kept out of the default suite's 12-minute budget
 def test_goal_reading_replays_named_steps_three_ways(tmp_path, tiny_model_dir):
     demos = tmp_path / "demos"
     subprocess.run([sys.executable, "-m", "guiagent", "eval", "--env", "webapps", "--agent", "oracle", "--episodes",
