@@ -354,8 +354,8 @@ def _has_oracles(env: str, tasks: list[str]) -> bool:
 def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int, seed: int,
                max_pixels: int, threads: int | None = None, demos_from: tuple[str, ...] = (),
                action_format: str = "json", device: dict[str, str] | None = None,
-               words: str = "prefixed", copy_steps: int = 0, name_weight: float = 1.0, goal_frames: float = 0.0,
-               goal_relabel: float = 0.0) -> str:
+               words: str = "prefixed", copy_steps: int = 0, name_weight: float = 1.0, action_weight: float = 1.0,
+               goal_frames: float = 0.0, goal_relabel: float = 0.0) -> str:
     """A tiny model, SFT on ``demos`` oracle episodes of ``tasks`` (training seeds): the RL warm start.
 
     Tasks without oracles (AndroidWorld) are warm-started from the recorded episodes of
@@ -363,11 +363,11 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
     (:func:`rl.agents.tiny_model_settings`); ``device``: options of the devices the demonstrations
     are recorded on (the marks format needs ``{"marks": "true"}``, so that each step keeps its
     numbered elements); ``words``: the tiny model's tokenizer, ``copy_steps``: its copy warm-up
-    (both :class:`TinyModelSpec`);
-    ``name_weight``: the SFT loss weight of an element's name, ``goal_frames``: the share of examples
-    whose goal is framed by neutral words, ``goal_relabel``: the share of first steps relabelled in
-    hindsight (all three :class:`rl.sft.SFTConfig`). Returns the SFT model folder (``out/sft``); a finished warm start in ``out``
-    is reused.
+    (both :class:`TinyModelSpec`); ``name_weight``: the SFT loss weight of an element's name,
+    ``action_weight`` that of the action's kind, ``goal_frames``: the share of examples whose goal is
+    framed by neutral words, ``goal_relabel``: the share of first steps relabelled in hindsight (all
+    four :class:`rl.sft.SFTConfig`). Returns the SFT model folder (``out/sft``); a finished warm start
+    in ``out`` is reused.
     """
     sft_dir = out / "sft"
     if (sft_dir / "config.json").is_file():
@@ -392,8 +392,8 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
                             fleet=FleetSettings(slots=1, pool="inprocess", device=dict(device or {}))))
     settings = tiny_model_settings(action_format)
     policy = load_transformers(str(base), threads=threads)
-    sft_cfg = SFTConfig(steps=steps, seed=seed, name_weight=name_weight, goal_frames=goal_frames,
-                        goal_relabel=goal_relabel)
+    sft_cfg = SFTConfig(steps=steps, seed=seed, name_weight=name_weight, action_weight=action_weight,
+                        goal_frames=goal_frames, goal_relabel=goal_relabel)
     examples = load_examples(load_trajectories(demo_dirs), policy, settings.format(),
                              settings.prompt_config(), sft_cfg)
     log.info("warm start: SFT on %d examples for %d steps", len(examples), sft_cfg.steps)

@@ -372,6 +372,10 @@ class WarmStartSettings:
     warm_start_name_weight: float = 1.0
     """no --model: the warm start's loss weight on the element's name in replies that name one (the
     marks format; guiagent sft --train.name-weight)"""
+    warm_start_action_weight: float = 1.0
+    """no --model: the warm start's loss weight on the action's kind in each reply (guiagent sft
+    --train.action-weight): against a large name weight, it keeps the reply's choice of action from
+    being drowned by the name"""
     warm_start_goal_frames: float = 0.0
     """no --model: the share of the warm start's examples whose goal is framed by neutral words
     ("Please ... Thanks."), so that a goal's length does not give its target away (guiagent sft
@@ -388,6 +392,8 @@ class WarmStartSettings:
             raise ValueError(f"--warm-start-copy-steps must be between 0 and 100000, got {self.warm_start_copy_steps}")
         if not self.warm_start_name_weight > 0:
             raise ValueError(f"--warm-start-name-weight must be positive, got {self.warm_start_name_weight}")
+        if not self.warm_start_action_weight > 0:
+            raise ValueError(f"--warm-start-action-weight must be positive, got {self.warm_start_action_weight}")
         if not 0.0 <= self.warm_start_goal_frames <= 1.0:
             raise ValueError(f"--warm-start-goal-frames must be in [0, 1], got {self.warm_start_goal_frames}")
         if not 0.0 <= self.warm_start_goal_relabel <= 1.0:

@@ -13,6 +13,7 @@ CPU"): AdamW, lr 1e-3, β2 0.98, 30 warm-up steps, cosine decay, batch 8.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -418,5 +419,6 @@ def train_sft(policy: Any, examples: Sequence[SFTExample], cfg: SFTConfig, *, ou
     figures = {"steps": cfg.steps, "examples": len(examples), "seconds": round(time.perf_counter() - t0, 1),
                "loss_first": sum(losses[:k]) / k, "loss_last": sum(losses[-k:]) / k}
     if out_dir:
-        (Path(out_dir) / "sft_log.json").write_text(json.dumps({"figures": figures, "losses": losses}))
+        (Path(out_dir) / "sft_log.json").write_text(json.dumps({"figures": figures, "config": dataclasses.asdict(cfg),
+                                                                "losses": losses}))
     return figures

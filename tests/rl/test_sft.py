@@ -86,6 +86,8 @@ def test_bad_loss_weights_are_one_clear_error():
         SFTConfig(name_weight=0.0)
     with pytest.raises(ValueError, match="--warm-start-name-weight must be positive"):
         WarmStartSettings(warm_start_name_weight=-1.0)
+    with pytest.raises(ValueError, match="--warm-start-action-weight must be positive"):
+        WarmStartSettings(warm_start_action_weight=0.0)
 
 
 def _marks_chat(repeat_goal: bool):

@@ -110,7 +110,8 @@ def test_the_embedded_default_on_webapps_runs_online_awr_on_its_warm_start_on_a_
     assert (TrainConfig.embedded().tasks, TrainConfig.embedded().algo) == (GOAL_CONDITIONED_TASKS, "awr")
     out = tmp_path / "run"
     assert main(["train", "--tasks", "open_app", "open_app_shuffled", "--warm-start-demos", "4",
-                 "--warm-start-steps", "4", "--warm-start-copy-steps", "3", "--iterations", "1",
+                 "--warm-start-steps", "4", "--warm-start-copy-steps", "3", "--warm-start-action-weight", "2.5",
+                 "--iterations", "1",
                  "--groups-per-iteration", "1", "--group-size", "2",
                  "--slots", "2", "--pool", "inprocess", "--eval-episodes", "2", "--max-new-tokens", "24",
                  "--out", str(out), "--json"]) == 0
@@ -125,3 +126,5 @@ def test_the_embedded_default_on_webapps_runs_online_awr_on_its_warm_start_on_a_
     assert replay >= 4  # the warm start's demonstrations, then the iteration's own episodes
     saved = (out / "config.yaml").read_text()  # the run's record: bare words, the copy warm-up asked for
     assert "warm_start_copy_steps: 3" in saved and "warm_start_words: bare" in saved
+    sft = json.loads((out / "sft" / "sft_log.json").read_text())["config"]  # what the warm start's SFT ran with
+    assert (sft["action_weight"], sft["name_weight"], sft["steps"]) == (2.5, 5.0, 4)
