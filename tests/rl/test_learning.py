@@ -143,8 +143,8 @@ def test_answering_by_name_finds_the_app_wherever_its_icon_is(tmp_path):
 
 
 def test_miniwob_random_layout_tasks_are_learned_by_copying_names(tmp_path):
-    """The five MiniWoB++ random-layout tasks from random initialisation, seed 0 of docs/results.md
-    ("With more demonstrations, three seeds"): a tiny model with bare words and the copy warm-up, 1,500
+    """The five MiniWoB++ random-layout tasks from random initialisation, seed 0 of the three-seed table in
+    docs/results.md ("Goal-conditioned grounding"): a tiny model with bare words and the copy warm-up, 1,500
     oracle demonstrations, 800 SFT steps answering by name, 100 held-out episodes (measured: 84%, 64%,
     82% for seeds 0-2; ~12 minutes a seed on 2 cores). Seed 0 is asserted at 70% over the five, and the
     tasks whose goal spells the target's text (button, tab) at 80%."""
