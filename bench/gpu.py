@@ -4,12 +4,16 @@ A randomly initialised Qwen2.5-VL with the 3B architecture (published config.jso
 download) and the tiny model's tokenizer, or ``--model DIR`` for a real checkpoint. Measures:
 
 * rollout tokens/s: vLLM (colocated, bf16) against transformers ``generate`` (bf16 autocast);
-* update samples/s: score + backward + AdamW step (bf16-mixed, gradient checkpointing, LoRA or full);
+* update samples/s: score + backward + AdamW step (bf16-mixed, gradient checkpointing, LoRA or full),
+  the median of ``--updates`` updates after a first one (which allocates the optimiser's state);
 * peak GPU memory of the update, next to ``estimate_memory``'s figure;
+* model TFLOP/s and MFU of ``generate`` and of the update (FLOPs counted as ``scripts/gpu_check.py``
+  counts them, against the card's bf16 dense peak);
 * mismatch KL between vLLM's sampled log-probs and the learner's re-scored ones, and the TIS
   clip fraction.
 
-    python bench/gpu.py [--model DIR] [--batch 16] [--new-tokens 128] [--lora-rank 64] [--no-vllm]
+    python bench/gpu.py [--model DIR] [--batch 16] [--micro-batch 4] [--new-tokens 128] [--lora-rank 64] [--no-vllm]
+    python bench/gpu.py --no-vllm --screen 1080x2400 --max-pixels 1003520   # a phone screenshot, 1,280 visual tokens
 
 The last stdout line is one JSON object with the figures.
 """
@@ -20,10 +24,15 @@ import argparse
 import io
 import json
 import os
+import statistics
+import sys
 import tempfile
 import time
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# the checkout first: bench/ (this script's folder, first on the path) holds a webui.py of its own
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def png(w: int, h: int, seed: int) -> bytes:
@@ -36,6 +45,17 @@ def png(w: int, h: int, seed: int) -> bytes:
     return buf.getvalue()
 
 
+def _gpu_check() -> Any:
+    """scripts/gpu_check.py as a module (its FLOP counter and the cards' peaks)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "gpu_check.py")
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="", help="a model folder (default: random Qwen2.5-VL-3B architecture)")
@@ -43,9 +63,17 @@ def main() -> None:
     ap.add_argument("--micro-batch", type=int, default=4)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--lora-rank", type=int, default=64, help="0: full fine-tuning")
+    ap.add_argument("--screen", default="360x640", help="screenshot size WxH (random pixels)")
+    ap.add_argument("--max-pixels", type=int, default=0,
+                    help="the image processor's pixel cap (0: the tiny processor's 200,704, 256 visual tokens)")
+    ap.add_argument("--updates", type=int, default=3, help="timed updates after the first (median reported)")
     ap.add_argument("--no-vllm", action="store_true")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.35)
     args = ap.parse_args()
+    try:
+        sw, sh = (int(v) for v in args.screen.lower().split("x"))
+    except ValueError:
+        raise SystemExit(f"--screen must be WxH, got {args.screen!r}") from None
 
     import torch
 
@@ -61,15 +89,17 @@ def main() -> None:
     model_dir = args.model
     if not model_dir:
         tiny = os.path.join(work, "tiny")
-        build_tiny_model(TinyModelSpec(size="tiny"), tiny)
+        spec = TinyModelSpec(size="tiny", max_pixels=args.max_pixels) if args.max_pixels else TinyModelSpec(size="tiny")
+        build_tiny_model(spec, tiny)
         model_dir = str(build_random_model(qwen2_5_vl_3b_config(), os.path.join(work, "qwen25vl-3b"),
                                            tokenizer_from=tiny, device="cuda"))
         torch.cuda.empty_cache()
     chats = [[{"role": "system", "content": "You control a phone."},
-              message("user", png(360, 640, i), f"Goal: open the settings ({i}).")] for i in range(args.batch)]
+              message("user", png(sw, sh, i), f"Goal: open the settings ({i}).")] for i in range(args.batch)]
     sp = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, seed=0)
     out: dict[str, object] = {"bench": "gpu", "model": args.model or "random-qwen2.5-vl-3b",
                               "device": torch.cuda.get_device_name(), "batch": args.batch,
+                              "micro_batch": args.micro_batch, "screen": f"{sw}x{sh}",
                               "new_tokens": args.new_tokens, "lora_rank": args.lora_rank, "torch": torch.__version__}
 
     engine = None
@@ -89,11 +119,19 @@ def main() -> None:
     lora = LoraSettings(rank=args.lora_rank, alpha=2 * args.lora_rank) if args.lora_rank else None
     learner = load_transformers(model_dir, device="cuda", precision="bf16-mixed", lora=lora,
                                 gradient_checkpointing=True)
+    gpu_check = _gpu_check()
+    counter = gpu_check.FlopCounter(learner.model)  # model FLOPs, counted as scripts/gpu_check.py does
+    peak = gpu_check.peak_bf16_tflops(out["device"])
     learner.generate(chats[:2], SamplingParams(max_new_tokens=8))  # warm-up
+    counter.flops.clear()
+    counter.phase = "generate"
     t = time.perf_counter()
     hgens = learner.generate(chats, sp)
+    torch.cuda.synchronize()
     dt = time.perf_counter() - t
     out["hf_tokens_per_s"] = round(sum(len(g.token_ids) for g in hgens) / dt, 1)
+    out["hf_generate_tflops"] = round(counter.flops.get("generate", 0.0) / dt / 1e12, 3)
+    counter.phase = "other"
 
     gens = vgens if engine is not None else hgens
     comps = [list(g.token_ids) for g in gens]
@@ -107,22 +145,42 @@ def main() -> None:
         out["tis_clip_frac"] = st.tis_clip_frac
 
     seq = max(g.prompt_tokens for g in gens) + args.new_tokens
+    out["prompt_tokens"] = max(g.prompt_tokens for g in gens)
     est = estimate_memory_for(learner.model, precision="bf16-mixed", micro_batch_size=args.micro_batch,
                               seq_len=seq, completion_len=args.new_tokens, gradient_checkpointing=True)
     print(est.summary())
     opt = build_optimizer(learner, lr=1e-5 if lora else 1e-6, precision="bf16-mixed")
+    adv = torch.randn(args.batch)
+
+    def one_update() -> None:
+        opt.zero_grad(set_to_none=True)
+        for i in range(0, args.batch, args.micro_batch):
+            sb = learner.score_batch(chats[i:i + args.micro_batch], comps[i:i + args.micro_batch], grad=True)
+            loss, _ = ppo_clip_loss(sb.logprobs, sb.logprobs.detach(), adv[i:i + args.micro_batch].cuda(), sb.mask)
+            (loss * len(sb.mask) / args.batch).backward()
+        opt.step()
+        torch.cuda.synchronize()
+
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     t = time.perf_counter()
-    opt.zero_grad(set_to_none=True)
-    adv = torch.randn(args.batch)
-    for i in range(0, args.batch, args.micro_batch):
-        sb = learner.score_batch(chats[i:i + args.micro_batch], comps[i:i + args.micro_batch], grad=True)
-        loss, _ = ppo_clip_loss(sb.logprobs, sb.logprobs.detach(), adv[i:i + args.micro_batch].cuda(), sb.mask)
-        (loss * len(sb.mask) / args.batch).backward()
-    opt.step()
-    torch.cuda.synchronize()
-    dt = time.perf_counter() - t
+    one_update()  # the first allocates the optimiser's state: timed apart
+    out["first_update_s"] = round(time.perf_counter() - t, 2)
+    times = []
+    counter.flops.clear()
+    counter.phase = "update"
+    for _ in range(args.updates):
+        t = time.perf_counter()
+        one_update()
+        times.append(time.perf_counter() - t)
+    dt = statistics.median(times) if times else float(out["first_update_s"])
+    out["updates_timed"] = len(times)
+    counter.close()
+    if times:
+        out["update_tflops"] = round(counter.flops.get("update", 0.0) / sum(times) / 1e12, 3)
+        if peak:
+            out["update_mfu"] = round(out["update_tflops"] / peak, 4)
+            out["hf_generate_mfu"] = round(out["hf_generate_tflops"] / peak, 4)
     out["update_samples_per_s"] = round(args.batch / dt, 2)
     out["peak_update_gib"] = round(torch.cuda.max_memory_allocated() / GiB, 2)
     out["estimate_gib"] = round(est.total / GiB, 2)

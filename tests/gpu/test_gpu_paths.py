@@ -2,8 +2,9 @@
 
 Never run in the default suite (no GPU there): ``pytest -m gpu tests/gpu -s`` on a CUDA machine
 (~80 GB for full fine-tuning, ~30 GB with LoRA; the vLLM checks need ``pip install guiagent[vllm]``
-and skip without it). Not run in this repository yet; on a bare GPU machine without vLLM or a
-browser, ``bash scripts/gpu_check.sh`` is the check that fits (tests/gpu/test_gpu_check.py).
+and skip without it). The two bf16-mixed training tests passed on an H200 (docs/benchmarks.md); the vLLM
+ones have not run yet. On a bare GPU machine without vLLM or a browser, ``bash scripts/gpu_check.sh`` is
+the check that fits (tests/gpu/test_gpu_check.py).
 The model is built from the published config.json values (``qwen2_5_vl_3b_config``) with random
 weights and the tiny model's tokenizer: no download. Figures are printed (``-s``).
 """
