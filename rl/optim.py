@@ -208,7 +208,9 @@ def estimate_memory(total_params: int, trainable_params: int, *, precision: str,
     layer's input (2 x hidden bytes) is kept, plus one layer's full activations during its
     recompute. Logits are computed for ``completion_len`` tokens only: ~10 bytes per vocabulary
     entry (bf16 logits, fp32 copy, fp32 log-softmax). The vision tower's activations are not
-    counted (small next to the text model's for a few screenshots).
+    counted (small next to the text model's for a few small screenshots; not for many large ones:
+    on an H200, LoRA with 16 screenshots of 1,280 visual tokens a micro-batch peaked 66% over
+    this figure, docs/benchmarks.md "`bench/gpu.py` and `tests/gpu` on an H200").
     """
     if total_params < trainable_params or trainable_params < 0:
         raise ValueError(f"trainable_params {trainable_params} must lie in [0, total_params {total_params}]")
