@@ -55,7 +55,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from emulators.base import ActionError, Device, DeviceError
@@ -108,6 +108,10 @@ class BrowserConfig:
     checked or selected state set by a script); the screenshot is always taken. Pages with
     subframes are always read. A tap on an empty spot then costs no tree (~8-9 ms of CPU);
     ``False`` reads it at every observation.
+    ``target_boxes`` reads, before each tap, the box of the element it lands on (one page round trip,
+    ~1.2 ms; ``BrowserDevice.target_box``), recorded with the step so that a replay can count any
+    point on the same element as the same action (semi-online RL on recorded episodes, offline
+    metrics); ``False`` skips it, for online training whose episodes are never replayed.
     """
 
     viewport: tuple[int, int] = (1280, 720)
@@ -136,15 +140,47 @@ class BrowserConfig:
     marks: bool = False
     #: reuse the last ARIA tree while the page has not changed in any way the tree reads
     tree_cache: bool = True
+    #: read the element under a tap before it (``BrowserDevice.target_box``, recorded with the step)
+    target_boxes: bool = True
 
     def __post_init__(self) -> None:
+        # values from the command line come as text (--device in_page_reset false settle_timeout_ms 3000)
         for name in ("mobile", "headless", "block_file_urls", "reuse_context", "in_page_reset", "marks",
-                     "tree_cache"):
+                     "tree_cache", "target_boxes"):
             value = getattr(self, name)
-            if isinstance(value, str):  # from the command line (--device in_page_reset false)
+            if isinstance(value, str):
                 if value.lower() not in _BOOL_WORDS:
                     raise ValueError(f"{name} must be true or false, got {value!r}")
                 object.__setattr__(self, name, _BOOL_WORDS[value.lower()])
+        for name, kind in (("jpeg_quality", int), ("settle_timeout_ms", int), ("context_max_resets", int),
+                           ("navigation_timeout_ms", int), ("device_scale_factor", float)):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                try:
+                    value = kind(value.strip())
+                except ValueError:
+                    raise ValueError(f"{name} must be {'an integer' if kind is int else 'a number'}, "
+                                     f"got {value!r}") from None
+                object.__setattr__(self, name, value)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                raise ValueError(f"{name} must be a number, got {value!r}")
+        if isinstance(self.viewport, str):  # "360x640"
+            w, sep, h = self.viewport.lower().partition("x")
+            try:
+                object.__setattr__(self, "viewport", (int(w), int(h)) if sep else ())
+            except ValueError:
+                object.__setattr__(self, "viewport", ())
+            if not self.viewport:
+                raise ValueError(f"viewport must read WIDTHxHEIGHT (e.g. 360x640), got {w + sep + h!r}")
+        if isinstance(self.allowed_origins, str):  # comma-separated
+            object.__setattr__(self, "allowed_origins",
+                               tuple(o.strip() for o in self.allowed_origins.split(",") if o.strip()))
+        if len(self.viewport) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in self.viewport):
+            raise ValueError(f"viewport must be two whole numbers of CSS pixels, got {self.viewport!r}")
+        if not 1 <= self.jpeg_quality <= 100:
+            raise ValueError(f"jpeg_quality must lie in 1..100, got {self.jpeg_quality}")
+        if self.navigation_timeout_ms <= 0:
+            raise ValueError(f"navigation_timeout_ms must be positive, got {self.navigation_timeout_ms}")
         w, h = self.viewport
         if w <= 0 or h <= 0:
             raise ValueError(f"viewport must be positive, got {self.viewport}")
@@ -176,6 +212,27 @@ class BrowserConfig:
         """Screenshot size in pixels."""
         return (round(self.viewport[0] * self.device_scale_factor),
                 round(self.viewport[1] * self.device_scale_factor))
+
+
+def check_config_options(build: Callable[..., BrowserConfig], options: Mapping[str, Any], *, suite: str,
+                         extra: Iterable[str] = (), takes: Iterable[str] = (), fixed: Iterable[str] = ()) -> None:
+    """Raise ``ValueError`` (one line) for device options a suite's browser devices would refuse,
+    without starting anything: a name that is neither a :class:`BrowserConfig` field nor one of the
+    suite's own, one the suite sets itself (``fixed``), or a value the config refuses.
+    ``build(**options)`` makes the suite's config; the suite's own options are those ``build``
+    takes beside the fields (``takes``) and those checked elsewhere, left out of it (``extra``)."""
+    import dataclasses
+
+    extra, fixed = set(extra), set(fixed)
+    known = ({f.name for f in dataclasses.fields(BrowserConfig)} | extra | set(takes)) - fixed
+    unknown = sorted(k for k in options if k not in known)
+    if unknown:
+        raise ValueError(f"unknown device option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} for "
+                         f"{suite} (known: {', '.join(sorted(known))})")
+    try:
+        build(**{k: v for k, v in options.items() if k not in extra})
+    except TypeError as e:  # a value of the wrong kind (from Python rather than the command line)
+        raise ValueError(str(e)) from None
 
 
 def launch_browser(config: BrowserConfig | None = None) -> BrowserHandle:
@@ -875,7 +932,7 @@ class BrowserDevice(Device):
         x, y = getattr(action, "x", None), getattr(action, "y", None)
         if not isinstance(action, (Click, LongPress, DoubleClick, RightClick)) or x is None or y is None:
             return None
-        if not (0.0 <= x <= 1.0 and 0.0 <= y <= 1.0) or self._dead:
+        if not (0.0 <= x <= 1.0 and 0.0 <= y <= 1.0) or self._dead or not self.config.target_boxes:
             return None
         from playwright.sync_api import Error as PlaywrightError
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
 from emulators.base import Device, GuiEnv, Task
@@ -26,6 +27,12 @@ class Suite(ABC):
     @abstractmethod
     def make_device(self, **options: Any) -> Device:
         """A fresh device able to run every task of the suite."""
+
+    def check_device_options(self, options: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` (one line) for device options :meth:`make_device` would refuse,
+        starting nothing (the command line checks ``--device`` with it before any file is made).
+        The default checks nothing: a suite whose devices need more than their options (Android's
+        emulators) checks them in its own preflight."""
 
     def make_env(self, task_id: str, device: Device | None = None, **options: Any) -> GuiEnv:
         return GuiEnv(device if device is not None else self.make_device(**options), self.task_class(task_id))

@@ -63,6 +63,33 @@ def check_run_dirs(paths, *, flag: str = "--data") -> None:
             raise CLIError(f"{flag} {d}: {e}") from None
 
 
+def check_device_options(env: str, device, *, flag: str = "--device") -> None:
+    """The ``--device`` options of every suite ``env`` runs, checked as its devices would take them
+    (a bad name or value: one :class:`CLIError` line); starts no browser or server, creates nothing.
+    ``<suite>.<key>`` options go to that suite only, the others to every suite (as the pools give them)."""
+    if not device:
+        return
+    from emulators.suites import get_suite  # lazy: gymnasium (0.25 s); most commands take no --env
+    from emulators.suites.mixed import split_env
+
+    names = [n.removeprefix("guiagent/").partition(".")[0] for n in split_env(env)]
+    for name in names:
+        own: dict = {}
+        for k, v in device.items():  # emulators.pool_mixed.suite_options, without importing the pools
+            prefix, sep, key = k.partition(".")
+            if sep and prefix in names:
+                if prefix == name:
+                    own[key] = v
+            else:
+                own.setdefault(k, v)
+        try:
+            get_suite(name).check_device_options(own)
+        except (KeyError, ImportError):
+            return  # an unknown suite or a missing package: check_suite_tasks says so
+        except ValueError as e:
+            raise CLIError(f"{flag}: {e}") from None
+
+
 def check_suite_tasks(env: str, tasks=(), *, flag_env: str = "--env", flag_tasks: str = "--tasks"):
     """The suite ``env`` names (a suite name or an env id ``guiagent/<suite>.<task>``), after
     checking that it exists, that its package is installed, and that every task is known.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 
-from guiagent.cli._common import check_suite_tasks, emit_json, quiet_library_bars
+from guiagent.cli._common import check_device_options, check_suite_tasks, emit_json, quiet_library_bars
 from guiagent.config import ConfigError, parse_config
 from guiagent.logs import show_progress
 from rl.evaluate import EvalConfig, run_eval
@@ -31,6 +31,8 @@ def main(argv: list[str]) -> int:
         _check_android(cfg)  # the agent, adb, the emulators, android_world: one line each, nothing written
     if cfg.mode != "offline":  # offline: --tasks names recorded tasks, not a suite's
         check_suite_tasks(cfg.env, cfg.tasks)  # the suite, its package and the tasks, before anything is created
+    if cfg.mode == "online":
+        check_device_options(cfg.env, cfg.fleet.device)  # --device names and values, before anything is created
     show_progress()
     quiet_library_bars()
     try:

@@ -18,6 +18,7 @@ from pathlib import Path
 from guiagent.cli._common import (
     CLIError,
     check_model_path,
+    check_device_options,
     check_suite_tasks,
     emit_json,
     quiet_library_bars,
@@ -63,6 +64,8 @@ def preflight(cfg) -> None:
         check_android(cfg)
     # in --mode semi-online, --tasks may name tasks of imported data that the suite lacks
     check_suite_tasks(cfg.env, cfg.tasks if cfg.mode != "semi-online" else ())
+    if cfg.mode != "semi-online":  # semi-online replays recorded screens: no device
+        check_device_options(cfg.env, cfg.fleet.device)
     if cfg.model and not cfg.resume:  # a resumed run continues from its own checkpoint
         check_model_path(cfg.model)
     if cfg.judge.model:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import time
 
@@ -83,6 +84,21 @@ def test_config_validation_and_presets():
     assert BrowserConfig(reuse_context="Yes").reuse_context is True  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="in_page_reset must be true or false"):
         BrowserConfig(in_page_reset="maybe")  # type: ignore[arg-type]
+    # numbers, sizes and lists as the command line gives them (--device settle_timeout_ms 3000)
+    cfg = BrowserConfig(settle_timeout_ms="3000", jpeg_quality=" 90", device_scale_factor="1.5",  # type: ignore[arg-type]
+                        viewport="400x700", allowed_origins="http://a:1, http://b:2", target_boxes="no")  # type: ignore[arg-type]
+    assert (cfg.settle_timeout_ms, cfg.jpeg_quality, cfg.device_scale_factor) == (3000, 90, 1.5)
+    assert cfg.viewport == (400, 700) and cfg.allowed_origins == ("http://a:1", "http://b:2")
+    assert cfg.target_boxes is False
+    for bad, message in (({"settle_timeout_ms": "1.5s"}, "settle_timeout_ms must be an integer, got '1.5s'"),
+                         ({"device_scale_factor": "nan"}, "device_scale_factor must be a number"),
+                         ({"viewport": "400by700"}, "viewport must read WIDTHxHEIGHT"),
+                         ({"viewport": (400.5, 700)}, "viewport must be two whole numbers"),
+                         ({"jpeg_quality": "0"}, "jpeg_quality must lie in 1..100"),
+                         ({"navigation_timeout_ms": 0}, "navigation_timeout_ms must be positive"),
+                         ({"context_max_resets": True}, "context_max_resets must be a number")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            BrowserConfig(**bad)  # type: ignore[arg-type]
 
 
 def test_missing_chromium_is_one_clear_error(monkeypatch, shared_browser):
@@ -159,6 +175,25 @@ def test_target_box_is_the_element_a_point_lands_on(desk, page_server):
     assert desk.target_box(LongPress(*px(299, 159))) == pytest.approx(btn, abs=1e-4)
     assert desk.target_box(Click(*px(600, 500))) is None      # the page's body: a container, not a target
     assert desk.target_box(Type("hi")) is None
+
+
+
+def test_target_boxes_off_reads_nothing_before_a_tap(shared_browser, page_server):
+    """``target_boxes=False`` (online runs whose episodes are never replayed) skips the page round trip."""
+    from guiagent.types import Click
+
+    with BrowserDevice(BrowserConfig.desktop(home_url=page_server + "/static.html", target_boxes=False),
+                       browser=shared_browser) as dev:
+        dev.reset()
+        calls = []
+        real = dev.page.evaluate
+        dev.page.evaluate = lambda *a, **k: calls.append(a[0][:40]) or real(*a, **k)  # type: ignore[method-assign]
+        try:
+            assert dev.target_box(Click(*px(150, 110))) is None  # on the button, yet not read
+        finally:
+            dev.page.evaluate = real  # type: ignore[method-assign]
+        assert calls == []
+        assert dev.locate("#btn") is not None  # the page is there: the box was not read, not missing
 
 
 # --- settling -----------------------------------------------------------------------------------

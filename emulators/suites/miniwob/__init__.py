@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from emulators.base import Device
@@ -66,6 +67,13 @@ class MiniWobSuite(Suite):
     def oracle_task_ids(self) -> list[str]:
         """Tasks whose oracle solves them."""
         return [t for t, cls in TASK_CLASSES().items() if cls.has_oracle]
+
+    def check_device_options(self, options: Mapping[str, Any]) -> None:
+        # lazy: the browser device (asyncio, ~35 ms); `import emulators` lists tasks without it
+        from emulators.browser import check_config_options
+
+        check_config_options(device_config, options, suite=self.name, takes=("scale",),
+                             fixed=("viewport", "allowed_origins", "device_scale_factor", "reuse_context"))
 
     def make_device(self, *, browser: Any = None, **options: Any) -> Device:
         """A browser device for miniwob pages; ``options`` go to :func:`device_config`."""

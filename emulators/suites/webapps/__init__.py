@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from emulators.base import parse_flag
@@ -100,6 +101,18 @@ class WebAppsSuite(Suite):
         if reset_by_restore and not page_loads:
             device.start_states = START_STATES
         return device
+
+    def check_device_options(self, options: Mapping[str, Any]) -> None:
+        # lazy: the browser device (asyncio, ~35 ms); `import emulators` lists tasks without it
+        from emulators.browser import BrowserConfig, check_config_options
+
+        for flag in ("page_loads", "reset_by_restore"):
+            if flag in options:
+                parse_flag(flag, options[flag])
+        origin = "http://127.0.0.1:1"  # the app server's, which is not started for a check
+        check_config_options(lambda **o: BrowserConfig.phone(allowed_origins=(origin,), home_url=origin + "/", **o),
+                             options, suite=self.name, extra=("page_loads", "reset_by_restore"),
+                             fixed=("allowed_origins", "home_url"))
 
     def close(self) -> None:
         """Stop the app server (a later episode starts it again)."""
