@@ -7,6 +7,7 @@ Playwright loop in one run.
     python bench/snapshot.py --skip-ops --tree none                     # observations without the tree
     python bench/snapshot.py --skip-ops --loops restore restore_no_tree_cache   # the tree cache on and off
     python bench/snapshot.py --skip-ops --loops restore restore_two_batches     # starts beside steps, or after
+    python bench/snapshot.py --skip-ops --loops restore restore_lean restore_lean_png   # the lean step
     python bench/snapshot.py --skip-ops --skip-loops --miniwob-survey    # which MiniWoB++ pages replay
 
 **Operations** (one phone device of the webapps suite; CPU milliseconds a call summed over this
@@ -30,6 +31,9 @@ load average is printed with every figure):
   by side), the 3-step tasks ``open_app`` and ``settings_turn_on`` (one reset every 1-3 steps),
   groups of ``--group-size``, a real store in a temp folder; with reset by restore (the default)
   and without (``reset_by_restore=false``: every reset in page);
+  ``--loops`` picks the variants: also the tree cache off, the loop's steps and starts in two batches
+  (as before), and the lean step (``tree="none"``, ``target_boxes=False``, JPEG captures; and the same
+  with PNG);
 * ``raw``: Playwright alone on ``--slots`` contexts of one Chromium (the same phone emulation, each
   on a session's launcher): a tap at a random point and ``page.screenshot()`` a step; no settling,
   no tree, no resets, no store. Two of them, right after each rollout: ``sequential_jpeg`` (one
@@ -39,13 +43,15 @@ load average is printed with every figure):
 
 Reported: steps/s of each, each rollout's ratio to the raw loops that ran right after it, and the CPU a
 step, in all and by kind of process (python: this process with the webapps server and the store; driver:
-Playwright's node process; browser, renderer, gpu, utility: Chromium's). The last stdout line is one JSON
-object.
+Playwright's node process; browser, renderer, gpu, utility: Chromium's), and for each rollout how long a
+step took (median, p90, max) and the share of the slots' time spent inside a step. The last stdout line
+is one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -180,14 +186,63 @@ LOOP_MODES: dict[str, dict[str, Any]] = {
     "restore_no_tree_cache": {"reset_by_restore": True, "tree_cache": False},
     # the loop as before one batch a turn: the turn's step, then the freed slots' resets, each a batch
     "restore_two_batches": {"reset_by_restore": True, "_two_batches": True},
+    # the lean step: no ARIA tree, no target box read before a tap, JPEG captures (the raw
+    # sequential loop's format)
+    "restore_lean": {"reset_by_restore": True, "tree": "none", "target_boxes": False, "image_format": "jpeg"},
+    "restore_lean_png": {"reset_by_restore": True, "tree": "none", "target_boxes": False},
+    # the lean step without the turn's barrier: each slot its own loop (a measurement, not a mode of
+    # the trainer: a policy acting on one screen at a time, slots side by side in one thread)
+    "restore_lean_per_slot": {"reset_by_restore": True, "tree": "none", "target_boxes": False,
+                              "image_format": "jpeg", "_per_slot": True},
 }
 
 
-def rollout(pool: Any, policy: Any, requests: list, *, two_batches: bool = False, **kw: Any) -> Any:
-    """``run_rollout``; ``two_batches``: with the loop's step and starts in separate batches of the pool."""
+class SlotView:
+    """One slot of an in-process pool as a pool of one slot (for :func:`per_slot_rollout`)."""
+
+    def __init__(self, pool: Any, slot: int):
+        self.pool, self.slot, self.num_slots, self.suite = pool, slot, 1, pool.suite
+
+    def reset(self, requests: list) -> list:
+        return self.pool.reset([dataclasses.replace(r, slot=self.slot) for r in requests])
+
+    def step(self, requests: list) -> list:
+        return self.pool.step([dataclasses.replace(r, slot=self.slot) for r in requests])
+
+
+def per_slot_rollout(pool: Any, seed: int, requests: list, **kw: Any) -> Any:
+    """The loop without its turn's barrier: every slot runs its own :class:`rl.loop.RolloutLoop` over
+    its share of the requests (its own random agent), the slots side by side in greenlets
+    (:func:`~emulators.browser_support.run_concurrently`), so a slot whose page settles slowly holds up
+    no other. The ceiling of a loop that acts on partial batches."""
+    from rl.agents import RandomPolicy
+    from rl.loop import RolloutLoop, RolloutResult
+    from rl.rollout import LiveSide
+
+    n = pool.num_slots
+    if pool._worker._browser is None:  # the worker starts its browser with its first reset
+        raise RuntimeError("per_slot_rollout: run the pool once first (its browser starts with a reset)")
+    loops = [RolloutLoop(LiveSide(SlotView(pool, s), None, kw.get("suite", "")), RandomPolicy(seed=seed + s),
+                         store=kw.get("store"), run_id=kw.get("run_id")) for s in range(n)]
+    t0 = time.perf_counter()
+    parts = run_concurrently(pool._worker._browser.browser,
+                             [functools.partial(loop.run, requests[s::n]) for s, loop in enumerate(loops)])
+    res = RolloutResult()
+    for part in parts:
+        res.extend(part)
+    res.wall_seconds = time.perf_counter() - t0
+    return res
+
+
+def rollout(pool: Any, policy: Any, requests: list, *, two_batches: bool = False, per_slot: bool = False,
+            seed: int = 0, **kw: Any) -> Any:
+    """``run_rollout``; ``two_batches``: with the loop's step and starts in separate batches of the pool;
+    ``per_slot``: :func:`per_slot_rollout`."""
     from rl.loop import RolloutLoop
     from rl.rollout import LiveSide, run_rollout
 
+    if per_slot:
+        return per_slot_rollout(pool, seed, requests, **kw)
     if not two_batches:
         return run_rollout(pool, policy, requests, **kw)
 
@@ -195,6 +250,18 @@ def rollout(pool: Any, policy: Any, requests: list, *, two_batches: bool = False
         step_and_start = None  # the loop then steps, and starts the freed slots after it
 
     return RolloutLoop(TwoBatches(pool, None, kw.pop("suite", "")), policy, **kw).run(requests)
+
+
+def step_latency(res: Any, slots: int) -> dict[str, float]:
+    """How long an env step took (the store's ``latency_ms``: action, settle, observation and checks)
+    and the share of the run's slot time spent inside one: the rest is resets, the loop's own work
+    and waiting for a turn's slowest slot."""
+    lats = sorted(s.latency_ms for t in res.trajectories for s in t.steps if s.latency_ms is not None)
+    if not lats:
+        return {"step_ms_median": 0.0, "step_ms_p90": 0.0, "step_ms_max": 0.0, "slot_busy_share": 0.0}
+    return {"step_ms_median": round(statistics.median(lats), 1), "step_ms_p90": round(lats[int(0.9 * len(lats))], 1),
+            "step_ms_max": round(lats[-1], 1),
+            "slot_busy_share": round(sum(lats) / 1e3 / (slots * max(res.wall_seconds, 1e-9)), 3)}
 
 
 def tree_counts(pool: Any) -> tuple[int, int]:
@@ -214,7 +281,7 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
     tmp = Path(tempfile.mkdtemp(prefix="guiagent-bench-snapshot-"))
     store = Store.open(tmp / "store")
     pools = {mode: InProcessPool("webapps", num_slots=slots, device_options={
-        **{k: v for k, v in LOOP_MODES[mode].items() if not k.startswith("_")}, "tree": tree}) for mode in modes}
+        "tree": tree, **{k: v for k, v in LOOP_MODES[mode].items() if not k.startswith("_")}}) for mode in modes}
     raw = RawLoop(slots)
     results: list[dict] = []
     seed = 0
@@ -237,7 +304,8 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
                     cpu0 = cpu_by_process(os.getpid())
                     trees0 = tree_counts(pool)
                     res = rollout(pool, RandomPolicy(seed=seed), requests, store=store, run_id=run_id,
-                                  suite="webapps", two_batches=LOOP_MODES[mode].get("_two_batches", False))
+                                  suite="webapps", two_batches=LOOP_MODES[mode].get("_two_batches", False),
+                                  per_slot=LOOP_MODES[mode].get("_per_slot", False), seed=seed)
                     cpu1 = cpu_by_process(os.getpid())
                     trees1 = tree_counts(pool)
                     steps = max(res.env_steps, 1)
@@ -249,14 +317,16 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
                          "steps_per_episode": round(res.env_steps / max(len(res.trajectories), 1), 2),
                          "start_hits": START_STATES.hits - hits0, "start_misses": START_STATES.misses - misses0,
                          "trees_read": trees1[0] - trees0[0], "trees_reused": trees1[1] - trees0[1],
-                         "load_avg": load_avg()}
+                         **step_latency(res, slots), "load_avg": load_avg()}
                     results.append(r)
                     print(f"round {rnd + 1} G={g} rollout ({mode:<7}) {r['steps_per_s']:6.2f} steps/s "
                           f"{r['cpu_ms_per_step']:6.1f} ms CPU a step ({r['env_steps']} steps, "
                           f"{r['steps_per_episode']} an episode, starts restored {r['start_hits']}/"
                           f"{r['start_hits'] + r['start_misses']}, trees read {r['trees_read']} reused "
                           f"{r['trees_reused']})  load {r['load_avg']}", flush=True)
-                    print(f"    CPU ms a step by process: {r['cpu_ms_by_process']}", flush=True)
+                    print(f"    CPU ms a step by process: {r['cpu_ms_by_process']}; a step's wall ms median "
+                          f"{r['step_ms_median']}, p90 {r['step_ms_p90']}, max {r['step_ms_max']}; slots inside a step "
+                          f"{r['slot_busy_share']:.0%} of the run", flush=True)
                     r["ratio_vs_raw"] = {}
                     for m in RawLoop.MODES:
                         rr = raw.run(res.env_steps, m)
