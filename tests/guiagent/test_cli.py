@@ -339,7 +339,7 @@ CASES = [
     (["eval", "--env", "miniwob", "--device", "viewport", "3x3", "--out", "{t}/e"],
      "--device: unknown device option viewport for miniwob", 2),
     (["eval", "--env", "webapps,miniwob", "--device", "miniwob.scale", "big", "--out", "{t}/e"],
-     "--device: device_scale_factor must be a number, got 'big'", 2),
+     "--device: scale must be a number, got 'big'", 2),
     (["train", "--env", "webapps", "--device", "viewport", "360", "--out", "{t}/tr"],
      "--device: viewport must read WIDTHxHEIGHT (e.g. 360x640), got '360'", 2),
     (["train", "--env", "webapps", "--device", "reset_by_restore", "perhaps", "--out", "{t}/tr"],

@@ -43,6 +43,11 @@ def device_config(*, scale: float = 1.0, tree: str = "aria", image_format: str =
     """The :class:`~emulators.browser.BrowserConfig` miniwob pages run in."""
     # lazy: the browser device (asyncio, ~35 ms); `import emulators` lists tasks without it
     from emulators.browser import BrowserConfig
+    if isinstance(scale, str):  # from the command line (--device scale 2)
+        try:
+            scale = float(scale)
+        except ValueError:
+            raise ValueError(f"scale must be a number, got {scale!r}") from None
     return BrowserConfig(
         viewport=TASK_AREA, device_scale_factor=scale, tree=tree, image_format=image_format,
         settle_timeout_ms=settle_timeout_ms, allowed_origins=(html_dir().as_uri() + "/",),
