@@ -54,7 +54,7 @@ import base64
 import json
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 from urllib.parse import urlsplit
 
@@ -221,10 +221,8 @@ def check_config_options(build: Callable[..., BrowserConfig], options: Mapping[s
     suite's own, one the suite sets itself (``fixed``), or a value the config refuses.
     ``build(**options)`` makes the suite's config; the suite's own options are those ``build``
     takes beside the fields (``takes``) and those checked elsewhere, left out of it (``extra``)."""
-    import dataclasses
-
     extra, fixed = set(extra), set(fixed)
-    known = ({f.name for f in dataclasses.fields(BrowserConfig)} | extra | set(takes)) - fixed
+    known = ({f.name for f in fields(BrowserConfig)} | extra | set(takes)) - fixed
     unknown = sorted(k for k in options if k not in known)
     if unknown:
         raise ValueError(f"unknown device option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} for "

@@ -70,7 +70,7 @@ def check_device_options(env: str, device, *, flag: str = "--device") -> None:
     if not device:
         return
     from emulators.suites import get_suite  # lazy: gymnasium (0.25 s); most commands take no --env
-    from emulators.suites.mixed import split_env
+    from emulators.suites.mixed import split_env  # lazy: as above (the emulators package)
 
     names = [n.removeprefix("guiagent/").partition(".")[0] for n in split_env(env)]
     for name in names:
