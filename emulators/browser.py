@@ -52,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import re
 import time
 from dataclasses import dataclass, fields
@@ -162,7 +163,7 @@ class BrowserConfig:
                     raise ValueError(f"{name} must be {'an integer' if kind is int else 'a number'}, "
                                      f"got {value!r}") from None
                 object.__setattr__(self, name, value)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"{name} must be a number, got {value!r}")
         if isinstance(self.viewport, str):  # "360x640"
             w, sep, h = self.viewport.lower().partition("x")
