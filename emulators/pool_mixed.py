@@ -22,7 +22,7 @@ from typing import Any
 
 from emulators.pool import InProcessPool, RayEnvPool
 from emulators.pool_types import ActionRequest, EnvOutput, PoolRequestError, ResetRequest, SnapshotOutput
-from emulators.suites.mixed import split_env, split_task
+from emulators.suites.mixed import split_env, split_task, suite_options  # noqa: F401 (suite_options: kept importable from here)
 from guiagent.types import Action
 
 __all__ = ["MixedPool", "open_pool", "suite_options", "suite_resources"]
@@ -142,20 +142,6 @@ def suite_resources(suite: str, suites: Sequence[str], resources: Mapping[str, f
     """The Ray resources ``suite``'s workers ask for: a resource named after one of ``suites`` only
     for that suite's workers, any other resource for every worker."""
     return {k: v for k, v in resources.items() if k not in suites or k == suite}
-
-
-def suite_options(suite: str, suites: Sequence[str], options: Mapping[str, Any]) -> dict[str, Any]:
-    """The device options of ``suite`` in a run over ``suites``: ``<suite>.<key>`` keys for that suite
-    only (``androidworld.farm``), unprefixed keys for every suite."""
-    out: dict[str, Any] = {}
-    for k, v in options.items():
-        prefix, sep, key = k.partition(".")
-        if sep and prefix in suites:
-            if prefix == suite:
-                out[key] = v
-        else:
-            out.setdefault(k, v)
-    return out
 
 
 def open_pool(env: str, *, kind: str = "inprocess", slots: int = 1, workers: int = 1,

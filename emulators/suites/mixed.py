@@ -11,6 +11,7 @@ never in one device: :meth:`make_device` refuses.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from emulators.base import Device, Task
@@ -26,6 +27,20 @@ def split_env(env: str) -> list[str]:
         name = name.strip()
         if name and name not in out:
             out.append(name)
+    return out
+
+
+def suite_options(suite: str, suites: Sequence[str], options: Mapping[str, Any]) -> dict[str, Any]:
+    """The device options of ``suite`` in a run over ``suites``: ``<suite>.<key>`` keys for that suite
+    only (``androidworld.farm``), unprefixed keys for every suite."""
+    out: dict[str, Any] = {}
+    for k, v in options.items():
+        prefix, sep, key = k.partition(".")
+        if sep and prefix in suites:
+            if prefix == suite:
+                out[key] = v
+        else:
+            out.setdefault(k, v)
     return out
 
 

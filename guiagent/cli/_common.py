@@ -70,18 +70,11 @@ def check_device_options(env: str, device, *, flag: str = "--device") -> None:
     if not device:
         return
     from emulators.suites import get_suite  # lazy: gymnasium (0.25 s); most commands take no --env
-    from emulators.suites.mixed import split_env  # lazy: as above (the emulators package)
+    from emulators.suites.mixed import split_env, suite_options  # lazy: as above (the emulators package)
 
     names = [n.removeprefix("guiagent/").partition(".")[0] for n in split_env(env)]
     for name in names:
-        own: dict = {}
-        for k, v in device.items():  # emulators.pool_mixed.suite_options, without importing the pools
-            prefix, sep, key = k.partition(".")
-            if sep and prefix in names:
-                if prefix == name:
-                    own[key] = v
-            else:
-                own.setdefault(k, v)
+        own = suite_options(name, names, device)
         try:
             get_suite(name).check_device_options(own)
         except (KeyError, ImportError):
