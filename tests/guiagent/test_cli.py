@@ -327,24 +327,21 @@ CASES = [
     (["eval", "--agent", "model", "--model", "{t}/pickled", "--out", "{t}/e"],
      "--model {t}/pickled: pytorch_model.bin holds pickled objects other than tensors", 2),
     (["train", "--model", "{t}/pickled", "--out", "{t}/tr"], "pytorch_model.bin holds pickled objects", 2),
-    # --device options of browser suites, checked as the devices take them, before a browser or a file
-    (["eval", "--env", "webapps", "--agent", "random", "--device", "tree", "bogus", "--out", "{t}/e"],
-     "--device: tree must be 'aria' or 'none', got 'bogus'", 2),
-    (["eval", "--env", "webapps", "--device", "tree_cache", "maybe", "--out", "{t}/e"],
-     "--device: tree_cache must be true or false, got 'maybe'", 2),
-    (["eval", "--env", "webapps", "--device", "settle_timeout_ms", "soon", "--out", "{t}/e"],
-     "--device: settle_timeout_ms must be an integer, got 'soon'", 2),
-    (["eval", "--env", "webapps", "--device", "nonsense", "1", "--out", "{t}/e"],
-     "--device: unknown device option nonsense for webapps (known: ", 2),
-    (["eval", "--env", "miniwob", "--device", "viewport", "3x3", "--out", "{t}/e"],
-     "--device: unknown device option viewport for miniwob", 2),
-    (["eval", "--env", "webapps,miniwob", "--device", "miniwob.scale", "big", "--out", "{t}/e"],
-     "--device: scale must be a number, got 'big'", 2),
-    (["train", "--env", "webapps", "--device", "viewport", "360", "--out", "{t}/tr"],
-     "--device: viewport must read WIDTHxHEIGHT (e.g. 360x640), got '360'", 2),
-    (["train", "--env", "webapps", "--device", "reset_by_restore", "perhaps", "--out", "{t}/tr"],
-     "reset_by_restore must be true or false, got 'perhaps'", 2),
 ]
+# --device options of browser suites, checked as the devices take them, before a browser or a file:
+# (command, --env, option, value, the start of the one line)
+DEVICE_CASES = [
+    ("eval", "webapps", "tree", "bogus", "tree must be 'aria' or 'none', got 'bogus'"),
+    ("eval", "webapps", "tree_cache", "maybe", "tree_cache must be true or false, got 'maybe'"),
+    ("eval", "webapps", "settle_timeout_ms", "soon", "settle_timeout_ms must be an integer, got 'soon'"),
+    ("eval", "webapps", "nonsense", "1", "unknown device option nonsense for webapps (known: "),
+    ("eval", "miniwob", "viewport", "3x3", "unknown device option viewport for miniwob"),
+    ("eval", "webapps,miniwob", "miniwob.scale", "big", "scale must be a number, got 'big'"),
+    ("train", "webapps", "viewport", "360", "viewport must read WIDTHxHEIGHT (e.g. 360x640), got '360'"),
+    ("train", "webapps", "reset_by_restore", "perhaps", "reset_by_restore must be true or false, got 'perhaps'"),
+]
+CASES += [([cmd, "--env", env, "--device", key, value, "--out", f"{{t}}/{cmd}-device"], f"--device: {message}", 2)
+          for cmd, env, key, value, message in DEVICE_CASES]
 try:
     import vllm  # noqa: F401
 except ImportError:  # CPU machines: the vLLM rollout engine is refused before any file
