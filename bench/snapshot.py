@@ -194,6 +194,12 @@ LOOP_MODES: dict[str, dict[str, Any]] = {
     # the trainer: a policy acting on one screen at a time, slots side by side in one thread)
     "restore_lean_per_slot": {"reset_by_restore": True, "tree": "none", "target_boxes": False,
                               "image_format": "jpeg", "_per_slot": True},
+    # the lean step with an agent that only taps (RandomPolicy(actions="taps")): the raw loops' own
+    # actions, so the ratio is the loop's cost (resets, checks, store) and not a swipe's 300 ms
+    "restore_lean_taps": {"reset_by_restore": True, "tree": "none", "target_boxes": False,
+                          "image_format": "jpeg", "_actions": "taps"},
+    "restore_lean_taps_per_slot": {"reset_by_restore": True, "tree": "none", "target_boxes": False,
+                                   "image_format": "jpeg", "_actions": "taps", "_per_slot": True},
 }
 
 
@@ -210,7 +216,7 @@ class SlotView:
         return self.pool.step([dataclasses.replace(r, slot=self.slot) for r in requests])
 
 
-def per_slot_rollout(pool: Any, seed: int, requests: list, **kw: Any) -> Any:
+def per_slot_rollout(pool: Any, seed: int, requests: list, actions: str = "mixed", **kw: Any) -> Any:
     """The loop without its turn's barrier: every slot runs its own :class:`rl.loop.RolloutLoop` over
     its share of the requests (its own random agent), the slots side by side in greenlets
     (:func:`~emulators.browser_support.run_concurrently`), so a slot whose page settles slowly holds up
@@ -222,7 +228,7 @@ def per_slot_rollout(pool: Any, seed: int, requests: list, **kw: Any) -> Any:
     n = pool.num_slots
     if pool._worker._browser is None:  # the worker starts its browser with its first reset
         raise RuntimeError("per_slot_rollout: run the pool once first (its browser starts with a reset)")
-    loops = [RolloutLoop(LiveSide(SlotView(pool, s), None, kw.get("suite", "")), RandomPolicy(seed=seed + s),
+    loops = [RolloutLoop(LiveSide(SlotView(pool, s), None, kw.get("suite", "")), RandomPolicy(seed + s, actions),
                          store=kw.get("store"), run_id=kw.get("run_id")) for s in range(n)]
     t0 = time.perf_counter()
     parts = run_concurrently(pool._worker._browser.browser,
@@ -235,14 +241,14 @@ def per_slot_rollout(pool: Any, seed: int, requests: list, **kw: Any) -> Any:
 
 
 def rollout(pool: Any, policy: Any, requests: list, *, two_batches: bool = False, per_slot: bool = False,
-            seed: int = 0, **kw: Any) -> Any:
+            seed: int = 0, actions: str = "mixed", **kw: Any) -> Any:
     """``run_rollout``; ``two_batches``: with the loop's step and starts in separate batches of the pool;
-    ``per_slot``: :func:`per_slot_rollout`."""
+    ``per_slot``: :func:`per_slot_rollout` (random agents of ``actions``)."""
     from rl.loop import RolloutLoop
     from rl.rollout import LiveSide, run_rollout
 
     if per_slot:
-        return per_slot_rollout(pool, seed, requests, **kw)
+        return per_slot_rollout(pool, seed, requests, actions, **kw)
     if not two_batches:
         return run_rollout(pool, policy, requests, **kw)
 
@@ -303,9 +309,10 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
                     hits0, misses0 = START_STATES.hits, START_STATES.misses
                     cpu0 = cpu_by_process(os.getpid())
                     trees0 = tree_counts(pool)
-                    res = rollout(pool, RandomPolicy(seed=seed), requests, store=store, run_id=run_id,
+                    actions = LOOP_MODES[mode].get("_actions", "mixed")
+                    res = rollout(pool, RandomPolicy(seed, actions), requests, store=store, run_id=run_id,
                                   suite="webapps", two_batches=LOOP_MODES[mode].get("_two_batches", False),
-                                  per_slot=LOOP_MODES[mode].get("_per_slot", False), seed=seed)
+                                  per_slot=LOOP_MODES[mode].get("_per_slot", False), seed=seed, actions=actions)
                     cpu1 = cpu_by_process(os.getpid())
                     trees1 = tree_counts(pool)
                     steps = max(res.env_steps, 1)

@@ -284,14 +284,16 @@ _SNAPSHOT_JS = """async (wait) => {
     const data = (CAPTURE)();
     return data ? {data: data} : {busy: 'the page cannot capture its state now'};
 }"""
-#: :meth:`BrowserDevice.restore_page`'s script around the page's restore (``RESTORE``)
-_RESTORE_JS = """async ([data, rewrite]) => {
+#: :meth:`BrowserDevice.restore_page`'s script around the page's restore (``RESTORE``), then the
+#: settle's poll (``POLL``) in the same call: ``false``, or the page's settle state once restored
+_RESTORE_JS = """async ([data, rewrite, wait]) => {
     const g = window.__ga;
     if (!g || g.navigating || g.fetches > 0 || document.readyState !== 'complete') return false;
     for (const id of Array.from(g.timers.keys())) clearTimeout(id);
     getSelection().removeAllRanges();
     if (document.activeElement && document.activeElement !== document.body) document.activeElement.blur();
-    return await (RESTORE)(data, rewrite);
+    if (!(await (RESTORE)(data, rewrite))) return false;
+    return await (POLL)(wait);
 }"""
 
 
@@ -576,9 +578,11 @@ class BrowserDevice(Device):
             self._popup_url = None
             self._quiet = None
             self._cdp.send("Page.resetNavigationHistory")
-            script = _RESTORE_JS.replace("RESTORE", restore, 1)
-            ok = self.page.evaluate(script, [dict(data["page"]), [list(p) for p in rewrite]])
-            if not ok and not loaded:  # a busy page or one without the script: load one and try again
+            script = _RESTORE_JS.replace("RESTORE", restore, 1).replace("POLL", SETTLE_POLL_JS.strip(), 1)
+            args = [dict(data["page"]), [list(p) for p in rewrite], c.settle_timeout_ms]
+            # the restore and the settle in one call (a round trip less a reset by restore)
+            settled = self.page.evaluate(script, args)
+            if not settled and not loaded:  # a busy page or one without the script: load one and try again
                 home, self.home_url = self.home_url, url
                 try:
                     self.reset()
@@ -586,8 +590,8 @@ class BrowserDevice(Device):
                     self.home_url = home
                 loaded = True
                 self._cdp.send("Page.resetNavigationHistory")
-                ok = self.page.evaluate(script, [dict(data["page"]), [list(p) for p in rewrite]])
-            if not ok:
+                settled = self.page.evaluate(script, args)
+            if not settled:
                 raise SnapshotError("the page did not take the state back")
             hist = self._cdp.send("Page.getNavigationHistory")
             entries = data["page"].get("entries")
@@ -596,7 +600,10 @@ class BrowserDevice(Device):
                 raise SnapshotError("the restored history is not the captured one")
             if not loaded:
                 self._context_resets += 1
-            self._settle()
+            if isinstance(settled, dict):  # quiet, or still busy when the poll's time ran out: as _settle() leaves it
+                self._quiet = (settled.get("mutations"), settled.get("version"))
+            else:
+                self._settle()
         except PlaywrightError as e:
             raise self._wrap(e) from e
         if self._dead:

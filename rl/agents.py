@@ -122,16 +122,22 @@ class RandomPolicy:
     """Uniformly random taps, with some typing, scrolling, swiping, keys and back presses.
 
     The baseline every learning curve is read against; it never answers or finishes.
+    ``actions="taps"``: taps only (what a raw tap-and-screenshot loop does, for measuring the
+    rollout loop's own cost beside one: a swipe or typing lasts as long as it lasts).
     """
 
     name = "random"
     _WORDS = ("hello", "test", "Ann", "12", "note", "meeting", "ok")
+    ACTIONS = ("mixed", "taps")
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, actions: str = "mixed"):
+        if actions not in self.ACTIONS:
+            raise ValueError(f"actions must be one of {self.ACTIONS}, got {actions!r}")
         self.rng = random.Random(seed)
+        self.actions = actions
 
     def _one(self) -> Action:
-        r = self.rng.random()
+        r = 0.0 if self.actions == "taps" else self.rng.random()
         u = lambda: round(self.rng.uniform(0.02, 0.98), 3)  # noqa: E731
         if r < 0.7:
             return Click(u(), u())

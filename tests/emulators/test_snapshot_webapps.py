@@ -315,3 +315,26 @@ def test_a_pool_starts_a_group_once_and_restores_it_in_the_other_slots():
         assert outs[0].observation.screenshot == outs[2].observation.screenshot
         assert outs[1].observation.screenshot == outs[3].observation.screenshot
         assert outs[0].spec == outs[2].spec and outs[1].info.milestones == outs[3].info.milestones
+
+
+def test_a_restore_settles_in_its_own_call(devices):
+    """A restore on a quiet page polls the settle inside the restore's own page call (no second round
+    trip), and leaves the device as a settle would: the next observation is the state's, unchanged."""
+    a, b = devices[0], devices[1]
+    env = GuiEnv(a, TASKS["settings_turn_on"])
+    env.reset_typed(seed=0)
+    env.step_typed(env.oracle_action())
+    state = env.snapshot()
+    shot = a.observe().screenshot
+    other = GuiEnv(b, TASKS["settings_turn_on"])
+    other.reset_typed(seed=0)
+    settles: list[float | None] = []
+    real = b._settle
+    b._settle = lambda cap_ms=None: settles.append(cap_ms) or real(cap_ms)  # type: ignore[method-assign]
+    try:
+        other.restore(state)
+    finally:
+        del b._settle
+    assert settles == [], "the restore's poll took the place of a separate settle"
+    assert b._quiet is not None and b._quiet[0] is not None, "the poll's mutation count is what observe compares"
+    assert b.observe().screenshot == shot

@@ -7,8 +7,12 @@ import threading
 import httpx
 import pytest
 
-from emulators.suites.webapps.server import AppClient, AppServer, SessionStore, StateError, validate_state
-from emulators.suites.webapps.world import APPS, CONTACT_COUNT, empty_world, make_world
+import json
+import math
+
+from emulators.suites.webapps.server import (AppClient, AppServer, LocalClient, SessionStore, StateError,
+                                             validate_state)
+from emulators.suites.webapps.world import APPS, CONTACT_COUNT, copy_json, empty_world, make_world
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +35,58 @@ def test_world_is_deterministic_and_unique():
     names = [x["name"] for x in a["contacts"]]
     assert len(set(names)) == len(names) == CONTACT_COUNT
     assert len({e["title"] for e in a["events"]}) == len(a["events"])
+
+
+def test_make_world_hands_out_independent_copies():
+    """make_world keeps each seed's world once built; what it returns is a copy, edits stay there."""
+    a = make_world(11)
+    a["contacts"][0]["name"] = "Changed"
+    a["settings"]["wifi"] = "changed"
+    a["notes"].clear()
+    b = make_world(11)
+    assert b["contacts"][0]["name"] != "Changed" and b["settings"]["wifi"] != "changed" and b["notes"]
+    assert b == json.loads(json.dumps(b)), "a world is plain JSON"
+
+
+@pytest.mark.parametrize("value", [
+    make_world(3),
+    {"b": [1, 2.5, None, True, "x", (3, [4])], "a": {"z": {}, "y": []}},
+    [(), ("a", {"k": (1,)})],
+    "text", 7, None,
+])
+def test_copy_json_is_a_json_round_trip(value):
+    for sort_keys in (False, True):
+        want = json.loads(json.dumps(value, sort_keys=sort_keys))
+        got = copy_json(value, sort_keys=sort_keys)
+        assert got == want and json.dumps(got) == json.dumps(want), "same values, same key order"
+    if isinstance(value, dict):
+        got = copy_json(value)
+        assert got is not value and all(got[k] is not value[k] for k in value if isinstance(value[k], (dict, list)))
+
+
+def test_copy_json_falls_back_to_json_for_what_it_does_not_know():
+    assert copy_json({1: "a", "b": [2]}) == {"1": "a", "b": [2]}, "a non-string key as JSON writes it"
+    assert math.isnan(copy_json({"x": float("nan")})["x"])
+    with pytest.raises(TypeError):
+        copy_json({"when": object()})
+
+
+def test_local_client_copies_both_ways():
+    """What a task reads or writes through the in-process client is never the session's live state."""
+    srv = AppServer().start()
+    try:
+        client = LocalClient(srv)
+        world = make_world(2)
+        sid = client.create(world)
+        world["contacts"].clear()
+        st = client.state(sid)
+        assert st["contacts"], "create kept a copy"
+        assert list(st) == sorted(st), "keys sorted, as the HTTP API gives them"
+        st["notes"].clear()
+        assert client.state(sid)["notes"], "state() hands out a copy"
+        assert sid in srv.store and "nope" not in srv.store
+    finally:
+        srv.stop()
 
 
 def test_validate_state_fills_defaults_and_rejects_bad_input():

@@ -192,3 +192,16 @@ def test_a_redrawn_turn_of_a_real_model_is_scored_as_the_reply_it_kept(backend):
     scored = backend.score([t.prompt for t in turns], [list(t.completion_ids) for t in turns])
     for t, s in zip(turns, scored):
         assert max(abs(a - b) for a, b in zip(t.logprobs, s)) < 1e-4
+
+
+def test_random_policy_taps_only_and_checks_its_mix():
+    from rl.agents import RandomPolicy
+
+    taps = RandomPolicy(seed=1, actions="taps")
+    acts = [t.action for t in taps.act_batch([None] * 200, None)]  # type: ignore[list-item]
+    assert all(isinstance(a, Click) and 0.0 <= a.x <= 1.0 and 0.0 <= a.y <= 1.0 for a in acts)
+    assert len({(a.x, a.y) for a in acts}) > 150, "random points, not one spot"
+    mixed = [t.action for t in RandomPolicy(seed=1).act_batch([None] * 200, None)]  # type: ignore[list-item]
+    assert {type(a).__name__ for a in mixed} > {"Click"}, "the default mix still types, scrolls and swipes"
+    with pytest.raises(ValueError, match="actions must be one of"):
+        RandomPolicy(actions="swipes")

@@ -32,8 +32,6 @@ Example::
 
 from __future__ import annotations
 
-import copy
-import json
 import threading
 import uuid
 from collections import OrderedDict
@@ -48,7 +46,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.serving import WSGIRequestHandler, make_server
 
 from .views import bp
-from .world import check_layout, empty_world
+from .world import check_layout, copy_json, empty_world
 
 __all__ = ["StateError", "SessionStore", "validate_state", "create_app", "AppServer", "AppClient", "LocalClient",
            "shared_server", "stop_shared_server"]
@@ -68,16 +66,16 @@ def validate_state(state: Any) -> dict[str, Any]:
     unknown = set(state) - set(base)
     if unknown:
         raise StateError(f"unknown state keys {sorted(unknown)}; known: {sorted(base)}")
-    out = copy.deepcopy(base)
+    out = base
     for key, value in state.items():
         expected = type(base[key]) if base[key] is not None else (str, type(None))
         if not isinstance(value, expected):
             raise StateError(f"state[{key!r}] must be {getattr(expected, '__name__', 'str or null')}, "
                              f"got {type(value).__name__}")
         if key == "settings":
-            out[key].update(copy.deepcopy(value))
+            out[key].update(copy_json(value))
         else:
-            out[key] = copy.deepcopy(value)
+            out[key] = copy_json(value)
     for key in ("contacts", "threads", "events", "notes", "files", "expenses", "alarms", "todos"):
         for item in out[key]:
             if not isinstance(item, dict) or not isinstance(item.get("id"), int):
@@ -118,7 +116,11 @@ class SessionStore:
     def get(self, sid: str) -> dict[str, Any]:
         """A deep copy of the state; ``KeyError`` if unknown."""
         with self._lock:
-            return copy.deepcopy(self._sessions[sid])
+            return copy_json(self._sessions[sid])
+
+    def __contains__(self, sid: object) -> bool:
+        with self._lock:
+            return sid in self._sessions
 
     def delete(self, sid: str) -> bool:
         with self._lock:
@@ -305,15 +307,15 @@ class LocalClient:
         self.base_url = server.url
 
     def create(self, state: dict[str, Any] | None = None) -> str:
-        return self._server.store.create(json.loads(json.dumps(state or {})))
+        return self._server.store.create(state or {})  # the store keeps a copy (validate_state)
 
     def reset(self, sid: str, state: dict[str, Any]) -> None:
-        self._server.store.reset(sid, json.loads(json.dumps(state)))
+        self._server.store.reset(sid, state)
 
     def state(self, sid: str) -> dict[str, Any]:
         store = self._server.store
         with store.edit(sid) as live:  # KeyError for an unknown session, as over HTTP
-            return json.loads(json.dumps(live, sort_keys=True))  # Flask's jsonify sorts keys too
+            return copy_json(live, sort_keys=True)  # as JSON gives it, keys sorted as Flask's jsonify does
 
     def delete(self, sid: str) -> bool:
         return self._server.store.delete(sid)

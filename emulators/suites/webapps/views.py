@@ -9,7 +9,6 @@ screens were visited). Every change is a POST made by ``static/app.js`` with
 
 from __future__ import annotations
 
-import copy
 import re
 from itertools import groupby
 from typing import Any, Callable
@@ -18,7 +17,8 @@ from flask import Blueprint, abort, current_app, g, jsonify, render_template, re
 
 from .icons import APP_ICONS, icon
 from .world import (APP_TITLES, APPS, CATEGORIES, CLOCK_TABS, FOLDERS, FONT_SIZES, RINGTONES,
-                    SCREEN_TIMEOUTS, SETTINGS_SECTIONS, SETTINGS_TOGGLES, money, next_id, pretty_date)
+                    SCREEN_TIMEOUTS, SETTINGS_SECTIONS, SETTINGS_TOGGLES, copy_json, money, next_id,
+                    pretty_date)
 
 bp = Blueprint("apps", __name__, url_prefix="/s/<sid>")
 
@@ -39,9 +39,7 @@ def _pull_sid(endpoint: str | None, values: dict[str, Any] | None) -> None:
 
 @bp.before_request
 def _known_session():
-    try:
-        _store().get(g.sid)
-    except KeyError:
+    if g.sid not in _store():
         abort(404, description=f"unknown session {g.sid!r}: create one through /api/sessions")
 
 
@@ -56,7 +54,7 @@ def page(template: str, **context: Any) -> str:
     with _store().edit(g.sid) as st:
         st["log"] = (st["log"] + [rel])[-200:]
         flash, st["flash"] = st["flash"], None
-        snap = copy.deepcopy(st)
+        snap = copy_json(st)
     return render_template(template, S=snap, flash=flash, u=u, now=NOW, money=money, pretty_date=pretty_date,
                            app_titles=APP_TITLES, app_icons=APP_ICONS, icon=icon, request=request,
                            **context)

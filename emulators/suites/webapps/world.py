@@ -14,7 +14,8 @@ Example::
 
 from __future__ import annotations
 
-import copy
+import functools
+import json
 import random
 from datetime import date, timedelta
 from typing import Any
@@ -23,7 +24,7 @@ __all__ = [
     "APPS", "APP_TITLES", "SETTINGS_TOGGLES", "SETTINGS_SECTIONS", "FOLDERS", "CATEGORIES",
     "RINGTONES", "FONT_SIZES", "SCREEN_TIMEOUTS", "CLOCK_TABS", "TODAY", "CONTACT_COUNT",
     "make_world", "empty_world", "money", "pretty_date", "next_id", "LAYOUT_LISTS", "shuffled_layout",
-    "check_layout",
+    "check_layout", "copy_json",
 ]
 
 #: app slugs in launcher order (fixed: easy tasks rely on the icons' places)
@@ -168,8 +169,52 @@ def _phone(rng: random.Random) -> str:
     return f"(555) {rng.randint(200, 989)}-{rng.randint(1000, 9999)}"
 
 
+def copy_json(value: Any, *, sort_keys: bool = False) -> Any:
+    """What ``json.loads(json.dumps(value, sort_keys=sort_keys))`` gives, without the text in between:
+    dicts and lists are new (tuples become lists), strings, numbers, booleans and ``None`` are shared
+    (immutable). A dict key that is not a string, or a value JSON does not hold, goes through
+    :mod:`json` itself (the same result, or its error). ~4x faster than :func:`copy.deepcopy` on a
+    world, which matters at a state read every step."""
+    try:
+        return _copy_json(value, sort_keys)
+    except _NotPlain:
+        return json.loads(json.dumps(value, sort_keys=sort_keys))
+
+
+class _NotPlain(Exception):
+    pass
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _copy_json(v: Any, sort_keys: bool) -> Any:
+    t = type(v)
+    if t is dict:
+        keys = sorted(v) if sort_keys else v
+        out = {}
+        for k in keys:
+            if type(k) is not str:
+                raise _NotPlain
+            out[k] = _copy_json(v[k], sort_keys)
+        return out
+    if t is list or t is tuple:
+        return [_copy_json(x, sort_keys) for x in v]
+    if t in _SCALARS:
+        return v
+    raise _NotPlain
+
+
 def make_world(seed: int) -> dict[str, Any]:
-    """The app data of a seed: same seed, same world. Names and titles are unique per list."""
+    """The app data of a seed: same seed, same world (a new copy each call). Names and titles are
+    unique per list."""
+    return copy_json(_built_world(int(seed)))
+
+
+@functools.lru_cache(maxsize=256)
+def _built_world(seed: int) -> dict[str, Any]:
+    """The world of ``seed``, built once (~0.6 ms) and kept for :func:`make_world`'s copies (never
+    handed out itself)."""
     rng = random.Random(seed)
     w = empty_world()
     firsts = rng.sample(_FIRST, CONTACT_COUNT)
@@ -221,4 +266,4 @@ def make_world(seed: int) -> dict[str, Any]:
     s.update(dark_theme=rng.random() < 0.3, font_size=rng.choice(FONT_SIZES),
              screen_timeout=rng.choice(SCREEN_TIMEOUTS), ringtone=rng.choice(RINGTONES),
              device_name=rng.choice(("My Phone", "Pixel", "Galaxy", "Work phone")))
-    return copy.deepcopy(w)
+    return w
