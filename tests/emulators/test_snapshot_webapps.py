@@ -317,10 +317,10 @@ def test_a_pool_starts_a_group_once_and_restores_it_in_the_other_slots():
         assert outs[0].spec == outs[2].spec and outs[1].info.milestones == outs[3].info.milestones
 
 
-def test_a_restore_settles_in_its_own_call(devices):
+def test_a_restore_settles_in_its_own_call(shared_browser):
     """A restore on a quiet page polls the settle inside the restore's own page call (no second round
     trip), and leaves the device as a settle would: the next observation is the state's, unchanged."""
-    a, b = devices[0], devices[1]
+    a, b = (SUITE.make_device(browser=shared_browser, tree="none") for _ in range(2))
     env = GuiEnv(a, TASKS["settings_turn_on"])
     env.reset_typed(seed=0)
     env.step_typed(env.oracle_action())
@@ -338,3 +338,5 @@ def test_a_restore_settles_in_its_own_call(devices):
     assert settles == [], "the restore's poll took the place of a separate settle"
     assert b._quiet is not None and b._quiet[0] is not None, "the poll's mutation count is what observe compares"
     assert b.observe().screenshot == shot
+    a.close()
+    b.close()
