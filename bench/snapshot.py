@@ -8,6 +8,7 @@ Playwright loop in one run.
     python bench/snapshot.py --skip-ops --loops restore restore_no_tree_cache   # the tree cache on and off
     python bench/snapshot.py --skip-ops --loops restore restore_two_batches     # starts beside steps, or after
     python bench/snapshot.py --skip-ops --loops restore restore_lean restore_lean_png   # the lean step
+    python bench/snapshot.py --skip-ops --loops restore_lean restore_lean_taps   # random gestures, or taps only
     python bench/snapshot.py --skip-ops --skip-loops --miniwob-survey    # which MiniWoB++ pages replay
 
 **Operations** (one phone device of the webapps suite; CPU milliseconds a call summed over this
@@ -32,7 +33,8 @@ load average is printed with every figure):
   groups of ``--group-size``, a real store in a temp folder; with reset by restore (the default)
   and without (``reset_by_restore=false``: every reset in page);
   ``--loops`` picks the variants: also the tree cache off, the loop's steps and starts in two batches
-  (as before), and the lean step (``tree="none"``, ``target_boxes=False``, JPEG captures; and the same
+  (as before), the lean step with an agent that only taps as the raw loops do
+  (``RandomPolicy(actions="taps")``), and the lean step (``tree="none"``, ``target_boxes=False``, JPEG captures; and the same
   with PNG);
 * ``raw``: Playwright alone on ``--slots`` contexts of one Chromium (the same phone emulation, each
   on a session's launcher): a tap at a random point and ``page.screenshot()`` a step; no settling,
