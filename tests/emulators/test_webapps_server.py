@@ -97,6 +97,15 @@ def test_validate_state_fills_defaults_and_rejects_bad_input():
         validate_state({"contacts": "x"})
     with pytest.raises(StateError, match="integer 'id'"):
         validate_state({"notes": [{"title": "no id"}]})
+    with pytest.raises(StateError, match="plain JSON"):
+        validate_state({"notes": [{"id": 1, "when": object()}]})
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(StateError, match="plain JSON"):
+        validate_state({"todos": deep})
+    as_json = validate_state({"todos": ({"id": 1, "title": "t", "done": False},)})
+    assert as_json["todos"] == [{"id": 1, "title": "t", "done": False}], "a tuple is a list, as JSON has it"
 
 
 def test_api_create_read_reset_delete(server, client):

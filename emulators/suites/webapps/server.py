@@ -62,6 +62,10 @@ def validate_state(state: Any) -> dict[str, Any]:
     """A deep copy of ``state`` with missing keys filled from the empty world; raises :class:`StateError`."""
     if not isinstance(state, dict):
         raise StateError(f"state must be a JSON object, got {type(state).__name__}")
+    try:
+        state = copy_json(state)  # what a JSON round trip gives (tuples as lists): the copy the store keeps
+    except (TypeError, ValueError, RecursionError) as e:
+        raise StateError(f"state must be plain JSON data: {e}") from None
     base = empty_world()
     unknown = set(state) - set(base)
     if unknown:
@@ -73,9 +77,9 @@ def validate_state(state: Any) -> dict[str, Any]:
             raise StateError(f"state[{key!r}] must be {getattr(expected, '__name__', 'str or null')}, "
                              f"got {type(value).__name__}")
         if key == "settings":
-            out[key].update(copy_json(value))
+            out[key].update(value)
         else:
-            out[key] = copy_json(value)
+            out[key] = value
     for key in ("contacts", "threads", "events", "notes", "files", "expenses", "alarms", "todos"):
         for item in out[key]:
             if not isinstance(item, dict) or not isinstance(item.get("id"), int):
