@@ -14,6 +14,14 @@ download) and the tiny model's tokenizer, or ``--model DIR`` for a real checkpoi
 
     python bench/gpu.py [--model DIR] [--batch 16] [--micro-batch 4] [--new-tokens 128] [--lora-rank 64] [--no-vllm]
     python bench/gpu.py --no-vllm --screen 1080x2400 --max-pixels 1003520   # a phone screenshot, 1,280 visual tokens
+    python bench/gpu.py --no-vllm --profile $OUT/profile   # where one update's time goes (torch.profiler)
+
+``--profile DIR`` runs one more update under :mod:`torch.profiler` after the timed ones and writes
+``DIR/update_ops.txt`` (the operators by their own device time, then by CPU time) and
+``DIR/update_parts.json`` (device and CPU time inside the vision tower's and the language model's
+forward passes, and inside every forward of their blocks, which under gradient checkpointing
+includes each block's recomputation in the backward pass, against the whole update); with
+``--profile-trace`` also ``DIR/update_trace.json`` (Chrome's trace format; large).
 
 The last stdout line is one JSON object with the figures.
 """
@@ -56,6 +64,90 @@ def _gpu_check() -> Any:
     return mod
 
 
+#: the parts of a Qwen-VL model whose forward passes ``--profile`` times apart: attribute path -> label
+PROFILED_PARTS = {"visual": "vision tower", "model.visual": "vision tower", "language_model": "language model",
+                  "model.language_model": "language model"}
+
+
+def _submodule(model: Any, path: str) -> Any:
+    for name in path.split("."):
+        model = getattr(model, name, None)
+        if model is None:
+            return None
+    return model
+
+
+def profile_update(fn: Any, model: Any, out_dir: str, *, cuda: bool, trace: bool = False) -> dict[str, Any]:
+    """Run ``fn`` (one update) once under :mod:`torch.profiler`; write the operator tables and the
+    parts' times to ``out_dir`` and return them: ``{label: {"device_ms", "cpu_ms", "calls"}}`` with
+    ``"update"`` the whole. The parts are the forward passes of the model's vision tower and language
+    model, and (``"<part> blocks"``) every forward of their blocks' submodules (attention, MLP, norms
+    of the elements of their module lists): a block checkpointed for the backward pass runs them
+    again there, so the blocks' time less the part's own forward time is about the recomputation
+    (``calls`` counts the submodule calls). Each range is a
+    :func:`torch.profiler.record_function` opened and closed by forward hooks; the backward passes
+    themselves fall outside every range but the whole."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    os.makedirs(out_dir, exist_ok=True)
+    inner = getattr(getattr(model, "base_model", None), "model", None) or model  # under a peft wrapper
+    parts: dict[str, Any] = {}
+    for path, label in PROFILED_PARTS.items():
+        mod = _submodule(inner, path)
+        if mod is not None and label not in parts and mod is not inner:
+            parts[label] = mod
+    handles, open_ranges = [], []
+
+    def enter(label: str) -> Any:
+        def pre(_m: Any, _a: Any) -> None:
+            r = record_function(f"part: {label}")
+            r.__enter__()
+            open_ranges.append(r)
+        return pre
+
+    def leave(_m: Any, _a: Any, _o: Any) -> None:
+        if open_ranges:
+            open_ranges.pop().__exit__(None, None, None)
+
+    for label, mod in parts.items():
+        handles.append(mod.register_forward_pre_hook(enter(label)))
+        handles.append(mod.register_forward_hook(leave))
+        for child in mod.children():
+            if isinstance(child, torch.nn.ModuleList):
+                # the blocks' own submodules: a checkpointed block's forward runs them again in the
+                # backward pass (transformers checkpoints a block's forward, keeping its hooks outside)
+                for block in child:
+                    for inner_mod in block.children():
+                        handles.append(inner_mod.register_forward_pre_hook(enter(f"{label} blocks")))
+                        handles.append(inner_mod.register_forward_hook(leave))
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    try:
+        with profile(activities=activities) as prof:
+            with record_function("part: update"):
+                fn()
+    finally:
+        for h in handles:
+            h.remove()
+    events = prof.key_averages()
+    dev = "device_time_total" if hasattr(events[0], "device_time_total") else "cuda_time_total"
+    self_dev = "self_" + dev
+    with open(os.path.join(out_dir, "update_ops.txt"), "w") as f:
+        if cuda:
+            f.write(events.table(sort_by=self_dev, row_limit=40) + "\n\n")
+        f.write(events.table(sort_by="self_cpu_time_total", row_limit=40) + "\n")
+    summary: dict[str, Any] = {}
+    for e in events:
+        if e.key.startswith("part: "):
+            summary[e.key[len("part: "):]] = {"device_ms": round(getattr(e, dev, 0.0) / 1e3, 2),
+                                             "cpu_ms": round(e.cpu_time_total / 1e3, 2), "calls": e.count}
+    with open(os.path.join(out_dir, "update_parts.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    if trace:
+        prof.export_chrome_trace(os.path.join(out_dir, "update_trace.json"))
+    return summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="", help="a model folder (default: random Qwen2.5-VL-3B architecture)")
@@ -69,6 +161,9 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=3, help="timed updates after the first (median reported)")
     ap.add_argument("--no-vllm", action="store_true")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.35)
+    ap.add_argument("--profile", default="", metavar="DIR",
+                    help="one more update under torch.profiler: operator tables and the parts' times in DIR")
+    ap.add_argument("--profile-trace", action="store_true", help="with --profile: also a Chrome trace (large)")
     args = ap.parse_args()
     try:
         sw, sh = (int(v) for v in args.screen.lower().split("x"))
@@ -184,6 +279,8 @@ def main() -> None:
     out["update_samples_per_s"] = round(args.batch / dt, 2)
     out["peak_update_gib"] = round(torch.cuda.max_memory_allocated() / GiB, 2)
     out["estimate_gib"] = round(est.total / GiB, 2)
+    if args.profile:
+        out["profile"] = profile_update(one_update, learner.model, args.profile, cuda=True, trace=args.profile_trace)
     if engine is not None:
         from guiagent.policy.vllm_backend import ColocatedSync
 

@@ -34,3 +34,64 @@ def test_bench_script_puts_the_checkout_first(script):
     top = TOP_LEVEL.search(text)
     assert top is None or insert.start() < top.start(), \
         f"{script.name}: a project import at module level comes before the sys.path line"
+
+
+def test_gpu_bench_profile_times_the_parts_of_an_update(tmp_path):
+    """``bench/gpu.py --profile``'s profiler, on CPU with a model shaped as Qwen-VL's (a vision tower
+    of checkpointed blocks and a language model under ``model``, behind a wrapper as peft's): both
+    parts' forward passes are timed, the blocks' recomputation counted, and the tables written."""
+    import importlib.util
+
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "bench" / "gpu.py")
+    gpu = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(gpu)  # type: ignore[union-attr]
+
+    class Inner(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.visual = Tower()
+            self.language_model = torch.nn.Linear(32, 32)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.language_model(self.visual(x))
+
+    class Tower(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.GELU())
+                                              for _ in range(3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for block in self.blocks:  # each block checkpointed, as transformers does it
+                x = checkpoint(block, x, use_reentrant=False)
+            return x
+
+    class Outer(torch.nn.Module):  # as a ForConditionalGeneration holds its model
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = Inner()
+
+    class Wrapper:  # as peft's PeftModel: base_model.model is the model
+        def __init__(self, m: torch.nn.Module) -> None:
+            self.base_model = type("Lora", (), {"model": m})()
+
+    outer = Outer()
+    opt = torch.optim.SGD(outer.parameters(), lr=0.01)
+
+    def update() -> None:
+        opt.zero_grad()
+        outer.model(torch.randn(8, 32, requires_grad=True)).pow(2).mean().backward()
+        opt.step()
+
+    parts = gpu.profile_update(update, Wrapper(outer), str(tmp_path / "p"), cuda=False)
+    assert set(parts) == {"vision tower", "vision tower blocks", "language model", "update"}
+    assert parts["vision tower"]["calls"] == 1 and parts["language model"]["calls"] == 1
+    assert parts["vision tower blocks"]["calls"] == 12, "3 blocks of 2 layers, each run again in the backward"
+    assert 0 < parts["vision tower"]["cpu_ms"] <= parts["update"]["cpu_ms"]
+    assert "Self CPU" in (tmp_path / "p" / "update_ops.txt").read_text()
+    assert not (tmp_path / "p" / "update_trace.json").exists()
+    mods = [outer.model.visual, *outer.model.visual.blocks, outer.model.language_model]
+    assert not any(m._forward_pre_hooks or m._forward_hooks for m in mods), "the hooks are gone after the profile"
