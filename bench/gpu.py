@@ -86,7 +86,9 @@ def profile_update(fn: Any, model: Any, out_dir: str, *, cuda: bool, trace: bool
     again there, so the blocks' time less the part's own forward time is about the recomputation
     (``calls`` counts the submodule calls). Each range is a
     :func:`torch.profiler.record_function` opened and closed by forward hooks; the backward passes
-    themselves fall outside every range but the whole."""
+    themselves fall outside every range but the whole. With ``cuda``, each part's forward also
+    reports ``"peak_gib"``: the most memory it allocated above what was allocated when it began (its
+    largest call), and ``"update"`` the update's peak (``torch.cuda.max_memory_allocated``)."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -98,21 +100,36 @@ def profile_update(fn: Any, model: Any, out_dir: str, *, cuda: bool, trace: bool
         if mod is not None and label not in parts and mod is not inner:
             parts[label] = mod
     handles, open_ranges = [], []
+    # memory: a part's forward peak above its start (the peak counter is reset as a part begins, so
+    # the update's own peak is folded in before every reset)
+    mem: dict[str, Any] = {"overall": 0, "peaks": {}, "start": []}
 
-    def enter(label: str) -> Any:
+    def enter(label: str, memory: bool = False) -> Any:
         def pre(_m: Any, _a: Any) -> None:
+            if memory:
+                torch.cuda.synchronize()
+                mem["overall"] = max(mem["overall"], torch.cuda.max_memory_allocated())
+                mem["start"].append(torch.cuda.memory_allocated())
+                torch.cuda.reset_peak_memory_stats()
             r = record_function(f"part: {label}")
             r.__enter__()
             open_ranges.append(r)
         return pre
 
-    def leave(_m: Any, _a: Any, _o: Any) -> None:
-        if open_ranges:
-            open_ranges.pop().__exit__(None, None, None)
+    def leave(label: str, memory: bool = False) -> Any:
+        def post(_m: Any, _a: Any, _o: Any) -> None:
+            if open_ranges:
+                open_ranges.pop().__exit__(None, None, None)
+            if memory and mem["start"]:
+                torch.cuda.synchronize()
+                peak = torch.cuda.max_memory_allocated()
+                mem["overall"] = max(mem["overall"], peak)
+                mem["peaks"][label] = max(mem["peaks"].get(label, 0), peak - mem["start"].pop())
+        return post
 
     for label, mod in parts.items():
-        handles.append(mod.register_forward_pre_hook(enter(label)))
-        handles.append(mod.register_forward_hook(leave))
+        handles.append(mod.register_forward_pre_hook(enter(label, cuda)))
+        handles.append(mod.register_forward_hook(leave(label, cuda)))
         for child in mod.children():
             if isinstance(child, torch.nn.ModuleList):
                 # the blocks' own submodules: a checkpointed block's forward runs them again in the
@@ -120,8 +137,11 @@ def profile_update(fn: Any, model: Any, out_dir: str, *, cuda: bool, trace: bool
                 for block in child:
                     for inner_mod in block.children():
                         handles.append(inner_mod.register_forward_pre_hook(enter(f"{label} blocks")))
-                        handles.append(inner_mod.register_forward_hook(leave))
+                        handles.append(inner_mod.register_forward_hook(leave(f"{label} blocks")))
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     try:
         with profile(activities=activities) as prof:
             with record_function("part: update"):
@@ -129,6 +149,9 @@ def profile_update(fn: Any, model: Any, out_dir: str, *, cuda: bool, trace: bool
     finally:
         for h in handles:
             h.remove()
+    if cuda:
+        torch.cuda.synchronize()
+        mem["overall"] = max(mem["overall"], torch.cuda.max_memory_allocated())
     events = prof.key_averages()
     dev = "device_time_total" if hasattr(events[0], "device_time_total") else "cuda_time_total"
     self_dev = "self_" + dev
@@ -141,6 +164,10 @@ def profile_update(fn: Any, model: Any, out_dir: str, *, cuda: bool, trace: bool
         if e.key.startswith("part: "):
             summary[e.key[len("part: "):]] = {"device_ms": round(getattr(e, dev, 0.0) / 1e3, 2),
                                              "cpu_ms": round(e.cpu_time_total / 1e3, 2), "calls": e.count}
+    if cuda:
+        for label, peak in mem["peaks"].items():
+            summary.setdefault(label, {})["peak_gib"] = round(peak / 2**30, 3)
+        summary.setdefault("update", {})["peak_gib"] = round(mem["overall"] / 2**30, 3)
     with open(os.path.join(out_dir, "update_parts.json"), "w") as f:
         json.dump(summary, f, indent=1)
     if trace:

@@ -95,3 +95,52 @@ def test_gpu_bench_profile_times_the_parts_of_an_update(tmp_path):
     assert not (tmp_path / "p" / "update_trace.json").exists()
     mods = [outer.model.visual, *outer.model.visual.blocks, outer.model.language_model]
     assert not any(m._forward_pre_hooks or m._forward_hooks for m in mods), "the hooks are gone after the profile"
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")
+def test_gpu_bench_profile_reports_each_parts_memory_peak(tmp_path, monkeypatch):
+    """With ``cuda``, each part's forward reports its peak above its start and the update its own
+    peak, though the peak counter is reset as each part begins. The card's memory counters are the
+    device's (no GPU here): a counter the model's forward passes move stands in for them."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "bench" / "gpu.py")
+    gpu = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(gpu)  # type: ignore[union-attr]
+    card = {"alloc": 1000, "peak": 1000}
+
+    def use(n: int) -> None:  # n bytes held for a moment, then given back
+        card["alloc"] += n
+        card["peak"] = max(card["peak"], card["alloc"])
+        card["alloc"] -= n
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: card["alloc"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: card["peak"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: card.update(peak=card["alloc"]))
+
+    class Part(torch.nn.Module):
+        def __init__(self, n: int) -> None:
+            super().__init__()
+            self.n, self.lin = n, torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            use(self.n)
+            return self.lin(x)
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.visual, self.language_model = Part(2**30), Part(2**29)
+
+    m = Model()
+
+    def update() -> None:
+        use(3 * 2**30)  # the backward's own peak, outside both parts
+        m.language_model(m.visual(torch.randn(2, 4)))
+
+    parts = gpu.profile_update(update, m, str(tmp_path / "p"), cuda=True)
+    assert parts["vision tower"]["peak_gib"] == 1.0 and parts["language model"]["peak_gib"] == 0.5
+    assert parts["update"]["peak_gib"] == round((1000 + 3 * 2**30) / 2**30, 3), "the peak before the first reset"
