@@ -200,8 +200,6 @@ LOOP_MODES: dict[str, dict[str, Any]] = {
     # actions, so the ratio is the loop's cost (resets, checks, store) and not a swipe's 300 ms
     "restore_lean_taps": {"reset_by_restore": True, "tree": "none", "target_boxes": False,
                           "image_format": "jpeg", "_actions": "taps"},
-    "restore_lean_taps_per_slot": {"reset_by_restore": True, "tree": "none", "target_boxes": False,
-                                   "image_format": "jpeg", "_actions": "taps", "_per_slot": True},
 }
 
 
