@@ -263,15 +263,16 @@ _MAX_TARGET_AREA = 0.25
 _SNAPSHOT_OPTS = {"computedStyles": [], "includePaintOrder": False, "includeDOMRects": False}
 #: the page's mutation count and version (``VERSION_JS``), or the fallback given where there is no settle script
 _MARK_JS = "(fallback) => window.__ga ? [window.__ga.mutations, " + VERSION_JS + "] : fallback"
-#: :meth:`BrowserDevice.reset_in_page`'s script around the page's hook (``HOOK``)
-_IN_PAGE_RESET_JS = """async (url) => {
+#: :meth:`BrowserDevice.reset_in_page`'s script around the page's hook (``HOOK``), then the settle's
+#: poll (``POLL``) in the same call: ``false``, or the page's settle state once it shows the url
+_IN_PAGE_RESET_JS = """async ([url, wait]) => {
     const g = window.__ga;
     if (!g || g.navigating || g.fetches > 0 || document.readyState !== 'complete') return false;
     if (!(await (HOOK)(url))) return false;
     for (const id of Array.from(g.timers.keys())) clearTimeout(id);
     getSelection().removeAllRanges();
     if (document.activeElement && document.activeElement !== document.body) document.activeElement.blur();
-    return true;
+    return await (POLL)(wait);
 }"""
 
 
@@ -478,10 +479,15 @@ class BrowserDevice(Device):
             self._popup_url = None
             self._quiet = None
             self._marks = None
-            if not self.page.evaluate(_IN_PAGE_RESET_JS.replace("HOOK", hook, 1), url):
+            script = _IN_PAGE_RESET_JS.replace("POLL", SETTLE_POLL_JS.strip(), 1).replace("HOOK", hook, 1)
+            settled = self.page.evaluate(script, [url, c.settle_timeout_ms])  # the hook and the settle, one call
+            if not settled:
                 return False
             self._cdp.send("Page.resetNavigationHistory")
-            self._settle()
+            if isinstance(settled, dict):  # quiet, or still busy when the poll's time ran out: as _settle() leaves it
+                self._quiet = (settled.get("mutations"), settled.get("version"))
+            else:
+                self._settle()
             self._context_resets += 1
         except PlaywrightError:  # a hook that threw, or a page that died: the caller loads the page
             return False
@@ -578,7 +584,7 @@ class BrowserDevice(Device):
             self._popup_url = None
             self._quiet = None
             self._cdp.send("Page.resetNavigationHistory")
-            script = _RESTORE_JS.replace("RESTORE", restore, 1).replace("POLL", SETTLE_POLL_JS.strip(), 1)
+            script = _RESTORE_JS.replace("POLL", SETTLE_POLL_JS.strip(), 1).replace("RESTORE", restore, 1)
             args = [dict(data["page"]), [list(p) for p in rewrite], c.settle_timeout_ms]
             # the restore and the settle in one call (a round trip less a reset by restore)
             settled = self.page.evaluate(script, args)

@@ -199,3 +199,30 @@ def test_in_page_resets_count_toward_the_context_replacement(shared_browser):
         env.task.teardown(device)
     finally:
         device.close()
+
+
+def test_an_in_page_reset_settles_in_its_own_call(shared_browser):
+    """An in-page reset runs the page's hook and the settle's poll in one page call: no separate
+    settle, and the device is left as a settle leaves it (the next observation is the start's,
+    the same as a fresh reset on another device shows)."""
+    device = SUITE.make_device(browser=shared_browser, tree="none")
+    other = SUITE.make_device(browser=shared_browser, tree="none")
+    try:
+        env = GuiEnv(device, TASKS["settings_turn_on"])
+        env.reset_typed(seed=1)  # the first reset loads the page; the next are in the page
+        env.step_typed(Click(0.5, 0.5))
+        settles: list = []
+        real = device._settle
+        device._settle = lambda cap_ms=None: settles.append(cap_ms) or real(cap_ms)  # type: ignore[method-assign]
+        resets = device._context_resets
+        try:
+            obs, _ = env.reset_typed(seed=2)
+        finally:
+            del device._settle
+        assert device._context_resets == resets + 1, "the reset ran in the page"
+        assert settles == [], "the hook's call settled the page: no second round trip"
+        fresh, _ = GuiEnv(other, TASKS["settings_turn_on"]).reset_typed(seed=2)
+        assert obs.screenshot == fresh.screenshot
+    finally:
+        device.close()
+        other.close()
