@@ -9,6 +9,7 @@ Playwright loop in one run.
     python bench/snapshot.py --skip-ops --loops restore restore_two_batches     # starts beside steps, or after
     python bench/snapshot.py --skip-ops --loops restore restore_lean restore_lean_png   # the lean step
     python bench/snapshot.py --skip-ops --loops restore_lean restore_lean_taps   # random gestures, or taps only
+    python bench/snapshot.py --skip-ops --loops restore restore_partial restore_lean restore_lean_partial  # partial batches
     python bench/snapshot.py --skip-ops --skip-loops --miniwob-survey    # which MiniWoB++ pages replay
 
 **Operations** (one phone device of the webapps suite; CPU milliseconds a call summed over this
@@ -35,7 +36,8 @@ load average is printed with every figure):
   ``--loops`` picks the variants: also the tree cache off, the loop's steps and starts in two batches
   (as before), the lean step with an agent that only taps as the raw loops do
   (``RandomPolicy(actions="taps")``), and the lean step (``tree="none"``, ``target_boxes=False``, JPEG captures; and the same
-  with PNG);
+  with PNG); and the loop on partial batches (``min_batch_share=0.5``: the policy acts on the slots
+  that are back once half of those in flight are), with the default and the lean step;
 * ``raw``: Playwright alone on ``--slots`` contexts of one Chromium (the same phone emulation, each
   on a session's launcher): a tap at a random point and ``page.screenshot()`` a step; no settling,
   no tree, no resets, no store. Two of them, right after each rollout: ``sequential_jpeg`` (one
@@ -200,6 +202,13 @@ LOOP_MODES: dict[str, dict[str, Any]] = {
     # actions, so the ratio is the loop's cost (resets, checks, store) and not a swipe's 300 ms
     "restore_lean_taps": {"reset_by_restore": True, "tree": "none", "target_boxes": False,
                           "image_format": "jpeg", "_actions": "taps"},
+    # the loop on partial batches (rollouts.min_batch_share 0.5): the policy acts on the slots that
+    # are back once half the slots in flight are; the default step, and the lean step
+    "restore_partial": {"reset_by_restore": True, "_share": 0.5},
+    "restore_lean_partial": {"reset_by_restore": True, "tree": "none", "target_boxes": False,
+                             "image_format": "jpeg", "_share": 0.5},
+    "restore_lean_taps_partial": {"reset_by_restore": True, "tree": "none", "target_boxes": False,
+                                  "image_format": "jpeg", "_actions": "taps", "_share": 0.5},
 }
 
 
@@ -248,6 +257,7 @@ def rollout(pool: Any, policy: Any, requests: list, *, two_batches: bool = False
     from rl.rollout import LiveSide, run_rollout
 
     if per_slot:
+        kw.pop("min_batch_share", None)
         return per_slot_rollout(pool, seed, requests, actions, **kw)
     if not two_batches:
         return run_rollout(pool, policy, requests, **kw)
@@ -312,7 +322,8 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
                     actions = LOOP_MODES[mode].get("_actions", "mixed")
                     res = rollout(pool, RandomPolicy(seed, actions), requests, store=store, run_id=run_id,
                                   suite="webapps", two_batches=LOOP_MODES[mode].get("_two_batches", False),
-                                  per_slot=LOOP_MODES[mode].get("_per_slot", False), seed=seed, actions=actions)
+                                  per_slot=LOOP_MODES[mode].get("_per_slot", False), seed=seed, actions=actions,
+                                  min_batch_share=LOOP_MODES[mode].get("_share", 1.0))
                     cpu1 = cpu_by_process(os.getpid())
                     trees1 = tree_counts(pool)
                     steps = max(res.env_steps, 1)

@@ -22,7 +22,7 @@ from guiagent.types import Mark
 
 __all__ = [
     "ChromiumNotFound", "find_chromium", "BrowserHandle", "launch", "connect_over_cdp", "normalise_key",
-    "origin_of", "url_allowed", "run_concurrently", "SETTLE_INIT_SCRIPT", "SETTLE_POLL_JS", "VERSION_JS", "CHROMIUM_ARGS",
+    "origin_of", "url_allowed", "run_concurrently", "Flight", "SETTLE_INIT_SCRIPT", "SETTLE_POLL_JS", "VERSION_JS", "CHROMIUM_ARGS",
     "build_marks", "INTERACTIVE_ROLES", "NAMED_ROLES",
 ]
 
@@ -244,6 +244,94 @@ def run_concurrently(anchor: Any, calls: Sequence[Callable[[], T]]) -> list[T]:
         if isinstance(r, BaseException):
             raise r
     return results
+
+
+class Flight:
+    """Calls side by side on this thread's Playwright loop, handed back as they end.
+
+    :func:`run_concurrently` waits for all its calls; a flight hands back whichever calls have
+    ended, at least ``least`` of them, and keeps the others going: they move on whenever this
+    thread's Playwright loop runs again (the next :meth:`collect`, or any sync call of this
+    thread in between), each in a greenlet of its own as there. A caller that acts on the calls
+    that ended (a rollout loop on a partial batch) is then not held up by the slowest.
+
+    A call may wait for another to end first (``after``: its key): it starts the moment that one
+    ends (the same greenlet rules; its future counts as in flight from the start).
+
+    Results come back as ``(key, value)``; a call that raised hands its exception back as the value
+    (callers that guard their calls never see one). Keys in flight are unique.
+    """
+
+    def __init__(self, anchor: Any):
+        self._sync = getattr(anchor, "_sync", None)
+        if self._sync is None:
+            raise TypeError("a flight needs a sync Playwright object of this thread (the shared Browser)")
+        self._futures: dict[Any, "asyncio.Future[Any]"] = {}
+        self._ended: list[Any] = []  # keys in the order their calls ended
+
+    def __len__(self) -> int:
+        return len(self._futures)
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._futures
+
+    def keys(self) -> list[Any]:
+        return list(self._futures)
+
+    def collect(self, calls: Sequence[tuple[Any, Callable[[], Any], Any]] = (), least: int = 1
+                ) -> list[tuple[Any, Any]]:
+        """Start ``calls`` (``(key, call, after)``: ``after`` None, or the key of a call in flight to
+        wait for), then run the loop until at least ``least`` calls in flight have ended (all, when
+        fewer are in flight); every call that has ended by then, in the order they ended."""
+        new: set[Any] = set()
+        for key, _call, after in calls:
+            if key in self._futures or key in new:
+                raise ValueError(f"{key!r} is already in flight")
+            if after is not None and after not in self._futures and after not in new:
+                raise ValueError(f"{key!r} waits for {after!r}, which is not in flight (or not started before it)")
+            new.add(key)
+        if greenlet.getcurrent().parent is not None:
+            raise RuntimeError("a flight is collected from the thread's main greenlet, not from one of its calls")
+        ended = self._ended
+
+        async def run() -> list[tuple[Any, Any]]:
+            loop = asyncio.get_running_loop()
+            for key, call, after in calls:
+                self._futures[key] = future = loop.create_future()
+                if after is None:
+                    _start(call, future, ended, key)
+                else:  # starts inside the loop, in the callback of the call it waits for
+                    self._futures[after].add_done_callback(lambda _f, c=call, fu=future, k=key: _start(c, fu, ended, k))
+            want = min(least, len(self._futures))
+            while sum(f.done() for f in self._futures.values()) < want:
+                await asyncio.wait([f for f in self._futures.values() if not f.done()],
+                                   return_when=asyncio.FIRST_COMPLETED)
+            out = []
+            for key in ended:
+                future = self._futures.pop(key)
+                out.append((key, future.exception() or future.result()))
+            ended.clear()
+            return out
+
+        return self._sync(run())
+
+
+def _start(call: Callable[[], Any], future: "asyncio.Future[Any]", ended: list[Any] | None = None,
+           key: Any = None) -> None:
+    """Run ``call`` in a greenlet of its own until its first wait for Chromium (see
+    :func:`run_concurrently`); its result or exception goes to ``future`` (and ``key`` to ``ended``)."""
+    def body() -> None:
+        try:
+            value = call()
+        except Exception as e:  # handed to the collector as the call's value
+            if ended is not None:
+                ended.append(key)
+            future.set_exception(e)
+            return
+        if ended is not None:
+            ended.append(key)
+        future.set_result(value)
+    greenlet.greenlet(body).switch()
 
 
 # --- keys -------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ import os
 import re
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from emulators.pool_types import (
     ActionRequest, EnvOutput, EnvPool, PoolError, PoolRequestError, PoolStartError, ResetRequest,
@@ -129,15 +129,19 @@ class InProcessPool:
         self._book = _SlotBook(num_slots, self._worker.task_ids())
         self.num_slots = num_slots
         self.suite = suite
+        self._flying: set[int] = set()     # slots submitted and not collected
+        self._landed: list[EnvOutput] = []  # outputs that ended while their calls started
 
     def reset(self, requests: Sequence[ResetRequest]) -> list[EnvOutput]:
         self._book.check_reset(requests)
+        self._not_flying(r.slot for r in requests)
         out = self._worker.reset_batch(list(requests))
         self._book.record(out)
         return out
 
     def step(self, requests: Sequence[ActionRequest]) -> list[EnvOutput]:
         self._book.check_step(requests)
+        self._not_flying(r.slot for r in requests)
         out = self._worker.step_batch(list(requests))
         self._book.record(out)
         return out
@@ -146,19 +150,56 @@ class InProcessPool:
                        ) -> tuple[list[EnvOutput], list[EnvOutput]]:
         """Step some slots and reset others in one batch, side by side (see :meth:`RayEnvPool.step_and_reset`)."""
         self._book.check_step_reset(steps, resets)
+        self._not_flying(r.slot for r in (*steps, *resets))
         out = self._worker.step_reset_batch(list(steps), list(resets))
         self._book.record(out)
         return out[:len(steps)], out[len(steps):]
 
+    # --- calls handed back as they end ---------------------------------------------------------
+
+    def submit(self, steps: Sequence[ActionRequest] = (), resets: Sequence[ResetRequest] = ()) -> None:
+        """Start steps and resets without waiting for them: :meth:`collect` hands back their outputs as
+        they end, so a rollout loop acts on the slots that are back while a slow page still settles
+        (``rollouts.min_batch_share``). Side by side on the shared browser; a pool whose slots cannot
+        run side by side runs them here and :meth:`collect` hands all back. A slot in flight takes no
+        other request until its output was collected."""
+        steps, resets = list(steps), list(resets)
+        self._book.check_step_reset(steps, resets)
+        self._not_flying(r.slot for r in (*steps, *resets))
+        self._flying.update(r.slot for r in (*steps, *resets))
+        self._landed += self._worker.flight_batch(steps, resets, 0)
+
+    def collect(self, least: int = 1) -> list[EnvOutput]:
+        """The outputs of submitted calls that ended, in the order they ended: at least ``least``
+        (all, when fewer are in flight), without waiting for the others."""
+        got = self._landed + self._worker.flight_batch([], [], max(0, least - len(self._landed)))
+        self._landed = []
+        for o in got:
+            self._flying.discard(o.slot)
+        self._book.record(got)
+        return got
+
+    def _not_flying(self, slots: Iterable[int]) -> None:
+        busy = sorted(s for s in slots if s in self._flying)
+        if busy:
+            raise PoolRequestError(f"slots {busy} are in flight: collect their outputs first")
+
+    @property
+    def in_flight(self) -> list[int]:
+        """Slots whose submitted call has not been collected."""
+        return sorted(self._flying)
+
     def oracle_actions(self, slots: Sequence[int]) -> list[Action | None]:
         slots = list(slots)
         self._book.check_slots(slots)
+        self._not_flying(slots)
         return self._worker.oracle_batch(slots)
 
     def snapshot(self, slots: Sequence[int]) -> list[SnapshotOutput]:
         """Each slot's env state (restore it with ``ResetRequest(state=...)`` in any slot), or why not."""
         slots = list(slots)
         self._book.check_slots(slots)
+        self._not_flying(slots)
         return self._worker.snapshot_batch(slots)
 
     def health(self) -> list[bool]:
@@ -284,6 +325,9 @@ class RayEnvPool:
                                      **extra)(EnvWorker)
         self._actors = [self._start(w) for w in range(num_workers)]
         self._book = _SlotBook(self.num_slots, self._wait_started(start_timeout_s))
+        self._flying: set[int] = set()  # slots submitted and not collected
+        # submitted calls: ref -> (worker, requests, deadline, timeout, the actor it went to)
+        self._calls: dict[Any, tuple[int, list[Any], float, float, Any]] = {}
 
     # --- public -------------------------------------------------------------------------------
 
@@ -291,6 +335,7 @@ class RayEnvPool:
         """Reset the requested slots, all workers in parallel; outputs in request order."""
         with self._lock:
             self._book.check_reset(requests)
+            self._not_flying(r.slot for r in requests)
             out = self._run("reset_batch", list(requests), self.reset_timeout_s)
             self._book.record(out)
         return out
@@ -299,6 +344,7 @@ class RayEnvPool:
         """Step the requested slots, all workers in parallel; outputs in request order."""
         with self._lock:
             self._book.check_step(requests)
+            self._not_flying(r.slot for r in requests)
             out = self._run("step_batch", list(requests), self.step_timeout_s)
             self._book.record(out)
         return out
@@ -311,15 +357,105 @@ class RayEnvPool:
         request order; a slot may appear once in all."""
         with self._lock:
             self._book.check_step_reset(steps, resets)
+            self._not_flying(r.slot for r in (*steps, *resets))
             out = self._run("mixed_batch", [*steps, *resets], max(self.step_timeout_s, self.reset_timeout_s))
             self._book.record(out)
         return out[:len(steps)], out[len(steps):]
+
+    # --- calls handed back as they end ---------------------------------------------------------
+
+    def submit(self, steps: Sequence[ActionRequest] = (), resets: Sequence[ResetRequest] = ()) -> None:
+        """Send each worker its share of these steps and resets without waiting (see
+        :meth:`InProcessPool.submit`). A worker's share is one call whose slots come back together
+        (one slot a worker: each slot on its own); a worker with a call in flight runs the next after
+        it, and its timeout counts from then."""
+        steps, resets = list(steps), list(resets)
+        with self._lock:
+            self._book.check_step_reset(steps, resets)
+            self._not_flying(r.slot for r in (*steps, *resets))
+            for w, batch in self._group([*steps, *resets], lambda r: r.slot).items():
+                timeout = (self.reset_timeout_s if any(isinstance(r, ResetRequest) for r in batch)
+                           else self.step_timeout_s)
+                after = max((c[2] for c in self._calls.values() if c[0] == w), default=time.monotonic())
+                actor = self._actors[w]
+                self._calls[actor.mixed_batch.remote(batch)] = (w, batch, after + timeout, timeout, actor)
+                self._flying.update(r.slot for r in batch)
+
+    def collect(self, least: int = 1) -> list[EnvOutput]:
+        """The outputs of submitted calls that ended, at least ``least`` slots' (all, when fewer are in
+        flight). A worker that died or passed its call's timeout is replaced, as in a batch call, and
+        its slots come back with ``worker_error``."""
+        import ray
+        with self._lock:
+            got: list[EnvOutput] = []
+            want = min(least, len(self._flying))
+            while self._calls:
+                refs = list(self._calls)
+                block = len(got) < want
+                wait_s = max(0.0, min(c[2] for c in self._calls.values()) - time.monotonic()) if block else 0.0
+                ready, _ = ray.wait(refs, num_returns=1, timeout=wait_s)
+                if ready:  # and every other call that has ended by now
+                    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+                for ref in ready:
+                    if ref in self._calls:
+                        got += self._land(ref)
+                now = time.monotonic()
+                overdue = [c for c in self._calls.values() if c[2] <= now]
+                for w, _batch, _deadline, timeout, _actor in overdue:
+                    if any(c[0] == w for c in self._calls.values()):
+                        got += self._fail_worker(w, f"worker {w} did not answer mixed_batch within {timeout:.0f} s; "
+                                                    "killed and replaced")
+                if not ready and not overdue and not block:
+                    break
+            for o in got:
+                self._flying.discard(o.slot)
+            self._book.record(got)
+            return got
+
+    @property
+    def in_flight(self) -> list[int]:
+        """Slots whose submitted call has not been collected."""
+        return sorted(self._flying)
+
+    def _not_flying(self, slots: Iterable[int]) -> None:
+        busy = sorted(s for s in slots if s in self._flying)
+        if busy:
+            raise PoolRequestError(f"slots {busy} are in flight: collect their outputs first")
+
+    def _land(self, ref: Any) -> list[EnvOutput]:
+        """The outputs of a call that ended (its worker's failure replaces the worker)."""
+        import ray
+        from ray.exceptions import RayActorError
+        w = self._calls[ref][0]
+        try:
+            outs = ray.get(ref)
+        except RayActorError as e:
+            return self._fail_worker(w, f"worker {w} died during mixed_batch: {type(e).__name__}: {_first_line(e)}")
+        except Exception as e:  # an error in the worker itself: its state is suspect
+            return self._fail_worker(w, f"worker {w} failed in mixed_batch: {type(e).__name__}: {_first_line(e)}")
+        del self._calls[ref]
+        return list(outs)
+
+    def _fail_worker(self, w: int, reason: str) -> list[EnvOutput]:
+        """Every call of worker ``w`` in flight ends with ``reason``; the worker is replaced (unless a
+        batch call replaced it since: its calls went to the actor that is gone)."""
+        log.warning("%s", reason)
+        out, current = [], False
+        for ref, (worker, batch, _, _, actor) in list(self._calls.items()):
+            if worker == w:
+                del self._calls[ref]
+                current = current or actor is self._actors[w]
+                out += [error_output(r.slot, reason, w) for r in batch]
+        if current:
+            self._replace(w, reason)
+        return out
 
     def oracle_actions(self, slots: Sequence[int]) -> list[Action | None]:
         """The task oracle's next action per slot (``None``: no live episode, oracle stuck, worker lost)."""
         import ray
         slots = list(slots)
         self._book.check_slots(slots)
+        self._not_flying(slots)
         groups = self._group(slots, lambda s: s)
         with self._lock:
             refs = {w: self._actors[w].oracle_batch.remote(batch) for w, batch in groups.items()}
@@ -340,6 +476,7 @@ class RayEnvPool:
         import ray
         slots = list(slots)
         self._book.check_slots(slots)
+        self._not_flying(slots)
         groups = self._group(slots, lambda s: s)
         with self._lock:
             refs = {w: self._actors[w].snapshot_batch.remote(batch) for w, batch in groups.items()}

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from emulators.base import DeviceError, Device, GuiEnv, StepInfo
-from emulators.browser_support import launch, run_concurrently
+from emulators.browser_support import Flight, launch, run_concurrently
 from emulators.pool_types import ActionRequest, EnvOutput, ResetRequest, SnapshotOutput, error_output
 from emulators.snapshot import SnapshotError
 from emulators.suites import Suite, get_suite
@@ -107,6 +107,8 @@ class EnvWorker:
         self.shares_browser = share_browser
         self.concurrent = concurrent
         self._side_by_side = False  # inside a batch whose slots run side by side
+        self._flight: Flight | None = None  # calls handed back as they end (flight_batch)
+        self._flight_starts: dict[int, tuple[str, int]] = {}  # slot -> (task, seed) of a start in flight
         self._browser: Any = None
         self._browser_thread: int | None = None  # the thread whose Playwright runs the shared browser
 
@@ -149,6 +151,61 @@ class EnvWorker:
         steps = [r for r in requests if isinstance(r, ActionRequest)]
         out = {o.slot: o for o in self.step_reset_batch(steps, [r for r in requests if isinstance(r, ResetRequest)])}
         return [out[r.slot] for r in requests]
+
+    def flight_batch(self, steps: Sequence[ActionRequest], resets: Sequence[ResetRequest], least: int
+                     ) -> list[EnvOutput]:
+        """Start ``steps`` and ``resets`` beside the calls still in flight and hand back the outputs of
+        the calls that ended: at least ``least`` (all, when fewer are in flight; 0: whatever ended
+        while they started), in the order they ended. The others go on (:class:`~emulators.browser_support.Flight`):
+        a rollout loop acts on the slots that are back while a slow page still settles.
+
+        Only side by side on a shared browser from the thread that launched it; otherwise the new
+        calls run now, one after another, and all their outputs come back. As in
+        :meth:`step_reset_batch`, a start of a (task, seed) whose start is in flight waits for it,
+        then restores what it built."""
+        if resets and self.shares_browser and self.concurrent and (self._browser is None or not self._browser.connected):
+            landed = self._drain()  # calls on a browser that went away end now, with their errors
+            try:
+                self._relaunch_browser()
+            except Exception as e:  # each slot's reset reports it (and retries the launch)
+                log.warning("launching the shared browser failed: %s", e)
+            return landed + self.step_reset_batch(steps, resets)
+        if not self._flying_here():
+            return self._drain() + self.step_reset_batch(steps, resets)
+        if self._flight is None:
+            self._flight = Flight(self._browser.browser)
+        keeps_starts = any(getattr(s.device, "start_states", None) is not None for s in self._slots.values())
+        building = {key: s for s, key in self._flight_starts.items()}
+        calls = [(r.slot, functools.partial(self._guarded, r.slot, self._step_one, r), None) for r in steps]
+        for r in resets:
+            key = (r.task_id, r.seed)
+            after = building.get(key) if r.state is None and keeps_starts else None
+            if r.state is None and after is None:
+                building[key] = r.slot
+            self._flight_starts[r.slot] = key
+            calls.append((r.slot, functools.partial(self._guarded, r.slot, self._reset_one, r), after))
+        out = []
+        for s, o in self._flight.collect(calls, least):
+            self._flight_starts.pop(s, None)
+            out.append(o)
+        return out
+
+    def _flying_here(self) -> bool:
+        """Whether flight_batch runs side by side (see :meth:`_run_calls`)."""
+        return bool(self.concurrent and self.shares_browser and self._browser is not None and self._browser.connected
+                    and self._browser_thread == threading.get_ident())
+
+    def _drain(self) -> list[EnvOutput]:
+        """Every call in flight, run to its end (its output; errors as outputs)."""
+        if self._flight is None or not len(self._flight):
+            self._flight = None
+            return []
+        flight, self._flight = self._flight, None
+        out = []
+        for s, o in flight.collect((), len(flight)):
+            self._flight_starts.pop(s, None)
+            out.append(o if isinstance(o, EnvOutput) else error_output(s, f"{type(o).__name__}: {o}", self.worker_id))
+        return out
 
     def snapshot_batch(self, slots: Sequence[int]) -> list[SnapshotOutput]:
         """Each slot's env state (:meth:`GuiEnv.snapshot`), or why not; episodes go on unchanged."""
@@ -207,6 +264,11 @@ class EnvWorker:
 
     def close(self) -> None:
         """Close every device, the shared browser and the suite. Safe to call twice."""
+        try:
+            self._drain()
+        except Exception as e:  # the browser went away under the calls in flight
+            log.warning("calls in flight at close: %s", e)
+            self._flight = None
         for slot in self._slots.values():
             self._discard(slot)
         if self._browser is not None:
@@ -307,7 +369,7 @@ class EnvWorker:
         if not self.shares_browser:
             return self.suite.make_device(**self.device_options), None
         if self._browser is None or not self._browser.connected:
-            if self._side_by_side:
+            if self._side_by_side or (self._flight is not None and len(self._flight)):
                 # two slots must not relaunch it at once: the next batch relaunches it up front
                 raise DeviceError("the shared browser went away during this batch")
             self._relaunch_browser()

@@ -88,6 +88,9 @@ class EvalConfig:
     action_format: str = "auto"
     """--agent model: the action format the model speaks (json, uitars, uitars15, qwen_mobile, qwen_computer;
     auto: what the model folder's guiagent_agent.json says, else json)"""
+    min_batch_share: float = 1.0
+    """the rollout loop acts as soon as this share of the slots in flight have their next screen (1: every
+    slot each turn; 0.5: half, so a slow gesture holds up no other slot; see docs/fleet.md)"""
     name: str = ""
     """run name shown in the web UI (default: <agent>-<env>)"""
     json: bool = False
@@ -102,6 +105,8 @@ class EvalConfig:
         return build(cls, **fields)
 
     def __post_init__(self) -> None:
+        if not 0.0 < self.min_batch_share <= 1.0:
+            raise ValueError(f"--min-batch-share must be in (0, 1], got {self.min_batch_share}")
         if not 0 < self.episodes <= MAX_EPISODES:
             raise ValueError(f"--episodes must lie in 1..{MAX_EPISODES:,} (a run keeps every finished episode in "
                              "memory); run several evaluations into the same --out for more")
@@ -232,7 +237,8 @@ def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalRe
     try:
         with _closing_run(store, run_id):
             res = run_rollout(pool, policy, episode_plan(ids, cfg.episodes, cfg.seed, cfg.max_steps),
-                              store=store, run_id=run_id, suite=env_name, keep_turns=False, on_episode=progress)
+                              store=store, run_id=run_id, suite=env_name, keep_turns=False, on_episode=progress,
+                              min_batch_share=cfg.min_batch_share)
     finally:
         progress.close()
         if own_pool:

@@ -14,6 +14,12 @@ both share; the side owns where screens and outcomes come from::
     judge    a finished episode goes to the judge (when there is one) before its last step is stored
     close    the episode is completed or aborted in the store; its slot starts the next request
 
+On partial batches (``min_batch_share`` < 1, a side with ``submit``/``collect``: a live pool that
+hands outputs back as they end) there are no turns: the policy acts on the slots whose outcome is
+back as soon as that share of the slots in flight are back, and submits their steps (and the freed
+slots' starts) while the others' pages still settle (:meth:`RolloutLoop.run_partial`). Episodes,
+their steps and the store are the same; only which slots share a policy batch changes.
+
 Every phase runs under a named timer (``RolloutResult.*_seconds``). A step's reward lives on the
 :class:`~guiagent.types.Step` only; a :class:`TrainTurn` names its step and never copies it, so
 the judge's part, added to the last step, is what the learner sees.
@@ -30,6 +36,7 @@ missing with its reason; the episode keeps its rule reward (``RolloutResult.judg
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -177,6 +184,10 @@ class Side(Protocol):
 
     def step(self, episodes: Sequence[Episode], turns: Sequence[PolicyTurn]) -> list[StepOutcome]: ...
 
+    # optional, for a loop on partial batches (``flies`` true): ``submit(episodes, turns, requests)``
+    # starts steps and starts without waiting; ``collect(least)`` returns ``([(slot, StepOutcome)],
+    # [((slot, request), Started)])`` of those that ended (rl.rollout.LiveSide has them)
+
 
 @dataclass
 class _Judging:
@@ -198,9 +209,13 @@ class RolloutLoop:
 
     def __init__(self, side: Side, policy: TurnPolicy, *, store: Any = None, run_id: str | None = None,
                  keep_turns: bool = True, on_episode: Callable[[Trajectory], None] | None = None,
-                 judge: "RewardJudge | None" = None, rewards: RewardConfig | None = None):
+                 judge: "RewardJudge | None" = None, rewards: RewardConfig | None = None,
+                 min_batch_share: float = 1.0):
         if store is not None and run_id is None:
             raise ValueError("a store needs a run_id")
+        if not 0.0 < min_batch_share <= 1.0:
+            raise ValueError(f"min_batch_share must be in (0, 1], got {min_batch_share}")
+        self.min_batch_share = min_batch_share
         self.side, self.policy, self.store, self.run_id = side, policy, store, run_id
         self.keep_turns, self.on_episode, self.judge = keep_turns, on_episode, judge
         rewards = rewards or RewardConfig()
@@ -221,6 +236,8 @@ class RolloutLoop:
         both = getattr(self.side, "step_and_start", None)
         if not getattr(self.side, "starts_beside_steps", both is not None):
             both = None  # its step and start are two batches anyway: start the freed slots right after
+        if self.min_batch_share < 1.0 and getattr(self.side, "flies", False):
+            self.run_partial()
         while self.live or self.pending:
             if both is not None and self.live:  # the free slots start in the batch of the others' step
                 self.step(both)
@@ -239,6 +256,40 @@ class RolloutLoop:
         res.judge_seconds += time.perf_counter() - t_judge
         res.wall_seconds = time.perf_counter() - t_wall
         return res
+
+    def run_partial(self) -> None:
+        """The loop on partial batches: the policy acts on the slots whose outcome is back as soon as
+        ``min_batch_share`` of the slots in flight are back; the others go on meanwhile (the side's
+        ``submit``/``collect``). Slots freed start their next request in the same submission."""
+        flying: dict[int, PolicyTurn | None] = {}  # slot -> the turn it steps (None: it starts)
+        while self.live or self.pending or flying:
+            ready = [s for s in sorted(self.live) if s not in flying]
+            reqs = self.take([s for s in range(self.side.num_slots) if s not in self.live and s not in flying])
+            eps = [self.live[s] for s in ready]
+            turns: Sequence[PolicyTurn] = []
+            if eps:
+                ctxs = [TurnContext(ep.spec, tuple(ep.history), ep.obs, s, ep.req.key) for s, ep in zip(ready, eps)]
+                turns = self.timed("policy_seconds", self.policy.act_batch, ctxs, getattr(self.side, "pool", None))
+            if eps or reqs:
+                self.timed("env_seconds", self.side.submit, eps, turns, reqs)  # type: ignore[attr-defined]
+            flying.update(zip(ready, turns))
+            flying.update((s, None) for s, _ in reqs)
+            if not flying:
+                break
+            least = max(1, math.ceil(self.min_batch_share * len(flying)))
+            steps, starts = self.timed("env_seconds", self.side.collect, least)  # type: ignore[attr-defined]
+            for s, out in steps:
+                turn = flying.pop(s)
+                assert turn is not None
+                self.res.env_steps += 1
+                self.record(s, self.live[s], turn, out)
+            for (s, r), got in starts:
+                flying.pop(s)
+                self.begin([(s, r)], [got])
+            if self.judging:
+                self.collect(block=False)
+            if self.waiting:
+                self.dispatch()
 
     def timed(self, attr: str, fn: Callable[..., Any], *a: Any, **k: Any) -> Any:
         t0 = time.perf_counter()

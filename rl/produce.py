@@ -115,7 +115,8 @@ class Producer:
                                 rewards=cfg.rewards, store=self.store, run_id=self.run_id, suite=cfg.env,
                                 judge=self.judge)
         return run_rollout(self.pool(), self.sampler, requests, rewards=cfg.rewards, store=self.store,
-                           run_id=self.run_id, suite=cfg.env, judge=self.judge)
+                           run_id=self.run_id, suite=cfg.env, judge=self.judge,
+                           min_batch_share=cfg.rollouts.min_batch_share)
 
     def _replay(self, rng: random.Random, iteration: int, rnd: int) -> RolloutResult:
         cfg, n = self.cfg, self.cfg.groups.groups_per_iteration

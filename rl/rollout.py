@@ -86,6 +86,7 @@ class LiveSide:
     def __init__(self, pool: EnvPool, rewards: RewardConfig | None = None, suite: str = ""):
         self.pool, self.rewards, self.suite = pool, rewards or RewardConfig(), suite
         self.num_slots = pool.num_slots
+        self._flying: dict[int, Any] = {}  # submitted slots: (episode, turn) of a step, or a start's request
 
     def agent_name(self, policy: Any) -> str:
         return policy.name
@@ -117,6 +118,38 @@ class LiveSide:
                             self._resets(requests))
         return ([self._outcome(ep, turn, out) for ep, turn, out in zip(episodes, turns, outs)],
                 self._started(requests, resets))
+
+    @property
+    def flies(self) -> bool:
+        """Whether the pool hands outputs back as they end (``submit``/``collect``): the loop can then act
+        on partial batches (``min_batch_share``)."""
+        return callable(getattr(self.pool, "submit", None)) and callable(getattr(self.pool, "collect", None))
+
+    def submit(self, episodes: Sequence[Episode], turns: Sequence[PolicyTurn],
+               requests: Sequence[tuple[int, EpisodeRequest]]) -> None:
+        """Start these steps and starts without waiting for them (:meth:`collect` hands them back)."""
+        if episodes:
+            self.before_step(episodes, turns)
+        self.pool.submit([ActionRequest(ep.slot, t.action) for ep, t in zip(episodes, turns)],  # type: ignore[attr-defined]
+                         self._resets(requests))
+        for ep, t in zip(episodes, turns):
+            self._flying[ep.slot] = (ep, t)
+        for s, r in requests:
+            self._flying[s] = r
+
+    def collect(self, least: int) -> tuple[list[tuple[int, StepOutcome]], list[tuple[tuple[int, EpisodeRequest], Started]]]:
+        """The submitted steps and starts that ended (at least ``least``): each step's outcome by slot,
+        each start's request and what it started."""
+        steps, starts = [], []
+        for out in self.pool.collect(least):  # type: ignore[attr-defined]
+            what = self._flying.pop(out.slot)
+            if isinstance(what, tuple):
+                ep, turn = what
+                steps.append((out.slot, self._outcome(ep, turn, out)))
+            else:
+                req = (out.slot, what)
+                starts.append((req, self._started([req], [out])[0]))
+        return steps, starts
 
     def before_step(self, episodes: Sequence[Episode], turns: Sequence[PolicyTurn]) -> None:
         """Called with each batch's episodes and turns before they are stepped (``rl.branch`` captures states)."""
@@ -163,16 +196,16 @@ class LiveSide:
 def run_rollout(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeRequest], *,
                 rewards: RewardConfig | None = None, store: Any = None, run_id: str | None = None,
                 suite: str = "", keep_turns: bool = True, on_episode: Callable[[Any], None] | None = None,
-                judge: "RewardJudge | None" = None) -> RolloutResult:
+                judge: "RewardJudge | None" = None, min_batch_share: float = 1.0) -> RolloutResult:
     """Run every requested episode on ``pool`` with ``policy`` (sync mode).
 
     ``store``/``run_id``: a :class:`guiagent.store.Store` to append steps to as they happen.
     ``judge``: judge each finished episode before its last step is stored (:mod:`rl.loop`;
-    :func:`judge.settings.make_judge` builds one). Returns the trajectories (in completion order)
-    and the learner's turns.
+    :func:`judge.settings.make_judge` builds one). ``min_batch_share`` < 1: act on partial batches
+    (:class:`rl.loop.RolloutLoop`). Returns the trajectories (in completion order) and the learner's turns.
     """
     loop = RolloutLoop(LiveSide(pool, rewards, suite), policy, store=store, run_id=run_id, keep_turns=keep_turns,
-                       on_episode=on_episode, judge=judge, rewards=rewards)
+                       on_episode=on_episode, judge=judge, rewards=rewards, min_batch_share=min_batch_share)
     return loop.run(requests)
 
 

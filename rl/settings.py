@@ -309,10 +309,17 @@ class RolloutSettings:
     """what generates the rollouts' replies: the learner's own transformers model, or a vLLM engine
     colocated on the learner's GPU (weights pushed after every update, GPU memory handed over with
     vLLM's sleep mode; needs pip install guiagent[vllm] and CUDA; sync rollouts)"""
+    min_batch_share: float = 1.0
+    """the rollout loop acts as soon as this share of the slots in flight have their next screen,
+    while the others' pages still settle (1: every slot each turn; 0.5: half): a slow gesture then
+    holds up no other slot (docs/fleet.md; a Ray worker's slots come back together; a fleet of
+    several suites takes turns)"""
 
     def __post_init__(self) -> None:
         if self.max_lag < 0:
             raise ValueError("--max-lag must be >= 0")
+        if not 0.0 < self.min_batch_share <= 1.0:
+            raise ValueError(f"--min-batch-share must be in (0, 1], got {self.min_batch_share}")
         if self.rollout_engine == "vllm" and self.rollout == "async":
             raise ValueError("--rollout-engine vllm generates in sync mode (the engine sleeps during each update): "
                              "drop --rollout async")

@@ -144,3 +144,22 @@ def test_gpu_bench_profile_reports_each_parts_memory_peak(tmp_path, monkeypatch)
     parts = gpu.profile_update(update, m, str(tmp_path / "p"), cuda=True)
     assert parts["vision tower"]["peak_gib"] == 1.0 and parts["language model"]["peak_gib"] == 0.5
     assert parts["update"]["peak_gib"] == round((1000 + 3 * 2**30) / 2**30, 3), "the peak before the first reset"
+
+
+@pytest.mark.browser
+def test_snapshot_bench_runs_the_loop_on_partial_batches_beside_the_raw_loops():
+    """``bench/snapshot.py``'s loops at their smallest: a partial-batch loop and its tapping twin, each
+    with both raw loops right after it, every request run to its end."""
+    sys.path.insert(0, str(ROOT))
+    from bench.snapshot import LOOP_MODES, loops
+
+    assert LOOP_MODES["restore_lean_partial"]["_share"] == 0.5
+    rows = loops(slots=2, rounds=1, episodes_per_slot=1, group_sizes=[2],
+                 modes=("restore_lean_partial", "restore_lean_taps_partial"))
+    runs = [r for r in rows if r["loop"] == "rollout"]
+    assert [r["reset"] for r in runs] == ["restore_lean_partial", "restore_lean_taps_partial"]
+    for r in runs:
+        assert r["episodes"] == 2 and r["aborted"] == 0 and r["env_steps"] >= 2 and r["steps_per_s"] > 0
+        assert set(r["ratio_vs_raw"]) == {"sequential_jpeg", "side_by_side_png"} and r["trees_read"] == 0
+        assert r["start_hits"] == 1  # the group's second episode restored the first's start
+    assert sum(r["loop"] == "raw" for r in rows) == 4

@@ -494,3 +494,64 @@ def test_run_concurrently_overlaps_waits_keeps_order_and_reraises(shared_browser
     finally:
         for d in devs:
             d.close()
+
+
+def test_a_flight_hands_calls_back_as_they_end_and_keeps_the_others_going(shared_browser):
+    from emulators.browser_support import Flight
+    pages = [shared_browser.browser.new_page() for _ in range(3)]
+    try:
+        events: list[str] = []
+
+        def job(i: int, ms: int):
+            def run():
+                events.append(f"start {i}")
+                got = pages[i].evaluate(f"new Promise(r => setTimeout(() => r({i}), {ms}))")
+                events.append(f"end {i}")
+                return got
+            return run
+
+        flight = Flight(shared_browser.browser)
+        # the first call to end comes back; the slow one is still in flight
+        assert flight.collect([("slow", job(0, 600), None), ("fast", job(1, 10), None)], least=1) == [("fast", 1)]
+        assert flight.keys() == ["slow"] and "slow" in flight and len(flight) == 1
+        # a call started now ends before the one in flight since the last collect
+        assert flight.collect([("again", job(1, 10), None)], least=1) == [("again", 1)]
+        # "after": a call that waits for another starts the moment it ends
+        got = flight.collect([("next", job(2, 10), "slow")], least=2)
+        assert got == [("slow", 0), ("next", 2)] and len(flight) == 0
+        assert events.index("end 0") < events.index("start 2")
+        # least above the calls in flight: all of them; none in flight: nothing to wait for
+        assert flight.collect([("a", job(0, 10), None)], least=5) == [("a", 0)]
+        assert flight.collect([], least=1) == []
+
+        def boom():
+            pages[1].evaluate("1")
+            raise ValueError("slot 1 broke")
+        # a call's exception is its value; the others are not disturbed
+        got = dict(flight.collect([("boom", boom, None), ("ok", job(0, 50), None)], least=2))
+        assert isinstance(got["boom"], ValueError) and got["ok"] == 0
+        # a call that never waits for Chromium ends while it starts: least=0 hands it back at once
+        assert flight.collect([("now", lambda: 7, None)], least=0) == [("now", 7)]
+    finally:
+        for p in pages:
+            p.close()
+
+
+def test_a_flight_refuses_a_key_twice_and_a_wait_for_a_call_not_in_flight(shared_browser):
+    from emulators.browser_support import Flight
+    page = shared_browser.browser.new_page()
+    try:
+        flight = Flight(shared_browser.browser)
+        flight.collect([("k", lambda: page.wait_for_timeout(200), None)], least=0)
+        with pytest.raises(ValueError, match="already in flight"):
+            flight.collect([("k", lambda: 1, None)])
+        with pytest.raises(ValueError, match="not in flight"):
+            flight.collect([("x", lambda: 1, "nobody")])
+        with pytest.raises(ValueError, match="already in flight"):  # one key twice in one call
+            flight.collect([("y", lambda: 1, None), ("y", lambda: 2, None)])
+        assert flight.keys() == ["k"]  # nothing of a refused call started
+        assert flight.collect([], least=1) == [("k", None)]
+        with pytest.raises(TypeError, match="sync Playwright object"):
+            Flight(object())
+    finally:
+        page.close()

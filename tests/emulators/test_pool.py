@@ -321,6 +321,56 @@ def test_a_mixed_pool_steps_one_suite_while_another_resets():
         assert b._book.live == [False, True] and a._book.live == [True, False]  # each slot in its suite
 
 
+def test_submitted_calls_come_back_as_they_end_and_a_slow_slot_holds_up_no_other():
+    with InProcessPool(SUITE_PATH, num_slots=3) as pool:
+        pool.reset([ResetRequest(s, "two_buttons", seed=60 + s) for s in range(3)])
+        # slot 0 waits 1.5 s while slots 1 and 2 solve their episodes (A, then B: ~0.1 s a step)
+        pool.submit([ActionRequest(0, Wait(1.5))])
+        assert pool.in_flight == [0]
+        for _ in range(2):
+            pool.submit([ActionRequest(s, a) for s, a in zip([1, 2], pool.oracle_actions([1, 2]))])
+            assert pool.in_flight == [0, 1, 2]
+            got = {o.slot: o for o in pool.collect(least=2)}
+            assert set(got) == {1, 2}, "the slow slot held up the others"
+            assert pool.in_flight == [0]
+        assert all(o.terminated and o.info.success == 1.0 for o in got.values())
+        # a slot in flight takes no other request of any kind
+        for call in (lambda: pool.step([ActionRequest(0, Click(0.5, 0.5))]),
+                     lambda: pool.reset([ResetRequest(0, "two_buttons", seed=1)]),
+                     lambda: pool.submit([ActionRequest(0, Click(0.5, 0.5))]),
+                     lambda: pool.snapshot([0]), lambda: pool.oracle_actions([0])):
+            with pytest.raises(PoolRequestError, match="in flight"):
+                call()
+        with pytest.raises(PoolRequestError, match="no running episode"):  # the usual checks still hold
+            pool.submit([ActionRequest(1, Click(0.5, 0.5))])
+        # a freed slot starts beside the one still in flight; collect more than are in flight: all of them
+        pool.submit(resets=[ResetRequest(1, "two_buttons", seed=61)])
+        rest = {o.slot: o for o in pool.collect(least=10)}
+        assert set(rest) == {0, 1} and pool.in_flight == []
+        assert not rest[0].done and rest[0].info.milestones == (False, False)  # the wait changed nothing
+        assert rest[1].spec.seed == 61 and rest[1].info.milestones == (False, False)
+        assert pool.collect(least=1) == []  # nothing in flight: nothing to wait for
+        pool.step([ActionRequest(0, Click(0.99, 0.99))])  # slots come back to the usual calls
+
+
+def test_submitted_calls_on_a_pool_whose_slots_run_one_after_another_all_come_back():
+    # concurrent=False: nothing runs side by side, so submit runs the calls and collect hands all back
+    with InProcessPool(SUITE_PATH, num_slots=2, concurrent=False) as pool:
+        pool.submit(resets=[ResetRequest(s, "two_buttons", seed=70 + s) for s in range(2)])
+        outs = pool.collect(least=1)
+        assert sorted(o.slot for o in outs) == [0, 1] and pool.in_flight == []
+        pool.submit([ActionRequest(0, Wait(0.2)), ActionRequest(1, Click(0.99, 0.99))])
+        assert sorted(o.slot for o in pool.collect(least=1)) == [0, 1]
+
+
+def test_a_pool_closed_with_calls_in_flight_lets_them_end_first():
+    pool = InProcessPool(SUITE_PATH, num_slots=2)
+    pool.reset([ResetRequest(s, "two_buttons", seed=80 + s) for s in range(2)])
+    pool.submit([ActionRequest(0, Wait(0.3)), ActionRequest(1, Wait(0.3))])
+    pool.close()  # no error, no greenlet left waiting on a closed browser
+    assert pool._worker._flight is None and pool._worker._browser is None
+
+
 def test_failed_resets_come_back_as_worker_errors_for_their_slot_only():
     # an unreachable home page: the device reset raises DeviceError twice (the retry gets a fresh device)
     with InProcessPool(SUITE_PATH, num_slots=1, device_options={"home_url": "http://127.0.0.1:9/"}) as pool:
@@ -471,6 +521,38 @@ def test_hung_worker_is_killed_after_the_timeout_and_replaced(ray_pool):
     assert all(o.worker_error is None for o in outs)
     history = _run_oracle(pool, [0, 1, 2, 3])
     _assert_solved(history[3])
+
+
+def test_ray_pool_hands_a_workers_calls_back_as_they_end_and_replaces_a_hung_one(ray_pool):
+    pool = ray_pool
+    _reset_all(pool, seed=90)
+    # worker 0 (slots 0, 1) waits 1.5 s; worker 1 (slots 2, 3) solves its episodes meanwhile
+    pool.submit([ActionRequest(0, Wait(1.5)), ActionRequest(1, Wait(1.5))])
+    for _ in range(2):
+        pool.submit([ActionRequest(s, a) for s, a in zip([2, 3], pool.oracle_actions([2, 3]))])
+        got = {o.slot: o for o in pool.collect(least=1)}
+        assert set(got) == {2, 3}, "a slow worker held up the other"  # a worker's slots come back together
+        assert pool.in_flight == [0, 1]
+    assert all(o.terminated and o.info.success == 1.0 for o in got.values())
+    with pytest.raises(PoolRequestError, match="in flight"):
+        pool.step([ActionRequest(0, Click(0.5, 0.5))])
+    with pytest.raises(PoolRequestError, match="in flight"):
+        pool.oracle_actions([1])
+    # a call queued behind a worker's call in flight runs after it: both come back
+    pool.submit(resets=[ResetRequest(2, "two_buttons", seed=95)])
+    rest = {o.slot: o for o in pool.collect(least=10)}
+    assert set(rest) == {0, 1, 2} and pool.in_flight == [] and not any(o.worker_error for o in rest.values())
+    assert rest[2].spec.seed == 95 and not rest[0].done
+    # a call past the step timeout: the worker is killed and replaced, its slots come back with the reason
+    hung_pid, replaced = pool.worker_pids()[1], pool.replacements
+    pool.submit([ActionRequest(2, Wait(30))])
+    t0 = time.perf_counter()
+    (late,) = pool.collect(least=1)
+    assert pool.step_timeout_s - 0.5 <= time.perf_counter() - t0 < pool.step_timeout_s + 3
+    assert late.slot == 2 and "did not answer" in late.worker_error and late.done
+    assert pool.replacements == replaced + 1 and _pid_gone(hung_pid) and pool.in_flight == []
+    outs = pool.reset([ResetRequest(2, "two_buttons", seed=22), ResetRequest(3, "two_buttons", seed=23)])
+    assert all(o.worker_error is None for o in outs)
 
 
 def test_killed_chromium_truncates_its_envs_and_the_next_reset_works(ray_pool):

@@ -327,6 +327,10 @@ CASES = [
     (["eval", "--agent", "model", "--model", "{t}/pickled", "--out", "{t}/e"],
      "--model {t}/pickled: pytorch_model.bin holds pickled objects other than tensors", 2),
     (["train", "--model", "{t}/pickled", "--out", "{t}/tr"], "pytorch_model.bin holds pickled objects", 2),
+    # the loop on partial batches takes a share of the slots in flight
+    (["train", "--min-batch-share", "0", "--out", "{t}/tr"], "--min-batch-share must be in (0, 1], got 0.0", 2),
+    (["eval", "--min-batch-share", "1.5", "--out", "{t}/e"], "--min-batch-share must be in (0, 1], got 1.5", 2),
+    (["eval", "--min-batch-share", "half", "--out", "{t}/e"], "--min-batch-share", 2),
 ]
 # --device options of browser suites, checked as the devices take them, before a browser or a file:
 # (command, --env, option, value, the start of the one line)

@@ -4,7 +4,7 @@ import pytest
 
 from emulators.pool import InProcessPool
 from guiagent.store import EpisodeFilter, Store, StoreReader
-from guiagent.types import ParseError
+from guiagent.types import ParseError, Wait
 from judge.compose import RewardConfig, combine
 from rl.agents import OraclePolicy, RandomPolicy, load_agent
 from rl.rollout import make_groups, run_rollout
@@ -114,6 +114,60 @@ def test_a_pool_without_step_and_reset_starts_freed_slots_right_after_the_step(p
     assert len(res.trajectories) == 4 and res.aborted == 0
     assert [c[0] for c in plain.calls[:4]] == ["reset", "step", "reset", "step"]  # slot 0 restarts at once
     assert plain.calls[2] == ("reset", 1)
+
+
+class _OneSlowEpisode(OraclePolicy):
+    """The oracle, except that the episode of seed ``slow`` waits every turn (a slow gesture's
+    stand-in); each act_batch call records its episodes' seeds."""
+
+    def __init__(self, slow: int, seconds: float):
+        self.slow, self.seconds, self.calls = slow, seconds, []
+
+    def act_batch(self, contexts, pool):
+        from rl.agents import _scripted
+        self.calls.append(sorted(c.spec.seed for c in contexts))
+        others = [c for c in contexts if c.spec.seed != self.slow]
+        it = iter(super().act_batch(others, pool) if others else [])
+        return [_scripted(Wait(self.seconds)) if c.spec.seed == self.slow else next(it) for c in contexts]
+
+
+def test_a_loop_on_partial_batches_acts_on_the_slots_that_are_back(pool, tmp_path):
+    # one episode waits 1 s a turn for 2 turns; on partial batches the other slot solves episodes
+    # meanwhile, each stored whole; with a turn's barrier every turn waits for the slow one
+    store = Store.open(tmp_path)
+    runs = {}
+    for share in (1.0, 0.5):
+        run = store.create_run(f"t{share}", env="webapps")
+        policy = _OneSlowEpisode(30, 1.0)
+        reqs = make_groups(["open_app"], [30], group_size=1, max_steps=2)
+        reqs += make_groups(["settings_turn_on", "go_home", "open_app"], [31, 32, 33], group_size=1)
+        res = run_rollout(pool, policy, reqs, store=store, run_id=run, suite="webapps", min_batch_share=share)
+        runs[share] = (res, policy.calls, run)
+    store.close()
+    reader = StoreReader(tmp_path)
+    for share, (res, calls, run) in runs.items():
+        assert len(res.trajectories) == 4 and res.aborted == 0
+        by_seed = {t.task.seed: t for t in res.trajectories}
+        assert by_seed[30].num_steps == 2 and by_seed[30].steps[-1].truncated  # the waiting episode, cut at 2
+        assert all(by_seed[s].success == 1.0 for s in (31, 32, 33))
+        assert res.env_steps == sum(t.num_steps for t in res.trajectories)
+        assert reader.count_episodes(EpisodeFilter(run_id=run)) == 4
+        for t in res.trajectories:
+            assert reader.load_trajectory(t.episode_id).steps == t.steps
+            assert [s.index for s in t.steps] == list(range(t.num_steps))
+
+    def alone_while_slow(calls):  # turns taken without the slow episode before its last turn
+        last = max(i for i, c in enumerate(calls) if 30 in c)
+        return sum(30 not in c for c in calls[:last])
+    # the barrier: every turn holds the slow episode while it lives; partial: the other slot goes on alone
+    assert alone_while_slow(runs[1.0][1]) == 0 and all(len(c) == 2 for c in runs[1.0][1][:2])
+    assert alone_while_slow(runs[0.5][1]) >= 2, runs[0.5][1]
+
+
+def test_the_loop_refuses_a_share_outside_0_to_1(pool):
+    for bad in (0.0, -1.0, 1.5):
+        with pytest.raises(ValueError, match="min_batch_share"):
+            run_rollout(pool, OraclePolicy(), [], min_batch_share=bad)
 
 
 def test_requests_whose_starts_fail_are_all_recorded_aborted():
@@ -312,3 +366,28 @@ def test_learner_turns_and_advantages_read_the_judged_rewards(pool, tiny_model_d
     # the trainer's advantages, given no extra reward, see the judge's part through the stored rewards
     turns, adv, _ = make_strategy(TrainConfig.build(filter_zero_variance=False), ".", None).batch(res, None, 0)
     assert len(turns) == 2 and adv.shape == (2,)
+
+
+def test_the_trainer_runs_its_rollouts_on_partial_batches(tiny_model_dir, tmp_path, monkeypatch):
+    from rl.config import TrainConfig
+    from rl.loop import RolloutLoop
+    from rl.trainer import train
+
+    shares = []
+    original = RolloutLoop.run_partial
+
+    def spy(self):
+        shares.append(self.min_batch_share)
+        return original(self)
+    monkeypatch.setattr(RolloutLoop, "run_partial", spy)
+    out = tmp_path / "run"
+    result = train(TrainConfig.build(model=tiny_model_dir, tasks=("settings_dark_theme",), iterations=1,
+                                     groups_per_iteration=2, group_size=2, slots=2, pool="inprocess",
+                                     max_new_tokens=8, eval_episodes=0, filter_zero_variance=False,
+                                     horizon_schedule="0:2", min_batch_share=0.5, out=str(out), seed=1))
+    assert shares == [0.5] and result.iterations == 1
+    reader = StoreReader(out)
+    [run] = reader.list_runs()
+    eps = reader.list_episodes(EpisodeFilter(run_id=run.run_id), limit=50).items
+    assert len(eps) == 4 and result.env_steps == sum(e.num_steps for e in eps)
+    assert all(e.status == "completed" for e in eps)
