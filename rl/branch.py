@@ -160,12 +160,15 @@ def branch_requests(points: Sequence[BranchPoint], group_size: int) -> list[Bran
 
 def run_branched(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeRequest], settings: "BranchSettings",
                  *, group_size: int, rewards: RewardConfig | None = None, store: Any = None,
-                 run_id: str | None = None, suite: str = "", judge: "RewardJudge | None" = None) -> RolloutResult:
+                 run_id: str | None = None, suite: str = "", judge: "RewardJudge | None" = None,
+                 min_batch_share: float = 1.0) -> RolloutResult:
     """One round of branched rollouts: a trunk (or a captured start) per request, then
     ``group_size`` branches from each chosen state (see the module docstring).
 
     ``requests`` are one per (task, seed) (``make_groups(..., group_size=1)``). The result holds
     the trunks' trajectories (not their turns) and the branches' trajectories and turns.
+    ``min_batch_share`` < 1: trunks and branches run on partial batches (:class:`rl.loop.RolloutLoop`;
+    a trunk's state is still captured right before each of its steps).
     """
     rule = settings.branch_at
     result = RolloutResult()
@@ -174,7 +177,7 @@ def run_branched(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeRe
     else:
         side = TrunkSide(pool, rewards, suite)
         trunks = RolloutLoop(side, policy, store=store, run_id=run_id, keep_turns=False, judge=judge,
-                             rewards=rewards).run([dataclasses.replace(r, group_id=r.group_id + ":trunk")
+                             rewards=rewards, min_batch_share=min_batch_share).run([dataclasses.replace(r, group_id=r.group_id + ":trunk")
                                                    for r in requests])
         # a trunk is how the states were reached, not a group to learn from (it keeps its group id
         # in the store, where the web UI finds its branches by it)
@@ -186,6 +189,6 @@ def run_branched(pool: EnvPool, policy: TurnPolicy, requests: Sequence[EpisodeRe
         why = max(refusals, key=lambda k: refusals[k]) if refusals else "every trunk episode was aborted"
         raise BranchError(f"--branch-at {rule}: no state to branch from in this round ({why})")
     side = LiveSide(pool, rewards, suite)
-    result.extend(RolloutLoop(side, policy, store=store, run_id=run_id, judge=judge, rewards=rewards)
-                  .run(branch_requests(points, group_size)))
+    result.extend(RolloutLoop(side, policy, store=store, run_id=run_id, judge=judge, rewards=rewards,
+                              min_batch_share=min_batch_share).run(branch_requests(points, group_size)))
     return result

@@ -262,6 +262,17 @@ class RolloutLoop:
         ``min_batch_share`` of the slots in flight are back; the others go on meanwhile (the side's
         ``submit``/``collect``). Slots freed start their next request in the same submission."""
         flying: dict[int, PolicyTurn | None] = {}  # slot -> the turn it steps (None: it starts)
+        try:
+            self._partial_turns(flying)
+        except BaseException:
+            if flying:  # the policy or the store failed: let the calls in flight end, so the pool is free
+                try:
+                    self.side.collect(len(flying))  # type: ignore[attr-defined]
+                except Exception:  # the pool itself failed: nothing more to wait for
+                    pass
+            raise
+
+    def _partial_turns(self, flying: dict[int, PolicyTurn | None]) -> None:
         while self.live or self.pending or flying:
             ready = [s for s in sorted(self.live) if s not in flying]
             reqs = self.take([s for s in range(self.side.num_slots) if s not in self.live and s not in flying])

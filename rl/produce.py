@@ -113,7 +113,7 @@ class Producer:
         if branched:  # a trunk (or a captured start) per (task, seed), G branches from its states
             return run_branched(self.pool(), self.sampler, requests, cfg.branch, group_size=cfg.groups.group_size,
                                 rewards=cfg.rewards, store=self.store, run_id=self.run_id, suite=cfg.env,
-                                judge=self.judge)
+                                judge=self.judge, min_batch_share=cfg.rollouts.min_batch_share)
         return run_rollout(self.pool(), self.sampler, requests, rewards=cfg.rewards, store=self.store,
                            run_id=self.run_id, suite=cfg.env, judge=self.judge,
                            min_batch_share=cfg.rollouts.min_batch_share)

@@ -73,12 +73,13 @@ def test_no_branch_point_after_an_unparseable_reply():
     assert [p.step for p in choose_points(pts, {"e1"}, "uncertain", 1)] == [1]
 
 
-def test_every_branches_g_siblings_from_each_trunk_state_and_stores_the_tree(pool, tmp_path):
+@pytest.mark.parametrize("share", [1.0, 0.5])  # in turns, and on partial batches
+def test_every_branches_g_siblings_from_each_trunk_state_and_stores_the_tree(pool, tmp_path, share):
     store = Store.open(tmp_path / "run")
     run = store.create_run("branch")
     reqs = make_groups(["settings_dark_theme", "open_app"], [7, 8], 1, tag="t")
     res = run_branched(pool, OraclePolicy(), reqs, BranchSettings("every"), group_size=3, store=store,
-                       run_id=run)
+                       run_id=run, min_batch_share=share)
     trunks = [t for t in res.trajectories if t.metadata.get("branch_of", "") == ""]
     branches = [t for t in res.trajectories if t.metadata.get("branch_of")]
     assert len(trunks) == 2 and all(t.status == "completed" and t.success == 1.0 for t in trunks)

@@ -164,6 +164,21 @@ def test_a_loop_on_partial_batches_acts_on_the_slots_that_are_back(pool, tmp_pat
     assert alone_while_slow(runs[0.5][1]) >= 2, runs[0.5][1]
 
 
+def test_a_policy_that_fails_on_partial_batches_leaves_the_pool_free(pool):
+    class Failing(_OneSlowEpisode):
+        def act_batch(self, contexts, pool):
+            if self.calls and all(c.spec.seed != self.slow for c in contexts):  # the slow step is in flight
+                raise RuntimeError("the policy server went away")
+            return super().act_batch(contexts, pool)
+
+    reqs = make_groups(["open_app", "settings_turn_on"], [40, 41], group_size=1)
+    with pytest.raises(RuntimeError, match="went away"):
+        run_rollout(pool, Failing(40, 0.5), reqs, min_batch_share=0.5)
+    assert pool.in_flight == []  # the slow step in flight ended before the error went up
+    res = run_rollout(pool, OraclePolicy(), make_groups(["open_app"], [42], group_size=1), min_batch_share=0.5)
+    assert len(res.trajectories) == 1 and res.trajectories[0].success == 1.0
+
+
 def test_the_loop_refuses_a_share_outside_0_to_1(pool):
     for bad in (0.0, -1.0, 1.5):
         with pytest.raises(ValueError, match="min_batch_share"):
