@@ -523,7 +523,7 @@ def test_hung_worker_is_killed_after_the_timeout_and_replaced(ray_pool):
     _assert_solved(history[3])
 
 
-def test_ray_pool_hands_a_workers_calls_back_as_they_end_and_replaces_a_hung_one(ray_pool):
+def test_ray_pool_hands_a_workers_calls_back_as_they_end(ray_pool):
     pool = ray_pool
     _reset_all(pool, seed=90)
     # worker 0 (slots 0, 1) waits 1.5 s; worker 1 (slots 2, 3) solves its episodes meanwhile
@@ -543,6 +543,12 @@ def test_ray_pool_hands_a_workers_calls_back_as_they_end_and_replaces_a_hung_one
     rest = {o.slot: o for o in pool.collect(least=10)}
     assert set(rest) == {0, 1, 2} and pool.in_flight == [] and not any(o.worker_error for o in rest.values())
     assert rest[2].spec.seed == 95 and not rest[0].done
+
+
+@pytest.mark.slow  # waits out the step timeout (the batch calls' own timeout is tested in the fast suite)
+def test_ray_pool_replaces_a_worker_whose_submitted_call_passes_its_timeout(ray_pool):
+    pool = ray_pool
+    _reset_all(pool, seed=96)
     # a call past the step timeout: the worker is killed and replaced, its slots come back with the reason
     hung_pid, replaced = pool.worker_pids()[1], pool.replacements
     pool.submit([ActionRequest(2, Wait(30))])
