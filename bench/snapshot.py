@@ -10,6 +10,7 @@ Playwright loop in one run.
     python bench/snapshot.py --skip-ops --loops restore restore_lean restore_lean_png   # the lean step
     python bench/snapshot.py --skip-ops --loops restore_lean restore_lean_taps   # random gestures, or taps only
     python bench/snapshot.py --skip-ops --loops restore restore_partial restore_lean restore_lean_partial  # partial batches
+    python bench/snapshot.py --skip-ops --loops ray_lean ray_lean_partial    # the same on a Ray pool
     python bench/snapshot.py --skip-ops --skip-loops --miniwob-survey    # which MiniWoB++ pages replay
 
 **Operations** (one phone device of the webapps suite; CPU milliseconds a call summed over this
@@ -37,7 +38,8 @@ load average is printed with every figure):
   (as before), the lean step with an agent that only taps as the raw loops do
   (``RandomPolicy(actions="taps")``), and the lean step (``tree="none"``, ``target_boxes=False``, JPEG captures; and the same
   with PNG); and the loop on partial batches (``min_batch_share=0.5``: the policy acts on the slots
-  that are back once half of those in flight are), with the default and the lean step;
+  that are back once half of those in flight are), with the default and the lean step; and the
+  lean step on a ``RayEnvPool`` of one worker holding every slot, in turns and on partial batches;
 * ``raw``: Playwright alone on ``--slots`` contexts of one Chromium (the same phone emulation, each
   on a session's launcher): a tap at a random point and ``page.screenshot()`` a step; no settling,
   no tree, no resets, no store. Two of them, right after each rollout: ``sequential_jpeg`` (one
@@ -209,6 +211,12 @@ LOOP_MODES: dict[str, dict[str, Any]] = {
                              "image_format": "jpeg", "_share": 0.5},
     "restore_lean_taps_partial": {"reset_by_restore": True, "tree": "none", "target_boxes": False,
                                   "image_format": "jpeg", "_actions": "taps", "_share": 0.5},
+    # the lean step on a RayEnvPool of one worker holding every slot (one Chromium in the actor's
+    # process), in turns and on partial batches
+    "ray_lean": {"reset_by_restore": True, "tree": "none", "target_boxes": False, "image_format": "jpeg",
+                 "_ray": True},
+    "ray_lean_partial": {"reset_by_restore": True, "tree": "none", "target_boxes": False, "image_format": "jpeg",
+                         "_ray": True, "_share": 0.5},
 }
 
 
@@ -281,7 +289,10 @@ def step_latency(res: Any, slots: int) -> dict[str, float]:
 
 
 def tree_counts(pool: Any) -> tuple[int, int]:
-    """(trees read, trees reused) over a pool's devices so far."""
+    """(trees read, trees reused) over a pool's devices so far (a Ray pool's are in its worker: 0, 0;
+    so are its start states: START_STATES counts this process's)."""
+    if not hasattr(pool, "_worker"):
+        return 0, 0
     devs = [s.device for s in pool._worker._slots.values() if s.device is not None]
     return sum(getattr(d, "tree_reads", 0) for d in devs), sum(getattr(d, "tree_reuses", 0) for d in devs)
 
@@ -296,8 +307,14 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
     tasks = ["open_app", "settings_turn_on"]
     tmp = Path(tempfile.mkdtemp(prefix="guiagent-bench-snapshot-"))
     store = Store.open(tmp / "store")
-    pools = {mode: InProcessPool("webapps", num_slots=slots, device_options={
-        "tree": tree, **{k: v for k, v in LOOP_MODES[mode].items() if not k.startswith("_")}}) for mode in modes}
+    def pool_for(mode: str) -> Any:
+        options = {"tree": tree, **{k: v for k, v in LOOP_MODES[mode].items() if not k.startswith("_")}}
+        if LOOP_MODES[mode].get("_ray"):
+            from emulators.pool import RayEnvPool
+            return RayEnvPool("webapps", num_workers=1, envs_per_worker=slots, device_options=options)
+        return InProcessPool("webapps", num_slots=slots, device_options=options)
+
+    pools = {mode: pool_for(mode) for mode in modes}
     raw = RawLoop(slots)
     results: list[dict] = []
     seed = 0
@@ -357,7 +374,7 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
                         print(f"    CPU ms a step by process: {rr['cpu_ms_by_process']}", flush=True)
     finally:
         raw.close()
-        for pool in pools.values():
+        for pool in reversed(list(pools.values())):  # the first Ray pool started Ray: it closes last
             pool.close()
         store.close()
     return results

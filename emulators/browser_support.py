@@ -278,11 +278,12 @@ class Flight:
     def keys(self) -> list[Any]:
         return list(self._futures)
 
-    def collect(self, calls: Sequence[tuple[Any, Callable[[], Any], Any]] = (), least: int = 1
-                ) -> list[tuple[Any, Any]]:
+    def collect(self, calls: Sequence[tuple[Any, Callable[[], Any], Any]] = (), least: int = 1,
+                timeout: float | None = None) -> list[tuple[Any, Any]]:
         """Start ``calls`` (``(key, call, after)``: ``after`` None, or the key of a call in flight to
         wait for), then run the loop until at least ``least`` calls in flight have ended (all, when
-        fewer are in flight); every call that has ended by then, in the order they ended."""
+        fewer are in flight) or ``timeout`` seconds passed; every call that has ended by then, in the
+        order they ended."""
         new: set[Any] = set()
         for key, _call, after in calls:
             if key in self._futures or key in new:
@@ -303,8 +304,12 @@ class Flight:
                 else:  # starts inside the loop, in the callback of the call it waits for
                     self._futures[after].add_done_callback(lambda _f, c=call, fu=future, k=key: _start(c, fu, ended, k))
             want = min(least, len(self._futures))
+            deadline = None if timeout is None else loop.time() + timeout
             while sum(f.done() for f in self._futures.values()) < want:
-                await asyncio.wait([f for f in self._futures.values() if not f.done()],
+                left = None if deadline is None else deadline - loop.time()
+                if left is not None and left <= 0:
+                    break
+                await asyncio.wait([f for f in self._futures.values() if not f.done()], timeout=left,
                                    return_when=asyncio.FIRST_COMPLETED)
             out = []
             for key in ended:

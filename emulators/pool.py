@@ -323,11 +323,12 @@ class RayEnvPool:
         self._actor_cls = ray.remote(num_cpus=num_cpus_per_worker, max_restarts=0, max_concurrency=1,
                                      resources=dict(worker_resources or {}), enable_task_events=False,
                                      **extra)(EnvWorker)
+        self._flying: set[int] = set()  # slots submitted and not collected
+        self._queued: dict[int, list[Any]] = {}  # worker -> requests submitted, not yet sent to it
+        self._sent: dict[int, tuple[int, float, float]] = {}  # slot -> (worker, deadline, timeout): sent, not back
+        self._out: dict[int, tuple[Any, Any]] = {}  # worker -> (its call in flight, the actor it went to)
         self._actors = [self._start(w) for w in range(num_workers)]
         self._book = _SlotBook(self.num_slots, self._wait_started(start_timeout_s))
-        self._flying: set[int] = set()  # slots submitted and not collected
-        # submitted calls: ref -> (worker, requests, deadline, timeout, the actor it went to)
-        self._calls: dict[Any, tuple[int, list[Any], float, float, Any]] = {}
 
     # --- public -------------------------------------------------------------------------------
 
@@ -364,47 +365,54 @@ class RayEnvPool:
 
     # --- calls handed back as they end ---------------------------------------------------------
 
+    #: how long a worker's call waits for one of its slots in flight before it comes back empty (and
+    #: is sent again): what a request for a worker whose other slots are still in flight may wait
+    flight_poll_s = 0.05
+
     def submit(self, steps: Sequence[ActionRequest] = (), resets: Sequence[ResetRequest] = ()) -> None:
-        """Send each worker its share of these steps and resets without waiting (see
-        :meth:`InProcessPool.submit`). A worker's share is one call whose slots come back together
-        (one slot a worker: each slot on its own); a worker with a call in flight runs the next after
-        it, and its timeout counts from then."""
+        """Start these steps and resets without waiting (see :meth:`InProcessPool.submit`). Each
+        worker runs its slots' calls side by side and hands each back as it ends
+        (:meth:`EnvWorker.flight_batch`); the pool keeps one actor call a worker going while any of
+        its slots are in flight (a call comes back after ``flight_poll_s`` at most, and requests for
+        that worker go with the next). A request's timeout counts from when it went to its worker."""
         steps, resets = list(steps), list(resets)
         with self._lock:
             self._book.check_step_reset(steps, resets)
             self._not_flying(r.slot for r in (*steps, *resets))
             for w, batch in self._group([*steps, *resets], lambda r: r.slot).items():
-                timeout = (self.reset_timeout_s if any(isinstance(r, ResetRequest) for r in batch)
-                           else self.step_timeout_s)
-                after = max((c[2] for c in self._calls.values() if c[0] == w), default=time.monotonic())
-                actor = self._actors[w]
-                self._calls[actor.mixed_batch.remote(batch)] = (w, batch, after + timeout, timeout, actor)
+                self._queued.setdefault(w, []).extend(batch)
                 self._flying.update(r.slot for r in batch)
+                if w not in self._out:
+                    self._send(w)
 
     def collect(self, least: int = 1) -> list[EnvOutput]:
         """The outputs of submitted calls that ended, at least ``least`` slots' (all, when fewer are in
-        flight). A worker that died or passed its call's timeout is replaced, as in a batch call, and
-        its slots come back with ``worker_error``."""
+        flight). A worker that died, or holds a call past its timeout, is replaced, as in a batch call,
+        and its slots in flight come back with ``worker_error``."""
         import ray
         with self._lock:
             got: list[EnvOutput] = []
             want = min(least, len(self._flying))
-            while self._calls:
-                refs = list(self._calls)
+            while self._out:
                 block = len(got) < want
-                wait_s = max(0.0, min(c[2] for c in self._calls.values()) - time.monotonic()) if block else 0.0
-                ready, _ = ray.wait(refs, num_returns=1, timeout=wait_s)
+                refs = {ref: w for w, (ref, _) in self._out.items()}
+                wait_s = 0.0
+                if block:
+                    earliest = min((d for _, d, _ in self._sent.values()), default=time.monotonic())
+                    wait_s = max(0.0, earliest - time.monotonic())
+                ready, _ = ray.wait(list(refs), num_returns=1, timeout=wait_s)
                 if ready:  # and every other call that has ended by now
-                    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+                    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
                 for ref in ready:
-                    if ref in self._calls:
-                        got += self._land(ref)
+                    got += self._land(refs[ref])
                 now = time.monotonic()
-                overdue = [c for c in self._calls.values() if c[2] <= now]
-                for w, _batch, _deadline, timeout, _actor in overdue:
-                    if any(c[0] == w for c in self._calls.values()):
-                        got += self._fail_worker(w, f"worker {w} did not answer mixed_batch within {timeout:.0f} s; "
-                                                    "killed and replaced")
+                overdue = {}
+                for w, deadline, timeout in self._sent.values():
+                    if deadline <= now:
+                        overdue.setdefault(w, timeout)
+                for w, timeout in overdue.items():
+                    got += self._fail_worker(w, f"worker {w} did not answer within {timeout:.0f} s (a slot's "
+                                                "call in flight); killed and replaced")
                 if not ready and not overdue and not block:
                     break
             for o in got:
@@ -422,31 +430,46 @@ class RayEnvPool:
         if busy:
             raise PoolRequestError(f"slots {busy} are in flight: collect their outputs first")
 
-    def _land(self, ref: Any) -> list[EnvOutput]:
-        """The outputs of a call that ended (its worker's failure replaces the worker)."""
+    def _send(self, w: int) -> None:
+        """Worker ``w``'s next call: the requests queued for it, and a wait for its slots in flight."""
+        batch = self._queued.pop(w, [])
+        now = time.monotonic()
+        for r in batch:
+            timeout = self.reset_timeout_s if isinstance(r, ResetRequest) else self.step_timeout_s
+            self._sent[r.slot] = (w, now + timeout, timeout)
+        actor = self._actors[w]
+        ref = actor.flight_batch.remote([r for r in batch if isinstance(r, ActionRequest)],
+                                        [r for r in batch if isinstance(r, ResetRequest)], 1, self.flight_poll_s)
+        self._out[w] = (ref, actor)
+
+    def _land(self, w: int) -> list[EnvOutput]:
+        """The outputs of worker ``w``'s call that came back; its next call goes out if it has work."""
         import ray
         from ray.exceptions import RayActorError
-        w = self._calls[ref][0]
+        ref, actor = self._out.pop(w)
         try:
-            outs = ray.get(ref)
+            outs = list(ray.get(ref))
         except RayActorError as e:
-            return self._fail_worker(w, f"worker {w} died during mixed_batch: {type(e).__name__}: {_first_line(e)}")
+            return self._fail_worker(w, f"worker {w} died during a call: {type(e).__name__}: {_first_line(e)}", actor)
         except Exception as e:  # an error in the worker itself: its state is suspect
-            return self._fail_worker(w, f"worker {w} failed in mixed_batch: {type(e).__name__}: {_first_line(e)}")
-        del self._calls[ref]
-        return list(outs)
+            return self._fail_worker(w, f"worker {w} failed in a call: {type(e).__name__}: {_first_line(e)}", actor)
+        for o in outs:
+            self._sent.pop(o.slot, None)
+        if self._queued.get(w) or any(v[0] == w for v in self._sent.values()):
+            self._send(w)
+        return outs
 
-    def _fail_worker(self, w: int, reason: str) -> list[EnvOutput]:
-        """Every call of worker ``w`` in flight ends with ``reason``; the worker is replaced (unless a
-        batch call replaced it since: its calls went to the actor that is gone)."""
+    def _fail_worker(self, w: int, reason: str, actor: Any = None) -> list[EnvOutput]:
+        """Every slot of worker ``w`` in flight (or queued for it) ends with ``reason``; the worker is
+        replaced, unless a batch call replaced it since (the failed call went to an actor that is gone)."""
         log.warning("%s", reason)
-        out, current = [], False
-        for ref, (worker, batch, _, _, actor) in list(self._calls.items()):
-            if worker == w:
-                del self._calls[ref]
-                current = current or actor is self._actors[w]
-                out += [error_output(r.slot, reason, w) for r in batch]
-        if current:
+        entry = self._out.pop(w, None)
+        actor = actor if actor is not None else (entry[1] if entry is not None else self._actors[w])
+        out = [error_output(s, reason, w) for s, v in list(self._sent.items()) if v[0] == w]
+        for s in [s for s, v in self._sent.items() if v[0] == w]:
+            del self._sent[s]
+        out += [error_output(r.slot, reason, w) for r in self._queued.pop(w, [])]
+        if actor is self._actors[w]:
             self._replace(w, reason)
         return out
 
@@ -525,13 +548,19 @@ class RayEnvPool:
             return
         self._closed = True
         import ray
-        refs = [a.close.remote() for a in self._actors]
+        self._out.clear()
+        if not ray.is_initialized():  # another pool that started Ray shut it down, and the actors with it
+            return
         try:
+            refs = [a.close.remote() for a in self._actors]
             ray.wait(refs, num_returns=len(refs), timeout=10)
-        except Exception:
-            pass
+        except Exception as e:  # actors already gone: nothing left to close
+            log.warning("closing the pool's workers: %s", _first_line(e))
         for a in self._actors:
-            ray.kill(a, no_restart=True)
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception:  # already dead
+                pass
         if self._owns_ray:
             ray.shutdown()
 

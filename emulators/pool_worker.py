@@ -152,8 +152,8 @@ class EnvWorker:
         out = {o.slot: o for o in self.step_reset_batch(steps, [r for r in requests if isinstance(r, ResetRequest)])}
         return [out[r.slot] for r in requests]
 
-    def flight_batch(self, steps: Sequence[ActionRequest], resets: Sequence[ResetRequest], least: int
-                     ) -> list[EnvOutput]:
+    def flight_batch(self, steps: Sequence[ActionRequest], resets: Sequence[ResetRequest], least: int,
+                     timeout: float | None = None) -> list[EnvOutput]:
         """Start ``steps`` and ``resets`` beside the calls still in flight and hand back the outputs of
         the calls that ended: at least ``least`` (all, when fewer are in flight; 0: whatever ended
         while they started), in the order they ended. The others go on (:class:`~emulators.browser_support.Flight`):
@@ -162,7 +162,8 @@ class EnvWorker:
         Only side by side on a shared browser from the thread that launched it; otherwise the new
         calls run now, one after another, and all their outputs come back. As in
         :meth:`step_reset_batch`, a start of a (task, seed) whose start is in flight waits for it,
-        then restores what it built."""
+        then restores what it built. ``timeout``: wait no longer than this for ``least`` (seconds;
+        a Ray worker's calls in flight move on only while one of its actor calls runs)."""
         if resets and self.shares_browser and self.concurrent and (self._browser is None or not self._browser.connected):
             landed = self._drain()  # calls on a browser that went away end now, with their errors
             try:
@@ -185,10 +186,14 @@ class EnvWorker:
             self._flight_starts[r.slot] = key
             calls.append((r.slot, functools.partial(self._guarded, r.slot, self._reset_one, r), after))
         out = []
-        for s, o in self._flight.collect(calls, least):
+        for s, o in self._flight.collect(calls, least, timeout):
             self._flight_starts.pop(s, None)
             out.append(o)
         return out
+
+    def in_flight(self) -> list[int]:
+        """Slots whose flight_batch call has not been handed back."""
+        return sorted(self._flight.keys()) if self._flight is not None else []
 
     def _flying_here(self) -> bool:
         """Whether flight_batch runs side by side (see :meth:`_run_calls`)."""

@@ -523,26 +523,28 @@ def test_hung_worker_is_killed_after_the_timeout_and_replaced(ray_pool):
     _assert_solved(history[3])
 
 
-def test_ray_pool_hands_a_workers_calls_back_as_they_end(ray_pool):
+def test_ray_pool_hands_each_slots_calls_back_as_they_end(ray_pool):
     pool = ray_pool
     _reset_all(pool, seed=90)
-    # worker 0 (slots 0, 1) waits 1.5 s; worker 1 (slots 2, 3) solves its episodes meanwhile
-    pool.submit([ActionRequest(0, Wait(1.5)), ActionRequest(1, Wait(1.5))])
+    # slot 0 (worker 0) waits 1.5 s; slot 1 on the same worker and slots 2, 3 on the other solve their
+    # episodes meanwhile (A, then B)
+    pool.submit([ActionRequest(0, Wait(1.5))])
     for _ in range(2):
-        pool.submit([ActionRequest(s, a) for s, a in zip([2, 3], pool.oracle_actions([2, 3]))])
-        got = {o.slot: o for o in pool.collect(least=1)}
-        assert set(got) == {2, 3}, "a slow worker held up the other"  # a worker's slots come back together
-        assert pool.in_flight == [0, 1]
+        pool.submit([ActionRequest(s, a) for s, a in zip([1, 2, 3], pool.oracle_actions([1, 2, 3]))])
+        got = {o.slot: o for o in pool.collect(least=3)}
+        assert set(got) == {1, 2, 3}, "a slow slot held up the others"
+        assert pool.in_flight == [0]
     assert all(o.terminated and o.info.success == 1.0 for o in got.values())
     with pytest.raises(PoolRequestError, match="in flight"):
         pool.step([ActionRequest(0, Click(0.5, 0.5))])
     with pytest.raises(PoolRequestError, match="in flight"):
-        pool.oracle_actions([1])
-    # a call queued behind a worker's call in flight runs after it: both come back
-    pool.submit(resets=[ResetRequest(2, "two_buttons", seed=95)])
+        pool.oracle_actions([0])
+    # a reset for the worker whose other slot is in flight goes with its next call
+    pool.submit(resets=[ResetRequest(1, "two_buttons", seed=95)])
     rest = {o.slot: o for o in pool.collect(least=10)}
-    assert set(rest) == {0, 1, 2} and pool.in_flight == [] and not any(o.worker_error for o in rest.values())
-    assert rest[2].spec.seed == 95 and not rest[0].done
+    assert set(rest) == {0, 1} and pool.in_flight == [] and not any(o.worker_error for o in rest.values())
+    assert rest[1].spec.seed == 95 and not rest[0].done and rest[0].info.milestones == (False, False)
+    _run_oracle(pool, [0, 1])  # slots come back to the usual calls
 
 
 @pytest.mark.slow  # waits out the step timeout (the batch calls' own timeout is tested in the fast suite)
