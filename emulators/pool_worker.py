@@ -185,15 +185,15 @@ class EnvWorker:
                 building[key] = r.slot
             self._flight_starts[r.slot] = key
             calls.append((r.slot, functools.partial(self._guarded, r.slot, self._reset_one, r), after))
-        out = []
-        for s, o in self._flight.collect(calls, least, timeout):
-            self._flight_starts.pop(s, None)
-            out.append(o)
-        return out
+        return self._landed(self._flight.collect(calls, least, timeout))
 
-    def in_flight(self) -> list[int]:
-        """Slots whose flight_batch call has not been handed back."""
-        return sorted(self._flight.keys()) if self._flight is not None else []
+    def _landed(self, ended: Sequence[tuple[int, Any]]) -> list[EnvOutput]:
+        """The outputs of calls that ended (a call that raised past its guard: an error output)."""
+        out = []
+        for s, o in ended:
+            self._flight_starts.pop(s, None)
+            out.append(o if isinstance(o, EnvOutput) else error_output(s, f"{type(o).__name__}: {o}", self.worker_id))
+        return out
 
     def _flying_here(self) -> bool:
         """Whether flight_batch runs side by side (see :meth:`_run_calls`)."""
@@ -206,11 +206,11 @@ class EnvWorker:
             self._flight = None
             return []
         flight, self._flight = self._flight, None
-        out = []
-        for s, o in flight.collect((), len(flight)):
-            self._flight_starts.pop(s, None)
-            out.append(o if isinstance(o, EnvOutput) else error_output(s, f"{type(o).__name__}: {o}", self.worker_id))
-        return out
+        try:
+            return self._landed(flight.collect((), len(flight)))
+        except Exception as e:  # this thread's Playwright itself is gone: the calls cannot end
+            log.warning("calls in flight lost with the browser: %s", e)
+            return self._landed([(s, e) for s in flight.keys()])
 
     def snapshot_batch(self, slots: Sequence[int]) -> list[SnapshotOutput]:
         """Each slot's env state (:meth:`GuiEnv.snapshot`), or why not; episodes go on unchanged."""
@@ -269,11 +269,7 @@ class EnvWorker:
 
     def close(self) -> None:
         """Close every device, the shared browser and the suite. Safe to call twice."""
-        try:
-            self._drain()
-        except Exception as e:  # the browser went away under the calls in flight
-            log.warning("calls in flight at close: %s", e)
-            self._flight = None
+        self._drain()  # calls in flight end first (or with the browser's error)
         for slot in self._slots.values():
             self._discard(slot)
         if self._browser is not None:

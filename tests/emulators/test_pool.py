@@ -363,6 +363,22 @@ def test_submitted_calls_on_a_pool_whose_slots_run_one_after_another_all_come_ba
         assert sorted(o.slot for o in pool.collect(least=1)) == [0, 1]
 
 
+def test_a_browser_killed_under_calls_in_flight_ends_them_and_the_next_starts_relaunch_it():
+    with InProcessPool(SUITE_PATH, num_slots=2) as pool:
+        pool.reset([ResetRequest(s, "two_buttons", seed=85 + s) for s in range(2)])
+        [pid] = pool._worker.browser_pids()
+        pool.submit([ActionRequest(0, Wait(5)), ActionRequest(1, Wait(5))])
+        os.kill(pid, signal.SIGKILL)
+        t0 = time.perf_counter()
+        outs = {o.slot: o for o in pool.collect(least=2)}
+        assert time.perf_counter() - t0 < 4 and set(outs) == {0, 1} and pool.in_flight == []
+        assert all(o.done and (o.worker_error or o.info.device_error) for o in outs.values())
+        pool.submit(resets=[ResetRequest(s, "two_buttons", seed=85 + s) for s in range(2)])
+        again = {o.slot: o for o in pool.collect(least=2)}
+        assert not any(o.worker_error for o in again.values()) and pool._worker.browser_pids() != [pid]
+        _run_oracle(pool, [0, 1])
+
+
 def test_a_pool_closed_with_calls_in_flight_lets_them_end_first():
     pool = InProcessPool(SUITE_PATH, num_slots=2)
     pool.reset([ResetRequest(s, "two_buttons", seed=80 + s) for s in range(2)])
