@@ -166,8 +166,13 @@ class InProcessPool:
         steps, resets = list(steps), list(resets)
         self._book.check_step_reset(steps, resets)
         self._not_flying(r.slot for r in (*steps, *resets))
-        self._flying.update(r.slot for r in (*steps, *resets))
-        self._landed += self._worker.flight_batch(steps, resets, 0)
+        slots = {r.slot for r in (*steps, *resets)}
+        self._flying |= slots
+        try:
+            self._landed += self._worker.flight_batch(steps, resets, 0)
+        except BaseException:
+            self._flying -= slots
+            raise
 
     def collect(self, least: int = 1) -> list[EnvOutput]:
         """The outputs of submitted calls that ended, in the order they ended: at least ``least``

@@ -164,6 +164,9 @@ class EnvWorker:
         :meth:`step_reset_batch`, a start of a (task, seed) whose start is in flight waits for it,
         then restores what it built. ``timeout``: wait no longer than this for ``least`` (seconds;
         a Ray worker's calls in flight move on only while one of its actor calls runs)."""
+        if self._flight is not None and len(self._flight) and self._browser_thread != threading.get_ident():
+            raise RuntimeError("this worker's calls in flight run on the thread that launched its browser: "
+                               "submit and collect from that thread")
         if resets and self.shares_browser and self.concurrent and (self._browser is None or not self._browser.connected):
             landed = self._drain()  # calls on a browser that went away end now, with their errors
             try:

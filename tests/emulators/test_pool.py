@@ -379,6 +379,28 @@ def test_a_browser_killed_under_calls_in_flight_ends_them_and_the_next_starts_re
         _run_oracle(pool, [0, 1])
 
 
+def test_calls_in_flight_are_collected_from_the_thread_that_runs_the_browser():
+    with InProcessPool(SUITE_PATH, num_slots=2) as pool:
+        pool.reset([ResetRequest(s, "two_buttons", seed=87 + s) for s in range(2)])
+        pool.submit([ActionRequest(0, Wait(0.3))])
+        errors = []
+
+        def elsewhere():
+            for call in (lambda: pool.submit([ActionRequest(1, Click(0.99, 0.99))]), lambda: pool.collect(least=1)):
+                try:
+                    call()
+                except RuntimeError as e:
+                    errors.append(str(e))
+        t = threading.Thread(target=elsewhere)
+        t.start()
+        t.join()
+        assert len(errors) == 2 and all("thread that launched its browser" in e for e in errors)
+        assert pool.in_flight == [0]  # nothing changed: slot 1 is free, slot 0 still in flight
+        (out,) = pool.collect(least=1)
+        assert out.slot == 0 and not out.done
+        pool.step([ActionRequest(1, Click(0.99, 0.99))])
+
+
 def test_a_pool_closed_with_calls_in_flight_lets_them_end_first():
     pool = InProcessPool(SUITE_PATH, num_slots=2)
     pool.reset([ResetRequest(s, "two_buttons", seed=80 + s) for s in range(2)])

@@ -73,7 +73,7 @@ def test_no_branch_point_after_an_unparseable_reply():
     assert [p.step for p in choose_points(pts, {"e1"}, "uncertain", 1)] == [1]
 
 
-@pytest.mark.parametrize("share", [1.0, 0.5])  # in turns, and on partial batches
+@pytest.mark.parametrize("share", [1.0, pytest.param(0.5, marks=pytest.mark.slow)])  # in turns, on partial batches
 def test_every_branches_g_siblings_from_each_trunk_state_and_stores_the_tree(pool, tmp_path, share):
     store = Store.open(tmp_path / "run")
     run = store.create_run("branch")

@@ -383,6 +383,7 @@ def test_learner_turns_and_advantages_read_the_judged_rewards(pool, tiny_model_d
     assert len(turns) == 2 and adv.shape == (2,)
 
 
+@pytest.mark.slow  # a tiny model's iteration; the loop itself is tested above in the fast suite
 def test_the_trainer_runs_its_rollouts_on_partial_batches(tiny_model_dir, tmp_path, monkeypatch):
     from rl.config import TrainConfig
     from rl.loop import RolloutLoop
