@@ -36,6 +36,7 @@ missing with its reason; the episode keeps its rule reward (``RolloutResult.judg
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import time
 import uuid
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
     from judge.settings import RewardJudge
 
 __all__ = ["TrainTurn", "RolloutResult", "RolloutLoop", "Side", "Started", "StepOutcome", "Episode"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,18 @@ class _Judging:
     deadline: float
 
 
+_TURNS_NOTED: set[str] = set()
+
+
+def _note_turns(side: Any) -> None:
+    """Say once a process, per kind of pool, that a loop asked for partial batches takes turns."""
+    kind = type(getattr(side, "pool", side)).__name__
+    if kind not in _TURNS_NOTED:
+        _TURNS_NOTED.add(kind)
+        log.warning("min_batch_share < 1 asks for partial batches, but a %s hands back whole batches only "
+                    "(it has no submit/collect): the rollout loop takes turns", kind)
+
+
 class RolloutLoop:
     """Run requested episodes on ``side`` with ``policy`` (see the module docstring).
 
@@ -238,6 +253,8 @@ class RolloutLoop:
             both = None  # its step and start are two batches anyway: start the freed slots right after
         if self.min_batch_share < 1.0 and getattr(self.side, "flies", False):
             self.run_partial()
+        elif self.min_batch_share < 1.0 and hasattr(self.side, "flies"):
+            _note_turns(self.side)
         while self.live or self.pending:
             if both is not None and self.live:  # the free slots start in the batch of the others' step
                 self.step(both)

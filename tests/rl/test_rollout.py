@@ -179,6 +179,22 @@ def test_a_policy_that_fails_on_partial_batches_leaves_the_pool_free(pool):
     assert len(res.trajectories) == 1 and res.trajectories[0].success == 1.0
 
 
+def test_a_pool_without_submit_takes_turns_and_says_so_once(pool, caplog):
+    import rl.loop
+
+    class Whole(_Counting):  # a pool that hands back whole batches only (as MixedPool does)
+        submit = None
+
+    rl.loop._TURNS_NOTED.discard("Whole")
+    whole = Whole(pool)
+    for seed in (50, 51):
+        res = run_rollout(whole, OraclePolicy(), make_groups(["open_app"], [seed], group_size=2), min_batch_share=0.5)
+        assert len(res.trajectories) == 2 and all(t.success == 1.0 for t in res.trajectories)
+    assert any(c[0] == "step_and_reset" or c[0] == "step" for c in whole.calls)  # turns, as without the option
+    notes = [r.getMessage() for r in caplog.records if "takes turns" in r.getMessage()]
+    assert len(notes) == 1 and "a Whole hands back whole batches only" in notes[0]
+
+
 def test_the_loop_refuses_a_share_outside_0_to_1(pool):
     for bad in (0.0, -1.0, 1.5):
         with pytest.raises(ValueError, match="min_batch_share"):
