@@ -328,10 +328,13 @@ def _start(call: Callable[[], Any], future: "asyncio.Future[Any]", ended: list[A
     def body() -> None:
         try:
             value = call()
-        except Exception as e:  # handed to the collector as the call's value
+        except BaseException as e:  # handed to the collector as the call's value
             if ended is not None:
                 ended.append(key)
-            future.set_exception(e)
+            if not future.done():
+                future.set_exception(e)
+            if not isinstance(e, Exception):  # an interrupt (or the greenlet's exit) still goes up
+                raise
             return
         if ended is not None:
             ended.append(key)

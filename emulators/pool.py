@@ -332,6 +332,8 @@ class RayEnvPool:
         self._queued: dict[int, list[Any]] = {}  # worker -> requests submitted, not yet sent to it
         self._sent: dict[int, tuple[int, float, float]] = {}  # slot -> (worker, deadline, timeout): sent, not back
         self._out: dict[int, tuple[Any, Any]] = {}  # worker -> (its call in flight, the actor it went to)
+        self._flight_lost: list[EnvOutput] = []  # slots in flight on workers a batch call replaced
+        self._away_since: float | None = None  # when collect last returned (deadlines pause meanwhile)
         self._actors = [self._start(w) for w in range(num_workers)]
         self._book = _SlotBook(self.num_slots, self._wait_started(start_timeout_s))
 
@@ -384,6 +386,8 @@ class RayEnvPool:
         with self._lock:
             self._book.check_step_reset(steps, resets)
             self._not_flying(r.slot for r in (*steps, *resets))
+            if self._away_since is None:
+                self._away_since = time.monotonic()
             for w, batch in self._group([*steps, *resets], lambda r: r.slot).items():
                 self._queued.setdefault(w, []).extend(batch)
                 self._flying.update(r.slot for r in batch)
@@ -393,37 +397,50 @@ class RayEnvPool:
     def collect(self, least: int = 1) -> list[EnvOutput]:
         """The outputs of submitted calls that ended, at least ``least`` slots' (all, when fewer are in
         flight). A worker that died, or holds a call past its timeout, is replaced, as in a batch call,
-        and its slots in flight come back with ``worker_error``."""
-        import ray
+        and its slots in flight come back with ``worker_error``. A request's timeout counts the time
+        spent here (a worker's calls move on only while the pool waits for them)."""
         with self._lock:
-            got: list[EnvOutput] = []
+            got, self._flight_lost = self._flight_lost, []
             want = min(least, len(self._flying))
-            while self._out:
-                block = len(got) < want
-                refs = {ref: w for w, (ref, _) in self._out.items()}
-                wait_s = 0.0
-                if block:
-                    earliest = min((d for _, d, _ in self._sent.values()), default=time.monotonic())
-                    wait_s = max(0.0, earliest - time.monotonic())
-                ready, _ = ray.wait(list(refs), num_returns=1, timeout=wait_s)
-                if ready:  # and every other call that has ended by now
-                    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
-                for ref in ready:
-                    got += self._land(refs[ref])
-                now = time.monotonic()
-                overdue = {}
-                for w, deadline, timeout in self._sent.values():
-                    if deadline <= now:
-                        overdue.setdefault(w, timeout)
-                for w, timeout in overdue.items():
-                    got += self._fail_worker(w, f"worker {w} did not answer within {timeout:.0f} s (a slot's "
-                                                "call in flight); killed and replaced")
-                if not ready and not overdue and not block:
-                    break
+            if self._away_since is not None:  # a worker's calls moved on only while the driver waited here
+                away = time.monotonic() - self._away_since
+                self._sent = {s: (w, d + away, t) for s, (w, d, t) in self._sent.items()}
+            try:
+                self._collect(got, want)
+            finally:
+                self._away_since = time.monotonic()
             for o in got:
                 self._flying.discard(o.slot)
             self._book.record(got)
             return got
+
+    def _collect(self, got: list[EnvOutput], want: int) -> None:
+        """Land the workers' calls into ``got`` until it holds ``want`` outputs (or nothing is out)."""
+        import ray
+        while self._out:
+            block = len(got) < want
+            refs = {ref: w for w, (ref, _) in self._out.items()}
+            wait_s = 0.0
+            if block:
+                earliest = min((d for _, d, _ in self._sent.values()), default=time.monotonic())
+                wait_s = max(0.0, earliest - time.monotonic())
+            ready, _ = ray.wait(list(refs), num_returns=1, timeout=wait_s)
+            if ready:  # and every other call that has ended by now
+                ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+            for ref in ready:
+                got += self._land(refs[ref], ref)
+            now = time.monotonic()
+            overdue: dict[int, float] = {}
+            for w, deadline, timeout in self._sent.values():
+                if deadline <= now:
+                    overdue.setdefault(w, timeout)
+            for w, timeout in overdue.items():
+                got += self._fail_worker(w, f"worker {w} did not answer within {timeout:.0f} s (a slot's "
+                                            "call in flight); killed and replaced")
+            if not ready and not overdue and not block:
+                break
+        got += self._flight_lost  # slots of workers a failure above replaced along the way
+        self._flight_lost = []
 
     @property
     def in_flight(self) -> list[int]:
@@ -447,10 +464,12 @@ class RayEnvPool:
                                         [r for r in batch if isinstance(r, ResetRequest)], 1, self.flight_poll_s)
         self._out[w] = (ref, actor)
 
-    def _land(self, w: int) -> list[EnvOutput]:
-        """The outputs of worker ``w``'s call that came back; its next call goes out if it has work."""
+    def _land(self, w: int, ref: Any) -> list[EnvOutput]:
+        """The outputs of worker ``w``'s call ``ref`` that came back; its next call goes out if it has work."""
         import ray
         from ray.exceptions import RayActorError
+        if self._out.get(w, (None,))[0] is not ref:  # the worker was replaced since: its slots came back then
+            return []
         ref, actor = self._out.pop(w)
         try:
             outs = list(ray.get(ref))
@@ -639,6 +658,12 @@ class RayEnvPool:
 
     def _replace(self, worker_id: int, reason: str) -> None:
         import ray
+        # the worker's submitted calls die with it: their slots come back with the reason at the
+        # next collect; requests queued for it go to the replacement
+        self._out.pop(worker_id, None)
+        for s in [s for s, v in self._sent.items() if v[0] == worker_id]:
+            del self._sent[s]
+            self._flight_lost.append(error_output(s, reason, worker_id))
         ray.kill(self._actors[worker_id], no_restart=True)
         if self.replacements >= self.max_replacements:
             raise WorkerReplacementError(
@@ -647,6 +672,8 @@ class RayEnvPool:
                 "Chromium and the suite's logs (Ray session logs: /tmp/ray/session_latest/logs)")
         self.replacements += 1
         self._actors[worker_id] = self._start(worker_id)
+        if self._queued.get(worker_id):
+            self._send(worker_id)
 
 
 def _first_line(e: BaseException) -> str:

@@ -108,7 +108,8 @@ class EnvWorker:
         self.concurrent = concurrent
         self._side_by_side = False  # inside a batch whose slots run side by side
         self._flight: Flight | None = None  # calls handed back as they end (flight_batch)
-        self._flight_starts: dict[int, tuple[str, int]] = {}  # slot -> (task, seed) of a start in flight
+        self._flight_starts: dict[int, tuple[str, int]] = {}  # slot -> (task, seed) a start in flight builds
+        self._flight_done: list[EnvOutput] = []  # flight calls a browser restart ended: the next flight_batch's
         self._browser: Any = None
         self._browser_thread: int | None = None  # the thread whose Playwright runs the shared browser
 
@@ -167,28 +168,38 @@ class EnvWorker:
         if self._flight is not None and len(self._flight) and self._browser_thread != threading.get_ident():
             raise RuntimeError("this worker's calls in flight run on the thread that launched its browser: "
                                "submit and collect from that thread")
+        done, self._flight_done = self._flight_done, []  # flight calls a browser restart ended
         if resets and self.shares_browser and self.concurrent and (self._browser is None or not self._browser.connected):
-            landed = self._drain()  # calls on a browser that went away end now, with their errors
-            try:
+            try:  # calls on a browser that went away end first, with their errors (_relaunch_browser)
                 self._relaunch_browser()
             except Exception as e:  # each slot's reset reports it (and retries the launch)
                 log.warning("launching the shared browser failed: %s", e)
-            return landed + self.step_reset_batch(steps, resets)
+            done, self._flight_done = done + self._flight_done, []
+            return done + self.step_reset_batch(steps, resets)
         if not self._flying_here():
-            return self._drain() + self.step_reset_batch(steps, resets)
+            return done + self._drain() + self.step_reset_batch(steps, resets)
         if self._flight is None:
             self._flight = Flight(self._browser.browser)
         keeps_starts = any(getattr(s.device, "start_states", None) is not None for s in self._slots.values())
         building = {key: s for s, key in self._flight_starts.items()}
         calls = [(r.slot, functools.partial(self._guarded, r.slot, self._step_one, r), None) for r in steps]
+        firsts = {}
         for r in resets:
             key = (r.task_id, r.seed)
             after = building.get(key) if r.state is None and keeps_starts else None
-            if r.state is None and after is None:
+            if r.state is None and after is None:  # this start builds what later ones of its key restore
+                firsts[r.slot] = key
                 building[key] = r.slot
-            self._flight_starts[r.slot] = key
             calls.append((r.slot, functools.partial(self._guarded, r.slot, self._reset_one, r), after))
-        return self._landed(self._flight.collect(calls, least, timeout))
+        self._flight_starts.update(firsts)
+        try:
+            ended = self._flight.collect(calls, least, timeout)
+        except Exception as e:  # this thread's Playwright failed under the flight: its calls cannot end
+            log.warning("calls in flight lost: %s", e)
+            lost = sorted(set(self._flight.keys()) | {r.slot for r in (*steps, *resets)})
+            self._flight, self._flight_starts = None, {}
+            return done + self._landed([(slot, e) for slot in lost])
+        return done + self._landed(ended)
 
     def _landed(self, ended: Sequence[tuple[int, Any]]) -> list[EnvOutput]:
         """The outputs of calls that ended (a call that raised past its guard: an error output)."""
@@ -203,17 +214,23 @@ class EnvWorker:
         return bool(self.concurrent and self.shares_browser and self._browser is not None and self._browser.connected
                     and self._browser_thread == threading.get_ident())
 
+    #: how long a drain (a close, a browser restart) waits for the calls in flight
+    DRAIN_TIMEOUT_S = 10.0
+
     def _drain(self) -> list[EnvOutput]:
-        """Every call in flight, run to its end (its output; errors as outputs)."""
+        """Every call in flight, run to its end (its output; errors as outputs); a call still running
+        after DRAIN_TIMEOUT_S is given up (an error output) with its flight."""
         if self._flight is None or not len(self._flight):
             self._flight = None
             return []
         flight, self._flight = self._flight, None
         try:
-            return self._landed(flight.collect((), len(flight)))
+            out = self._landed(flight.collect((), len(flight), self.DRAIN_TIMEOUT_S))
         except Exception as e:  # this thread's Playwright itself is gone: the calls cannot end
             log.warning("calls in flight lost with the browser: %s", e)
             return self._landed([(s, e) for s in flight.keys()])
+        late = TimeoutError(f"the call did not end within {self.DRAIN_TIMEOUT_S:g} s of a close or a browser restart")
+        return out + self._landed([(s, late) for s in flight.keys()])
 
     def snapshot_batch(self, slots: Sequence[int]) -> list[SnapshotOutput]:
         """Each slot's env state (:meth:`GuiEnv.snapshot`), or why not; episodes go on unchanged."""
@@ -380,6 +397,9 @@ class EnvWorker:
         return self.suite.make_device(browser=self._browser, **self.device_options), self._browser
 
     def _relaunch_browser(self) -> None:
+        # calls in flight on the old browser end now (with its errors) and go back with the next
+        # flight_batch; the flight belongs to the old browser's Playwright, so a new one starts
+        self._flight_done += self._drain()
         old, self._browser = self._browser, None
         if old is not None:
             # devices on the dead browser cannot recover: close them now (their live episodes

@@ -17,8 +17,10 @@ both share; the side owns where screens and outcomes come from::
 On partial batches (``min_batch_share`` < 1, a side with ``submit``/``collect``: a live pool that
 hands outputs back as they end) there are no turns: the policy acts on the slots whose outcome is
 back as soon as that share of the slots in flight are back, and submits their steps (and the freed
-slots' starts) while the others' pages still settle (:meth:`RolloutLoop.run_partial`). Episodes,
-their steps and the store are the same; only which slots share a policy batch changes.
+slots' starts) while the others' pages still settle (:meth:`RolloutLoop.run_partial`); the calls in
+flight move on while the loop waits for outcomes, not while the policy computes (one thread drives
+an in-process pool's pages). Episodes, their steps and the store are the same; only which slots
+share a policy batch changes.
 
 Every phase runs under a named timer (``RolloutResult.*_seconds``). A step's reward lives on the
 :class:`~guiagent.types.Step` only; a :class:`TrainTurn` names its step and never copies it, so

@@ -401,6 +401,23 @@ def test_calls_in_flight_are_collected_from_the_thread_that_runs_the_browser():
         pool.step([ActionRequest(1, Click(0.99, 0.99))])
 
 
+def test_flights_go_on_after_a_batch_call_restarted_the_browser():
+    # the flight belongs to the old browser's Playwright: a batch call's restart starts a new one
+    with InProcessPool(SUITE_PATH, num_slots=2) as pool:
+        pool.reset([ResetRequest(s, "two_buttons", seed=88 + s) for s in range(2)])
+        pool.submit([ActionRequest(0, Click(0.99, 0.99))])
+        assert [o.slot for o in pool.collect(least=1)] == [0]
+        [pid] = pool._worker.browser_pids()
+        os.kill(pid, signal.SIGKILL)
+        assert _pid_gone(pid)
+        for _ in range(2):  # the batch call that meets the dead browser, then the one that restarts it
+            outs = pool.reset([ResetRequest(s, "two_buttons", seed=88 + s) for s in range(2)])
+        assert not any(o.worker_error for o in outs) and pool._worker.browser_pids() != [pid]
+        pool.submit([ActionRequest(0, Click(0.99, 0.99))], resets=[ResetRequest(1, "two_buttons", seed=89)])
+        back = {o.slot: o for o in pool.collect(least=2)}
+        assert set(back) == {0, 1} and not any(o.worker_error for o in back.values())
+
+
 def test_a_pool_closed_with_calls_in_flight_lets_them_end_first():
     pool = InProcessPool(SUITE_PATH, num_slots=2)
     pool.reset([ResetRequest(s, "two_buttons", seed=80 + s) for s in range(2)])
@@ -583,6 +600,35 @@ def test_ray_pool_hands_each_slots_calls_back_as_they_end(ray_pool):
     assert set(rest) == {0, 1} and pool.in_flight == [] and not any(o.worker_error for o in rest.values())
     assert rest[1].spec.seed == 95 and not rest[0].done and rest[0].info.milestones == (False, False)
     _run_oracle(pool, [0, 1])  # slots come back to the usual calls
+
+
+def test_ray_pool_slots_in_flight_on_a_worker_a_batch_call_replaced_come_back_with_its_reason(ray_pool):
+    pool = ray_pool
+    _reset_all(pool, seed=97)
+    pool.submit([ActionRequest(0, Wait(2.0))])
+    time.sleep(0.3)  # the worker's call for it came back (empty) and went out again
+    pid, replaced = pool.worker_pids()[0], pool.replacements
+    os.kill(pid, signal.SIGKILL)
+    assert _pid_gone(pid)
+    (out,) = pool.step([ActionRequest(1, Click(0.99, 0.99))])  # a batch call meets the dead worker
+    assert "died" in out.worker_error and pool.replacements == replaced + 1
+    t0 = time.perf_counter()
+    (lost,) = pool.collect(least=1)
+    assert time.perf_counter() - t0 < 1.0 and lost.slot == 0 and "died" in lost.worker_error
+    assert pool.replacements == replaced + 1 and pool.in_flight == []  # the new worker was not replaced too
+    outs = pool.reset([ResetRequest(s, "two_buttons", seed=97 + s) for s in (0, 1)])
+    assert not any(o.worker_error for o in outs)
+
+
+@pytest.mark.slow  # sleeps past the step timeout
+def test_ray_pool_timeouts_count_only_the_time_the_pool_waits(ray_pool):
+    pool = ray_pool
+    _reset_all(pool, seed=98)
+    pool.submit([ActionRequest(0, Wait(0.3))])
+    time.sleep(pool.step_timeout_s + 1)  # the policy thinks; the worker's calls do not move meanwhile
+    replaced = pool.replacements
+    (out,) = pool.collect(least=1)
+    assert out.slot == 0 and out.worker_error is None and pool.replacements == replaced
 
 
 @pytest.mark.slow  # waits out the step timeout (the batch calls' own timeout is tested in the fast suite)
