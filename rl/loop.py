@@ -287,8 +287,8 @@ class RolloutLoop:
             if flying:  # the policy or the store failed: let the calls in flight end, so the pool is free
                 try:
                     self.side.collect(len(flying))  # type: ignore[attr-defined]
-                except Exception:  # the pool itself failed: nothing more to wait for
-                    pass
+                except Exception as e:  # the pool itself failed: nothing more to wait for
+                    log.warning("the calls in flight could not end after the loop failed: %s", e)
             raise
 
     def _partial_turns(self, flying: dict[int, PolicyTurn | None]) -> None:
