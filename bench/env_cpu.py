@@ -19,7 +19,10 @@ operation the CPU milliseconds a call, by process, and the wall milliseconds a c
 * ``reset (page load)`` / ``reset (in page)``: a whole webapps episode reset (session
   state, start page, first observation) loading the start page, and rendering it in the
   open document (``BrowserDevice.reset_in_page``);
-* the same page load and observe with ``tree="none"``.
+* the same page load and observe with ``tree="none"``;
+* ``settle script, page.evaluate`` / ``settle script, CDP``: the settle's script on a quiet page,
+  one call, through Playwright's ``page.evaluate`` and through the path the device runs its own
+  scripts on (``BrowserDevice._js``, CDP ``Runtime.evaluate``).
 
 Browsers (``--browsers``): ``full`` is the Chromium that ``find_chromium()`` gives a
 headed launch, ``shell`` Chromium's headless shell (``chromium-headless-shell``, what
@@ -41,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from bench.cpu import load_avg  # noqa: E402
 from bench.cpu import measure as _measure  # noqa: E402
 from emulators.base import GuiEnv  # noqa: E402
-from emulators.browser_support import _HEADLESS_SHELLS, find_chromium, launch  # noqa: E402
+from emulators.browser_support import _HEADLESS_SHELLS, SETTLE_POLL_JS, find_chromium, launch  # noqa: E402
 from emulators.suites.webapps import SUITE, TASKS  # noqa: E402
 from guiagent.types import Click  # noqa: E402
 
@@ -83,6 +86,10 @@ class Rig:
             "reset (in page)": lambda: reset(True),
             "page load, no tree": lambda: (self.no_tree.goto(self.url_no_tree), self.no_tree.observe()),
             "observe, no tree": self.no_tree.observe,
+            # the settle's script on a quiet page, one call: through Playwright's page.evaluate, and
+            # through the device's own path for its scripts (BrowserDevice._js: CDP Runtime.evaluate)
+            "settle script, page.evaluate": lambda: dev.page.evaluate(SETTLE_POLL_JS, 1000),
+            "settle script, CDP": lambda: dev._js(SETTLE_POLL_JS, 1000),
         }
 
     def close(self) -> None:
@@ -122,7 +129,7 @@ def main() -> None:
                 r["load_avg"] = load_avg()
                 results[name][op] = r
                 parts = " ".join(f"{k} {v}" for k, v in r["by_process"].items())
-                print(f"{name:<6} {op:<24} {r['cpu_ms']:6.1f} ms CPU ({parts}), {r['wall_ms']:6.1f} ms wall  "
+                print(f"{name:<6} {op:<30} {r['cpu_ms']:6.1f} ms CPU ({parts}), {r['wall_ms']:6.1f} ms wall  "
                       f"load {r['load_avg']}", flush=True)
     finally:
         for rig in rigs.values():

@@ -186,14 +186,39 @@ def test_target_boxes_off_reads_nothing_before_a_tap(shared_browser, page_server
                        browser=shared_browser) as dev:
         dev.reset()
         calls = []
-        real = dev.page.evaluate
+        real, real_js = dev.page.evaluate, dev._js
+        # the device's own scripts go through _js (CDP), a suite's through page.evaluate: neither runs
         dev.page.evaluate = lambda *a, **k: calls.append(a[0][:40]) or real(*a, **k)  # type: ignore[method-assign]
+        dev._js = lambda *a, **k: calls.append(a[0][:40]) or real_js(*a, **k)  # type: ignore[method-assign]
         try:
             assert dev.target_box(Click(*px(150, 110))) is None  # on the button, yet not read
         finally:
             dev.page.evaluate = real  # type: ignore[method-assign]
+            del dev._js
         assert calls == []
+        dev._js = lambda *a, **k: calls.append(a[0][:40]) or real_js(*a, **k)  # type: ignore[method-assign]
+        try:  # the spy sees the device's scripts: a settle goes through it
+            dev.settle()
+        finally:
+            del dev._js
+        assert calls and calls[0].strip().startswith("async (remaining)")
         assert dev.locate("#btn") is not None  # the page is there: the box was not read, not missing
+
+
+def test_device_scripts_through_cdp_as_page_evaluate(desk):
+    """The device's own scripts (``_js``: CDP ``Runtime.evaluate``) give what ``page.evaluate`` gives for
+    plain JSON, any text included; a script that throws raises Playwright's Error, as page.evaluate does."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    desk.reset()
+    arg = {"text": "é ü 中 \u2028 \u2029 </script> \"quotes\" \\ back", "n": [1, 2.5, -3, None, True, False], "empty": {}}
+    script = "async (x) => { await new Promise(r => setTimeout(r, 1)); return x; }"
+    assert desk._js(script, arg) == desk.page.evaluate(script, arg) == arg
+    assert desk._js("() => undefined") is None
+    with pytest.raises(PlaywrightError, match="boom"):
+        desk._js("() => { throw new Error('boom') }")
+    with pytest.raises(PlaywrightError, match="nope"):
+        desk._js("async () => { throw new TypeError('nope') }")
 
 
 # --- settling -----------------------------------------------------------------------------------
