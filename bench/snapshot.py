@@ -50,8 +50,10 @@ load average is printed with every figure):
 Reported: steps/s of each, each rollout's ratio to the raw loops that ran right after it, and the CPU a
 step, in all and by kind of process (python: this process with the webapps server and the store; driver:
 Playwright's node process; browser, renderer, gpu, utility: Chromium's), and for each rollout how long a
-step took (median, p90, max) and the share of the slots' time spent inside a step. The last stdout line
-is one JSON object.
+step took (median, p90, max) and the share of the slots' time spent inside a step; for the in-process
+loops and the raw ones, the page requests a step (``/s/...`` requests the app server answered: a link
+followed, a form sent, an episode's start visited), what the browser rendered besides taps and
+captures. The last stdout line is one JSON object.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ import random
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -132,6 +135,28 @@ def by_process(cpu0: dict[str, float], cpu1: dict[str, float], steps: int) -> di
     """CPU ms a step by kind of process (python, the Playwright driver, Chromium's browser, renderer and
     GPU processes) between two :func:`bench.cpu.cpu_by_process` readings."""
     return {k: round(1e3 * (cpu1[k] - cpu0.get(k, 0.0)) / max(steps, 1), 1) for k in sorted(cpu1)}
+
+
+class PageRequests:
+    """Requests for the apps' pages (``/s/<session>/...``) the app server in this process answered:
+    the pages a run made the browser render (a link followed, a form sent, an episode's start
+    visited), beside its taps and captures. A Ray pool's server lives in its worker: not counted."""
+
+    def __init__(self) -> None:
+        from emulators.suites.webapps.server import shared_server
+
+        server, _ = shared_server()
+        wsgi = server._server  # werkzeug's server: every request goes through its ``app``
+        inner, lock = wsgi.app, threading.Lock()
+        self.count = 0
+
+        def app(environ: dict, start_response: Any) -> Any:
+            if str(environ.get("PATH_INFO", "")).startswith("/s/"):
+                with lock:
+                    self.count += 1
+            return inner(environ, start_response)
+
+        wsgi.app = app
 
 
 class RawLoop:
@@ -316,6 +341,7 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
 
     pools = {mode: pool_for(mode) for mode in modes}
     raw = RawLoop(slots)
+    pages = PageRequests()
     results: list[dict] = []
     seed = 0
     try:
@@ -336,6 +362,7 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
                     hits0, misses0 = START_STATES.hits, START_STATES.misses
                     cpu0 = cpu_by_process(os.getpid())
                     trees0 = tree_counts(pool)
+                    pages0 = pages.count
                     actions = LOOP_MODES[mode].get("_actions", "mixed")
                     res = rollout(pool, RandomPolicy(seed, actions), requests, store=store, run_id=run_id,
                                   suite="webapps", two_batches=LOOP_MODES[mode].get("_two_batches", False),
@@ -344,6 +371,8 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
                     cpu1 = cpu_by_process(os.getpid())
                     trees1 = tree_counts(pool)
                     steps = max(res.env_steps, 1)
+                    page_requests = (None if LOOP_MODES[mode].get("_ray")
+                                     else round((pages.count - pages0) / steps, 3))
                     r = {"loop": "rollout", "reset": mode, "group_size": g, "round": rnd + 1,
                          "episodes": len(res.trajectories), "aborted": res.aborted, "env_steps": res.env_steps,
                          "wall_s": round(res.wall_seconds, 3), "steps_per_s": round(res.steps_per_second, 2),
@@ -352,25 +381,30 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
                          "steps_per_episode": round(res.env_steps / max(len(res.trajectories), 1), 2),
                          "start_hits": START_STATES.hits - hits0, "start_misses": START_STATES.misses - misses0,
                          "trees_read": trees1[0] - trees0[0], "trees_reused": trees1[1] - trees0[1],
+                         "page_requests_per_step": page_requests,
                          **step_latency(res, slots), "load_avg": load_avg()}
                     results.append(r)
                     print(f"round {rnd + 1} G={g} rollout ({mode:<7}) {r['steps_per_s']:6.2f} steps/s "
                           f"{r['cpu_ms_per_step']:6.1f} ms CPU a step ({r['env_steps']} steps, "
                           f"{r['steps_per_episode']} an episode, starts restored {r['start_hits']}/"
                           f"{r['start_hits'] + r['start_misses']}, trees read {r['trees_read']} reused "
-                          f"{r['trees_reused']})  load {r['load_avg']}", flush=True)
+                          f"{r['trees_reused']}, page requests a step {r['page_requests_per_step']})  "
+                          f"load {r['load_avg']}", flush=True)
                     print(f"    CPU ms a step by process: {r['cpu_ms_by_process']}; a step's wall ms median "
                           f"{r['step_ms_median']}, p90 {r['step_ms_p90']}, max {r['step_ms_max']}; slots inside a step "
                           f"{r['slot_busy_share']:.0%} of the run", flush=True)
                     r["ratio_vs_raw"] = {}
                     for m in RawLoop.MODES:
+                        pages0 = pages.count
                         rr = raw.run(res.env_steps, m)
+                        rr["page_requests_per_step"] = round((pages.count - pages0) / max(rr["env_steps"], 1), 3)
                         rr.update(round=rnd + 1, group_size=g, beside=mode)
                         r["ratio_vs_raw"][m] = round(r["steps_per_s"] / rr["steps_per_s"], 3)
                         results.append(rr)
                         print(f"round {rnd + 1} G={g}   raw {m:<17} {rr['steps_per_s']:6.2f} steps/s "
                               f"{rr['cpu_ms_per_step']:6.1f} ms CPU a step  -> rollout / raw "
-                              f"{r['ratio_vs_raw'][m]:.3f}  load {rr['load_avg']}", flush=True)
+                              f"{r['ratio_vs_raw'][m]:.3f}, page requests a step {rr['page_requests_per_step']}  "
+                              f"load {rr['load_avg']}", flush=True)
                         print(f"    CPU ms a step by process: {rr['cpu_ms_by_process']}", flush=True)
     finally:
         raw.close()
