@@ -298,6 +298,11 @@ _RESTORE_JS = """async ([data, rewrite, wait]) => {
 }"""
 
 
+#: what :meth:`BrowserDevice.observe` holds for the page's DOM version when the document went away
+#: between its capture and the check after it: equal to nothing the page reports
+_GONE = object()
+
+
 def _closed_error(e: Exception) -> bool:
     text = str(e)
     return any(s in text for s in ("Target closed", "has been closed", "Target crashed", "crashed",
@@ -833,7 +838,14 @@ class BrowserDevice(Device):
                 reuse = (want_tree and c.tree_cache and version is not None and cached is not None
                          and cached[0] == version and cached[1] == url)
                 shot, tree, marks = self._capture(fast, shot_opts, want_tree and not reuse, c.marks)
-                after, version_after = self._js(_MARK_JS, [-2, None])
+                try:
+                    after, version_after = self._js(_MARK_JS, [-2, None])
+                except PlaywrightError as e:
+                    if self._dead or _closed_error(e):
+                        raise
+                    # the document went away under the check (a navigation the page made): not the
+                    # captured one any more; settled again and captured again below
+                    after, version_after = _GONE, None
                 if reuse:
                     tree = cached[2]  # type: ignore[index]
                     self.tree_reuses += 1
@@ -1114,8 +1126,14 @@ class BrowserDevice(Device):
     def _frames(self, n: int) -> None:
         """Let ``n`` frames pass: wheel and touch scrolls are applied on the next compositor frame,
         after their input call returns, so settling right away could miss them."""
-        self._js("(n) => new Promise(r => { const f = () => --n <= 0 ? r() : "
-                           "requestAnimationFrame(f); requestAnimationFrame(f); })", n)
+        from playwright.sync_api import Error as PlaywrightError
+        try:
+            self._js("(n) => new Promise(r => { const f = () => --n <= 0 ? r() : "
+                     "requestAnimationFrame(f); requestAnimationFrame(f); })", n)
+        except PlaywrightError as e:
+            if self._dead or _closed_error(e):
+                raise
+            # the gesture opened another document: its frames are the next one's, which the settle waits for
 
     def _touch(self, kind: str, points: list[tuple[float, float]]) -> None:
         self._cdp.send("Input.dispatchTouchEvent", {

@@ -221,6 +221,30 @@ def test_device_scripts_through_cdp_as_page_evaluate(desk):
         desk._js("async () => { throw new TypeError('nope') }")
 
 
+def test_a_document_gone_under_the_check_after_a_capture_is_captured_again(desk, page_server):
+    """The check after a capture finding no document (a navigation the page made just then) is a
+    change like any other: the page settles and is captured again, no device error."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    desk.reset()
+    desk.goto(page_server + "/static.html")
+    real_js, calls = desk._js, []
+
+    def flaky(script, arg=None):
+        calls.append(arg)
+        if arg == [-2, None] and calls.count([-2, None]) == 1:
+            raise PlaywrightError("Execution context was destroyed, most likely because of a navigation")
+        return real_js(script, arg)
+
+    desk._js = flaky  # type: ignore[method-assign]
+    try:
+        obs = desk.observe()
+    finally:
+        del desk._js
+    assert calls.count([-2, None]) == 2  # checked again after the second capture
+    assert obs.screenshot and obs.url.endswith("/static.html")
+
+
 # --- settling -----------------------------------------------------------------------------------
 
 def text_of(dev: BrowserDevice, sel: str) -> str:
