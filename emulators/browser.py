@@ -700,6 +700,8 @@ class BrowserDevice(Device):
         gesture the page could act on (open a popup, go full screen). A script that throws, or a
         document that goes away under it, raises Playwright's ``Error`` as ``page.evaluate`` does."""
         from playwright.sync_api import Error as PlaywrightError
+        if self._cdp is None:  # as the page property says it
+            raise DeviceError("the browser device has no page yet; call reset() first")
         # json.dumps escapes every non-ASCII character: the argument is a JavaScript literal as it stands
         r = self._cdp.send("Runtime.evaluate", {"expression": f"({script})({json.dumps(arg)})",
                                                 "awaitPromise": True, "returnByValue": True})

@@ -205,11 +205,16 @@ def test_target_boxes_off_reads_nothing_before_a_tap(shared_browser, page_server
         assert dev.locate("#btn") is not None  # the page is there: the box was not read, not missing
 
 
-def test_device_scripts_through_cdp_as_page_evaluate(desk):
+def test_device_scripts_through_cdp_as_page_evaluate(desk, shared_browser, page_server):
     """The device's own scripts (``_js``: CDP ``Runtime.evaluate``) give what ``page.evaluate`` gives for
     plain JSON, any text included; a script that throws raises Playwright's Error, as page.evaluate does."""
     from playwright.sync_api import Error as PlaywrightError
 
+    from emulators.base import DeviceError
+
+    with BrowserDevice(BrowserConfig.desktop(home_url=page_server + "/static.html"), browser=shared_browser) as new:
+        with pytest.raises(DeviceError, match="no page yet"):  # never started: one clear error, no page to run in
+            new._js("() => 1")
     desk.reset()
     arg = {"text": "é ü 中 \u2028 \u2029 </script> \"quotes\" \\ back", "n": [1, 2.5, -3, None, True, False], "empty": {}}
     script = "async (x) => { await new Promise(r => setTimeout(r, 1)); return x; }"
