@@ -57,6 +57,10 @@ def _rank(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
             if rank == 0:
                 torch.save(g, f"{out}.{strategy}.pt")
     finally:
+        policy = None  # the wrapped model's hooks and buckets go before the group does
+        # neither rank tears the group down while the other is still in a collective: a rank that did
+        # once died of gloo's "terminate called without an active exception" (SIGABRT)
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 
 
