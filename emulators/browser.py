@@ -34,7 +34,10 @@ put back with :meth:`BrowserDevice.restore_page`, in the open document (no page 
 **Faults.** A crashed page, a closed target or a lost browser raise
 :class:`~emulators.base.DeviceError` from ``execute``/``observe``; ``reset`` then
 opens a fresh page and, when this device launched the browser itself, a fresh
-browser.
+browser. The device's own CDP calls wait at most ``navigation_timeout_ms`` (past the
+settle's budget where they carry one): a crashed renderer never answers them (Playwright
+rejects a page's own calls on a crash, not a CDP session's), nor does a hung one, so a call
+that runs out marks the device dead as a crash does.
 
 Example::
 
@@ -454,7 +457,7 @@ class BrowserDevice(Device):
             self._blocked.clear()
             self._marks = None
             self._goto(self.home_url or "about:blank")
-            self._cdp.send("Page.resetNavigationHistory")
+            self._send("Page.resetNavigationHistory")
         except PlaywrightError as e:
             raise DeviceError(f"could not open a fresh page: {e}") from e
 
@@ -485,10 +488,10 @@ class BrowserDevice(Device):
             self._quiet = None
             self._marks = None
             script = _IN_PAGE_RESET_JS.replace("POLL", SETTLE_POLL_JS.strip(), 1).replace("HOOK", hook, 1)
-            settled = self._js(script, [url, c.settle_timeout_ms])  # the hook and the settle, one call
+            settled = self._js(script, [url, c.settle_timeout_ms], c.settle_timeout_ms)  # the hook and the settle, one call
             if not settled:
                 return False
-            self._cdp.send("Page.resetNavigationHistory")
+            self._send("Page.resetNavigationHistory")
             if isinstance(settled, dict):  # quiet, or still busy when the poll's time ran out: as _settle() leaves it
                 self._quiet = (settled.get("mutations"), settled.get("version"))
             else:
@@ -534,8 +537,9 @@ class BrowserDevice(Device):
         from playwright.sync_api import Error as PlaywrightError
         try:
             got = self._js(_SNAPSHOT_JS.replace("POLL", SETTLE_POLL_JS.strip(), 1)
-                                     .replace("CAPTURE", capture, 1), self.config.settle_timeout_ms)
-            hist = self._cdp.send("Page.getNavigationHistory")
+                                     .replace("CAPTURE", capture, 1), self.config.settle_timeout_ms,
+                           self.config.settle_timeout_ms)
+            hist = self._send("Page.getNavigationHistory")
             url = self.page.url
         except PlaywrightError as e:
             raise self._wrap(e) from e
@@ -588,11 +592,11 @@ class BrowserDevice(Device):
             self._blocked.clear()
             self._popup_url = None
             self._quiet = None
-            self._cdp.send("Page.resetNavigationHistory")
+            self._send("Page.resetNavigationHistory")
             script = _RESTORE_JS.replace("POLL", SETTLE_POLL_JS.strip(), 1).replace("RESTORE", restore, 1)
             args = [dict(data["page"]), [list(p) for p in rewrite], c.settle_timeout_ms]
             # the restore and the settle in one call (a round trip less a reset by restore)
-            settled = self._js(script, args)
+            settled = self._js(script, args, c.settle_timeout_ms)
             if not settled and not loaded:  # a busy page or one without the script: load one and try again
                 home, self.home_url = self.home_url, url
                 try:
@@ -600,11 +604,11 @@ class BrowserDevice(Device):
                 finally:
                     self.home_url = home
                 loaded = True
-                self._cdp.send("Page.resetNavigationHistory")
-                settled = self._js(script, args)
+                self._send("Page.resetNavigationHistory")
+                settled = self._js(script, args, c.settle_timeout_ms)
             if not settled:
                 raise SnapshotError("the page did not take the state back")
-            hist = self._cdp.send("Page.getNavigationHistory")
+            hist = self._send("Page.getNavigationHistory")
             entries = data["page"].get("entries")
             if isinstance(entries, list) and (len(hist["entries"]) != len(entries)
                                               or hist["currentIndex"] != data["page"].get("index")):
@@ -690,7 +694,29 @@ class BrowserDevice(Device):
             return DeviceError(self._dead or str(e))
         return DeviceError(f"browser error: {str(e).splitlines()[0]}")
 
-    def _js(self, script: str, arg: Any = None) -> Any:
+    def _send(self, method: str, params: dict[str, Any] | None = None, budget_ms: float = 0) -> Any:
+        """One CDP call of the device's own on this page's session, answered within ``budget_ms`` (the
+        time the call itself may take, e.g. a settle's) plus ``navigation_timeout_ms``. A CDP
+        session's call on a crashed or hung renderer is never answered (Playwright rejects a page's
+        own calls on a crash, not a session's), so one that runs out marks the device dead: the
+        ``DeviceError`` then says why and :meth:`reset` opens a fresh page."""
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+        if self._dead:  # a crash heard of already: its calls would never be answered
+            raise DeviceError(self._dead)
+        if self._cdp is None:  # as the page property says it
+            raise DeviceError("the browser device has no page yet; call reset() first")
+        timeout = budget_ms + self.config.navigation_timeout_ms
+        try:
+            return self._cdp.send(method, params, timeout=timeout)
+        except PlaywrightTimeout as e:
+            raise self._no_answer(method, timeout) from e
+
+    def _no_answer(self, what: str, timeout_ms: float) -> DeviceError:
+        self._mark_dead(f"the page did not answer {what} within {timeout_ms / 1000:g} s "
+                        "(a crashed or hung renderer)")
+        return DeviceError(self._dead or what)
+
+    def _js(self, script: str, arg: Any = None, budget_ms: float = 0) -> Any:
         """``page.evaluate(script, arg)`` for the device's own scripts (settle, marks, in-page resets,
         snapshots, target boxes): a function of one plain-JSON argument returning plain JSON, run in
         the page's main world through this page's CDP session (``Runtime.evaluate``), which spares
@@ -698,13 +724,13 @@ class BrowserDevice(Device):
         1.1-1.3 (docs/benchmarks.md, "Browser device costs behind its design choices"). Unlike
         ``page.evaluate`` it gives the page no user activation: the device's bookkeeping is not a
         gesture the page could act on (open a popup, go full screen). A script that throws, or a
-        document that goes away under it, raises Playwright's ``Error`` as ``page.evaluate`` does."""
+        document that goes away under it, raises Playwright's ``Error`` as ``page.evaluate`` does;
+        one the page does not answer in time (``budget_ms``, what the script may wait itself, plus
+        ``navigation_timeout_ms``) raises :class:`DeviceError` as :meth:`_send` does."""
         from playwright.sync_api import Error as PlaywrightError
-        if self._cdp is None:  # as the page property says it
-            raise DeviceError("the browser device has no page yet; call reset() first")
         # json.dumps escapes every non-ASCII character: the argument is a JavaScript literal as it stands
-        r = self._cdp.send("Runtime.evaluate", {"expression": f"({script})({json.dumps(arg)})",
-                                                "awaitPromise": True, "returnByValue": True})
+        r = self._send("Runtime.evaluate", {"expression": f"({script})({json.dumps(arg)})",
+                                            "awaitPromise": True, "returnByValue": True}, budget_ms)
         if "exceptionDetails" in r:
             d = r["exceptionDetails"]
             raise PlaywrightError(str((d.get("exception") or {}).get("description") or d.get("text") or "script error"))
@@ -722,7 +748,7 @@ class BrowserDevice(Device):
         try:
             self._goto(url)
             if reset_history:
-                self._cdp.send("Page.resetNavigationHistory")
+                self._send("Page.resetNavigationHistory")
         except PlaywrightError as e:
             raise self._wrap(e) from e
 
@@ -798,7 +824,7 @@ class BrowserDevice(Device):
         while True:
             remaining = (deadline - time.perf_counter()) * 1000
             try:
-                state = self._js(SETTLE_POLL_JS, max(0.0, remaining))
+                state = self._js(SETTLE_POLL_JS, max(0.0, remaining), max(0.0, remaining))
             except PlaywrightError as e:
                 if self._dead or _closed_error(e):
                     raise
@@ -876,6 +902,7 @@ class BrowserDevice(Device):
         sync API's event loop (the capture waits on the compositor while the renderer builds
         the trees); it uses Playwright internals, so any mismatch falls back
         to one request after the other for good."""
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
         if fast and (want_tree or want_marks) and BrowserDevice._overlap_ok:
             try:
                 cdp, body = self._cdp._impl_obj, self.page.locator("body")._impl_obj
@@ -883,27 +910,33 @@ class BrowserDevice(Device):
                 async def nothing() -> None:
                     return None
 
+                t = self.config.navigation_timeout_ms
+
                 async def all_at_once() -> Any:
                     return await asyncio.gather(
-                        cdp.send("Page.captureScreenshot", shot_opts, None),
-                        body.aria_snapshot(timeout=self.config.navigation_timeout_ms, depth=None,
-                                           mode=None, boxes=None) if want_tree else nothing(),
-                        cdp.send("Accessibility.getFullAXTree", {}, None) if want_marks else nothing(),
-                        cdp.send("DOMSnapshot.captureSnapshot", _SNAPSHOT_OPTS, None) if want_marks else nothing())
-                result, tree, ax, snap = self.page._sync(all_at_once())
+                        cdp.send("Page.captureScreenshot", shot_opts, t),
+                        body.aria_snapshot(timeout=t, depth=None, mode=None, boxes=None) if want_tree else nothing(),
+                        cdp.send("Accessibility.getFullAXTree", {}, t) if want_marks else nothing(),
+                        cdp.send("DOMSnapshot.captureSnapshot", _SNAPSHOT_OPTS, t) if want_marks else nothing())
+                if self._dead:  # as _send: a crashed page's session never answers
+                    raise DeviceError(self._dead)
+                try:
+                    result, tree, ax, snap = self.page._sync(all_at_once())
+                except PlaywrightTimeout as e:
+                    raise self._no_answer("a capture", t) from e
                 marks = build_marks(ax["nodes"], snap, self.config.viewport) if want_marks else None
                 return base64.b64decode(result["data"]), tree, marks
             except (AttributeError, TypeError):
                 BrowserDevice._overlap_ok = False
-        shot = (base64.b64decode(self._cdp.send("Page.captureScreenshot", shot_opts)["data"])
+        shot = (base64.b64decode(self._send("Page.captureScreenshot", shot_opts)["data"])
                 if fast else self.page.screenshot(**shot_opts))
         tree = (self.page.locator("body").aria_snapshot(timeout=self.config.navigation_timeout_ms)
                 if want_tree else None)
         return shot, tree, self._read_marks() if want_marks else None
 
     def _read_marks(self) -> tuple[Mark, ...]:
-        ax = self._cdp.send("Accessibility.getFullAXTree")
-        snap = self._cdp.send("DOMSnapshot.captureSnapshot", _SNAPSHOT_OPTS)
+        ax = self._send("Accessibility.getFullAXTree")
+        snap = self._send("DOMSnapshot.captureSnapshot", _SNAPSHOT_OPTS)
         return build_marks(ax["nodes"], snap, self.config.viewport)
 
     def marks(self) -> tuple[Mark, ...]:
@@ -996,10 +1029,10 @@ class BrowserDevice(Device):
         """Undo a blocked navigation (which leaves Chromium's error page behind)."""
         try:
             if self.page.url != url_before:
-                hist = self._cdp.send("Page.getNavigationHistory")
+                hist = self._send("Page.getNavigationHistory")
                 idx = hist["currentIndex"]
                 if idx > 0 and hist["entries"][idx - 1]["url"] == url_before:
-                    self._cdp.send("Page.navigateToHistoryEntry", {"entryId": hist["entries"][idx - 1]["id"]})
+                    self._send("Page.navigateToHistoryEntry", {"entryId": hist["entries"][idx - 1]["id"]})
                 else:
                     self.page.goto(url_before, wait_until="load")
                 self._settle()
@@ -1065,12 +1098,12 @@ class BrowserDevice(Device):
                 raise ActionError(f"unknown key {action.key!r}; examples: {KEY_EXAMPLES}")
             page.keyboard.press(key)
         elif isinstance(action, NavigateBack):
-            hist = self._cdp.send("Page.getNavigationHistory")
+            hist = self._send("Page.getNavigationHistory")
             idx = hist["currentIndex"]
             if idx <= 0:
                 raise ActionError("there is no earlier page to go back to")
             entry = hist["entries"][idx - 1]
-            self._cdp.send("Page.navigateToHistoryEntry", {"entryId": entry["id"]})
+            self._send("Page.navigateToHistoryEntry", {"entryId": entry["id"]})
             # the command returns once the traversal started: wait for it to reach the page (a page
             # that renders its entries itself shows the url at once, then settles on its request)
             from playwright.sync_api import Error as PlaywrightError
@@ -1138,7 +1171,7 @@ class BrowserDevice(Device):
             # the gesture opened another document: its frames are the next one's, which the settle waits for
 
     def _touch(self, kind: str, points: list[tuple[float, float]]) -> None:
-        self._cdp.send("Input.dispatchTouchEvent", {
+        self._send("Input.dispatchTouchEvent", {
             "type": kind, "touchPoints": [{"x": px, "y": py} for px, py in points]})
 
     def _touch_drag(self, p1: tuple[float, float], p2: tuple[float, float], duration_ms: int) -> None:

@@ -235,11 +235,11 @@ def test_a_document_gone_under_the_check_after_a_capture_is_captured_again(desk,
     desk.goto(page_server + "/static.html")
     real_js, calls = desk._js, []
 
-    def flaky(script, arg=None):
+    def flaky(script, arg=None, budget_ms=0):
         calls.append(arg)
         if arg == [-2, None] and calls.count([-2, None]) == 1:
             raise PlaywrightError("Execution context was destroyed, most likely because of a navigation")
-        return real_js(script, arg)
+        return real_js(script, arg, budget_ms)
 
     desk._js = flaky  # type: ignore[method-assign]
     try:
@@ -480,6 +480,47 @@ def test_page_crash_raises_device_error_then_reset_recovers(shared_browser, page
             dev.execute(Click(0.1, 0.1))
         with pytest.raises(DeviceError):
             dev.observe()
+        dev.reset()
+        assert "Press me" in dev.observe().tree
+
+
+def test_a_crash_not_yet_heard_of_fails_the_next_call_in_time(shared_browser, page_server):
+    """A renderer that crashed before its crash event reached the device (a race a slow machine
+    loses): the device's CDP calls on it are never answered, so the next action's must run out and
+    say so, not hang; reset then opens a fresh page."""
+    config = BrowserConfig(home_url=page_server + "/static.html", settle_timeout_ms=300, navigation_timeout_ms=1500)
+    with BrowserDevice(config, browser=shared_browser) as dev:
+        dev.reset()
+        try:
+            dev.page.goto("chrome://crash", timeout=5000)
+        except Exception:
+            pass
+        dev._dead = None  # as if the crash event had not come yet (it may come during the call)
+        t0 = time.monotonic()
+        with pytest.raises(DeviceError, match="crashed|did not answer"):
+            dev.execute(Click(0.1, 0.1))
+        assert time.monotonic() - t0 < 10
+        with pytest.raises(DeviceError):
+            dev.observe()
+        dev.reset()
+        assert "Press me" in dev.observe().tree
+
+
+def test_a_hung_page_is_a_device_error_then_reset_recovers(shared_browser, page_server):
+    """A page whose script never yields (an endless loop) answers no CDP call: the device's call
+    (here an observation's) runs out, the device is marked dead, and reset opens a fresh page.
+    (Playwright's input calls have no timeout: an action sent to a hung page waits on it.)"""
+    config = BrowserConfig(home_url=page_server + "/static.html", settle_timeout_ms=300, navigation_timeout_ms=1500)
+    with BrowserDevice(config, browser=shared_browser) as dev:
+        dev.reset()
+        dev.evaluate("() => { setTimeout(() => { for (;;) {} }, 50); }")
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        with pytest.raises(DeviceError, match="did not answer"):
+            dev.observe()
+        assert time.monotonic() - t0 < 10
+        with pytest.raises(DeviceError, match="did not answer"):
+            dev.execute(Click(0.1, 0.1))  # refused at once: the device is dead
         dev.reset()
         assert "Press me" in dev.observe().tree
 
