@@ -34,10 +34,11 @@ put back with :meth:`BrowserDevice.restore_page`, in the open document (no page 
 **Faults.** A crashed page, a closed target or a lost browser raise
 :class:`~emulators.base.DeviceError` from ``execute``/``observe``; ``reset`` then
 opens a fresh page and, when this device launched the browser itself, a fresh
-browser. The device's own CDP calls wait at most ``navigation_timeout_ms`` (past the
-settle's budget where they carry one): a crashed renderer never answers them (Playwright
-rejects a page's own calls on a crash, not a CDP session's), nor does a hung one, so a call
-that runs out marks the device dead as a crash does.
+browser. A crashed renderer never answers the device's own CDP calls (Playwright rejects a
+page's own calls on a crash, not a CDP session's): on the crash the device closes the page's
+context, which fails a call waiting on it at once. A hung renderer (an endless script) answers
+nothing either: the device's CDP calls wait at most ``navigation_timeout_ms`` past their own
+budget (a settle's), and one that runs out marks the device dead as a crash does.
 
 Example::
 
@@ -424,12 +425,25 @@ class BrowserDevice(Device):
         self._context.route(self._route_pattern(), self._route)
         self._context.on("page", self._on_popup)
         self._page = self._context.new_page()
-        self._page.on("crash", lambda _p: self._mark_dead("the page crashed"))
+        context = self._context
+        self._page.on("crash", lambda _p: self._on_crash(context))
         self._page.on("dialog", self._on_dialog)
         if self._watched_browser is not handle.browser:  # one listener per browser, not per reset
             self._watched_browser = handle.browser
             handle.browser.on("disconnected", lambda _b: self._mark_dead("the browser disconnected"))
         self._cdp = self._context.new_cdp_session(self._page)
+
+    def _on_crash(self, context: Any) -> None:
+        """The page's renderer crashed. Its CDP session's calls would never be answered (Playwright
+        rejects a crashed page's own calls, not a session's): closing its context rejects them now,
+        so a device call waiting on the page fails at once instead of running out its timeout."""
+        if context is not self._context:  # a crash of a page already replaced
+            return
+        self._mark_dead("the page crashed")
+        try:
+            context.close()
+        except Exception:  # closing it as the browser goes
+            pass
 
     def _drop_context(self) -> None:
         ctx, self._context, self._page, self._cdp = self._context, None, None, None

@@ -506,6 +506,31 @@ def test_a_crash_not_yet_heard_of_fails_the_next_call_in_time(shared_browser, pa
         assert "Press me" in dev.observe().tree
 
 
+def test_a_crash_during_the_devices_own_call_fails_it_at_once(page_server):
+    """A renderer that dies while the device waits on its CDP session (here it runs out of memory under
+    the settle after a tap): the call fails as soon as the crash is known, not when its timeout runs
+    out; reset then opens a fresh page in the same browser."""
+    driver = browser_support._thread_playwright()
+    browser = driver.playwright.chromium.launch(
+        executable_path=find_chromium(None, headless=True), headless=True,
+        args=[*browser_support.CHROMIUM_ARGS, "--js-flags=--max-old-space-size=32"])
+    handle = browser_support.BrowserHandle(driver.playwright, browser, _driver=driver)
+    config = BrowserConfig(home_url=page_server + "/static.html", settle_timeout_ms=1500, navigation_timeout_ms=15000)
+    try:
+        with BrowserDevice(config, browser=handle) as dev:
+            dev.reset()
+            dev.evaluate("() => { setTimeout(() => { const a = []; "
+                         "for (;;) a.push(new Array(1e5).fill(Math.random())); }, 100); }")
+            t0 = time.monotonic()
+            with pytest.raises(DeviceError, match="crashed"):
+                dev.execute(Click(0.1, 0.1))
+            assert time.monotonic() - t0 < 5  # not the settle's 1.5 s + 15 s
+            dev.reset()
+            assert "Press me" in dev.observe().tree
+    finally:
+        handle.close()
+
+
 def test_a_hung_page_is_a_device_error_then_reset_recovers(shared_browser, page_server):
     """A page whose script never yields (an endless loop) answers no CDP call: the device's call
     (here an observation's) runs out, the device is marked dead, and reset opens a fresh page.
