@@ -38,7 +38,9 @@ browser. A crashed renderer never answers the device's own CDP calls (Playwright
 page's own calls on a crash, not a CDP session's): on the crash the device closes the page's
 context, which fails a call waiting on it at once. A hung renderer (an endless script) answers
 nothing either: the device's CDP calls wait at most ``navigation_timeout_ms`` past their own
-budget (a settle's), and one that runs out marks the device dead as a crash does.
+budget (a settle's), and its input and ``page.evaluate`` calls, which have no timeout in
+Playwright, as long under a watchdog that closes the context; one that runs out marks the device
+dead as a crash does.
 
 Example::
 
@@ -55,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import math
 import re
@@ -305,6 +308,18 @@ _RESTORE_JS = """async ([data, rewrite, wait]) => {
 #: what :meth:`BrowserDevice.observe` holds for the page's DOM version when the document went away
 #: between its capture and the check after it: equal to nothing the page reports
 _GONE = object()
+
+
+def _action_budget_ms(action: Action) -> float:
+    """How long an action may take by itself (a hold, a swipe, a Wait, typing), before the device's
+    watchdog gives its page ``navigation_timeout_ms`` more."""
+    budget = float(getattr(action, "duration_ms", 0) or 0)
+    if isinstance(action, Wait):
+        budget += float(action.seconds) * 1000
+    text = getattr(action, "text", None)
+    if isinstance(text, str):
+        budget += 20.0 * len(text)
+    return budget
 
 
 def _closed_error(e: Exception) -> bool:
@@ -725,6 +740,33 @@ class BrowserDevice(Device):
         except PlaywrightTimeout as e:
             raise self._no_answer(method, timeout) from e
 
+    @contextlib.contextmanager
+    def _watchdog(self, what: str, budget_ms: float = 0) -> Any:
+        """Playwright's input calls and ``page.evaluate`` have no timeout, and a hung renderer (an
+        endless script) answers neither. A call inside this block that takes longer than
+        ``budget_ms`` (what it may take itself: a long press's hold, a Wait) plus
+        ``navigation_timeout_ms`` marks the device dead and closes its context, which fails the call.
+        The timer runs on the driver's event loop (a Playwright internal, as the fast capture uses):
+        without it, no watchdog."""
+        timeout = budget_ms + self.config.navigation_timeout_ms
+        try:
+            loop, context = self.page._loop, self._context._impl_obj
+            close = context.close
+        except AttributeError:
+            yield
+            return
+
+        def fire() -> None:
+            self._mark_dead(f"the page did not answer {what} within {timeout / 1000:g} s (a hung renderer)")
+            task = loop.create_task(close(None))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # gone already: nothing to say
+
+        timer = loop.call_later(timeout / 1000, fire)
+        try:
+            yield
+        finally:
+            timer.cancel()
+
     def _no_answer(self, what: str, timeout_ms: float) -> DeviceError:
         self._mark_dead(f"the page did not answer {what} within {timeout_ms / 1000:g} s "
                         "(a crashed or hung renderer)")
@@ -780,7 +822,8 @@ class BrowserDevice(Device):
         self._guard()
         from playwright.sync_api import Error as PlaywrightError
         try:
-            return self.page.evaluate(js, arg)
+            with self._watchdog("a script"):
+                return self.page.evaluate(js, arg)
         except PlaywrightError as e:
             if self._dead or _closed_error(e):
                 raise self._wrap(e) from e
@@ -984,7 +1027,8 @@ class BrowserDevice(Device):
         self._popup_url = None
         url_before = self.page.url
         try:
-            self._perform(action)
+            with self._watchdog("an action", _action_budget_ms(action)):
+                self._perform(action)
             self._settle()
             if self._popup_url and self._url_ok(self._popup_url):
                 self._goto(self._popup_url)

@@ -531,10 +531,12 @@ def test_a_crash_during_the_devices_own_call_fails_it_at_once(page_server):
         handle.close()
 
 
-def test_a_hung_page_is_a_device_error_then_reset_recovers(shared_browser, page_server):
-    """A page whose script never yields (an endless loop) answers no CDP call: the device's call
-    (here an observation's) runs out, the device is marked dead, and reset opens a fresh page.
-    (Playwright's input calls have no timeout: an action sent to a hung page waits on it.)"""
+@pytest.mark.parametrize("call", ["observe", "execute", "evaluate"])
+def test_a_hung_page_is_a_device_error_then_reset_recovers(shared_browser, page_server, call):
+    """A page whose script never yields (an endless loop) answers nothing: neither the device's CDP
+    calls (an observation's), nor Playwright's input (an action) or ``page.evaluate`` (a suite's
+    check), which have no timeout of their own. Each runs out after ``navigation_timeout_ms``, the
+    device is marked dead (refusing what comes next at once), and reset opens a fresh page."""
     config = BrowserConfig(home_url=page_server + "/static.html", settle_timeout_ms=300, navigation_timeout_ms=1500)
     with BrowserDevice(config, browser=shared_browser) as dev:
         dev.reset()
@@ -542,7 +544,8 @@ def test_a_hung_page_is_a_device_error_then_reset_recovers(shared_browser, page_
         time.sleep(0.2)
         t0 = time.monotonic()
         with pytest.raises(DeviceError, match="did not answer"):
-            dev.observe()
+            {"observe": dev.observe, "execute": lambda: dev.execute(Click(0.1, 0.1)),
+             "evaluate": lambda: dev.evaluate("() => 1")}[call]()
         assert time.monotonic() - t0 < 10
         with pytest.raises(DeviceError, match="did not answer"):
             dev.execute(Click(0.1, 0.1))  # refused at once: the device is dead
