@@ -310,10 +310,13 @@ _RESTORE_JS = """async ([data, rewrite, wait]) => {
 _GONE = object()
 
 
-def _action_budget_ms(action: Action) -> float:
-    """How long an action may take by itself (a hold, a swipe, a Wait, typing), before the device's
-    watchdog gives its page ``navigation_timeout_ms`` more."""
-    budget = float(getattr(action, "duration_ms", 0) or 0)
+def _action_budget_ms(action: Action, config: "BrowserConfig") -> float:
+    """How long an action may take by itself (a hold, a swipe, a Wait, typing, a page load with its
+    own timeout, a settle inside it), before the device's watchdog gives its page
+    ``navigation_timeout_ms`` more."""
+    budget = float(getattr(action, "duration_ms", 0) or 0) + config.settle_timeout_ms
+    if isinstance(action, (NavigateBack, NavigateHome, OpenApp)):  # page loads, under their own timeout
+        budget += config.navigation_timeout_ms
     if isinstance(action, Wait):
         budget += float(action.seconds) * 1000
     text = getattr(action, "text", None)
@@ -1027,7 +1030,7 @@ class BrowserDevice(Device):
         self._popup_url = None
         url_before = self.page.url
         try:
-            with self._watchdog("an action", _action_budget_ms(action)):
+            with self._watchdog("an action", _action_budget_ms(action, self.config)):
                 self._perform(action)
             self._settle()
             if self._popup_url and self._url_ok(self._popup_url):

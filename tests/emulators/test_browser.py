@@ -553,6 +553,20 @@ def test_a_hung_page_is_a_device_error_then_reset_recovers(shared_browser, page_
         assert "Press me" in dev.observe().tree
 
 
+def test_the_watchdog_gives_an_action_its_own_time_first():
+    """What an action may take by itself comes before the watchdog's ``navigation_timeout_ms``: a
+    hold, a Wait, typing, the settle inside it, and a page load under its own timeout."""
+    from emulators.browser import _action_budget_ms
+
+    c = BrowserConfig(settle_timeout_ms=1500, navigation_timeout_ms=15000)
+    assert _action_budget_ms(Click(0.5, 0.5), c) == 1500
+    assert _action_budget_ms(LongPress(0.5, 0.5, duration_ms=2000), c) == 3500
+    assert _action_budget_ms(Wait(seconds=30), c) == 31500
+    assert _action_budget_ms(Type(text="x" * 100), c) == 1500 + 2000
+    for nav in (OpenApp("Contacts"), NavigateHome(), NavigateBack()):
+        assert _action_budget_ms(nav, c) == 16500
+
+
 def test_killed_browser_raises_device_error_then_reset_relaunches(page_server):
     dev = BrowserDevice(BrowserConfig(home_url=page_server + "/static.html"))  # owns its browser
     try:
