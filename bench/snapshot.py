@@ -45,7 +45,10 @@ load average is printed with every figure):
   no tree, no resets, no store. Two of them, right after each rollout: ``sequential_jpeg`` (one
   context after another, JPEG q80: how the loop's earlier 0.72-0.85x was measured) and
   ``side_by_side_png`` (the contexts side by side as the pool runs its slots, PNG as the env
-  captures: the browser's own speed with the pool's concurrency).
+  captures: the browser's own speed with the pool's concurrency); and ``sequential_jpeg_episodes``,
+  the first with the rollout's episodes: each context loads its launcher again (``page.goto``) before
+  every third of its taps, so its taps land on start pages as often as the rollout's do (the raw loops
+  without it drift deep into the apps, where a random point is seldom a link).
 
 Reported: steps/s of each, each rollout's ratio to the raw loops that ran right after it, and the CPU a
 step, in all and by kind of process (python: this process with the webapps server and the store; driver:
@@ -169,31 +172,42 @@ class RawLoop:
 
         server, client = shared_server()
         self.handle = launch()
-        self.pages = []
+        self.pages: list[Any] = []
+        self.starts: list[str] = []  # each context's session launcher
         for i in range(n):
             ctx = self.handle.browser.new_context(viewport={"width": 360, "height": 640}, is_mobile=True,
                                                   has_touch=True, device_scale_factor=1, user_agent=MOBILE_USER_AGENT)
             page = ctx.new_page()
-            page.goto(server.session_url(client.create(make_world(i))), wait_until="load")
+            url = server.session_url(client.create(make_world(i)))
+            page.goto(url, wait_until="load")
             self.pages.append(page)
+            self.starts.append(url)
+        self.taps = [0] * n
         self.rng = random.Random(0)
 
-    #: the two raw loops: one context after another with JPEG screenshots (how the loop's earlier
-    #: 0.72-0.85x was measured), and the contexts side by side with PNG (the pool's way and format)
-    MODES = {"sequential_jpeg": (False, {"type": "jpeg", "quality": 80}), "side_by_side_png": (True, {})}
+    #: the raw loops: one context after another with JPEG screenshots (how the loop's earlier
+    #: 0.72-0.85x was measured), the contexts side by side with PNG (the pool's way and format), and
+    #: the first with episodes: each context back on its launcher (``page.goto``) after every
+    #: ``EPISODE`` of its taps, as a raw Playwright loop of 3-step episodes would go
+    MODES = {"sequential_jpeg": (False, {"type": "jpeg", "quality": 80}, 0), "side_by_side_png": (True, {}, 0),
+             "sequential_jpeg_episodes": (False, {"type": "jpeg", "quality": 80}, 3)}
 
     def run(self, steps: int, mode: str) -> dict:
-        side_by_side, shot = self.MODES[mode]
+        side_by_side, shot, episode = self.MODES[mode]
         n = len(self.pages)
         batches = max(1, steps // n)
 
-        def one(page: Any) -> None:
+        def one(i: int) -> None:
+            page = self.pages[i]
+            if episode and self.taps[i] % episode == 0:  # an episode's start: its first page loaded
+                page.goto(self.starts[i], wait_until="load")
+            self.taps[i] += 1
             page.touchscreen.tap(self.rng.uniform(5, 355), self.rng.uniform(40, 635))
             page.screenshot(**shot)
 
         cpu0, t0 = cpu_by_process(os.getpid()), time.perf_counter()
         for _ in range(batches):
-            calls = [functools.partial(one, p) for p in self.pages]
+            calls = [functools.partial(one, i) for i in range(n)]
             if side_by_side:
                 run_concurrently(self.handle.browser, calls)
             else:

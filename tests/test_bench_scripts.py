@@ -160,9 +160,13 @@ def test_snapshot_bench_runs_the_loop_on_partial_batches_beside_the_raw_loops():
     assert [r["reset"] for r in runs] == ["restore_lean_partial", "restore_lean_taps_partial"]
     for r in runs:
         assert r["episodes"] == 2 and r["aborted"] == 0 and r["env_steps"] >= 2 and r["steps_per_s"] > 0
-        assert set(r["ratio_vs_raw"]) == {"sequential_jpeg", "side_by_side_png"} and r["trees_read"] == 0
+        assert set(r["ratio_vs_raw"]) == {"sequential_jpeg", "side_by_side_png", "sequential_jpeg_episodes"}
+        assert r["trees_read"] == 0
         assert r["start_hits"] == 1  # the group's second episode restored the first's start
         # the pages the app server rendered for the run: at least the group's first start, visited
         assert r["page_requests_per_step"] >= 1 / r["env_steps"]
     raws = [r for r in rows if r["loop"] == "raw"]
-    assert len(raws) == 4 and all(r["page_requests_per_step"] >= 0 for r in raws)
+    assert len(raws) == 6 and all(r["page_requests_per_step"] >= 0 for r in raws)
+    # the raw loop with episodes loads each context's launcher at its first tap of every three
+    episodes = [r for r in raws if r["mode"] == "sequential_jpeg_episodes"]
+    assert episodes and all(r["page_requests_per_step"] >= 1 / 3 for r in episodes)
