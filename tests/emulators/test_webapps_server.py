@@ -211,3 +211,67 @@ def test_server_stops_and_frees_its_port():
     srv.stop()
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{url}/api/health", timeout=2)
+
+
+def test_store_versions_move_with_every_change_and_never_come_back():
+    """A session's version moves at every edit and reset, stays for reads, and is never one it or
+    another session had before (a session made again under the same id included)."""
+    store = SessionStore(max_sessions=2)
+    sid = store.create(make_world(1))
+    seen = [store.version(sid)]
+    store.get(sid)
+    with store.view(sid):
+        pass
+    assert store.version(sid) == seen[-1]
+    with store.edit(sid) as st:
+        st["flash"] = "x"
+    seen.append(store.version(sid))
+    store.reset(sid, make_world(2))
+    seen.append(store.version(sid))
+    store.delete(sid)
+    with pytest.raises(KeyError):
+        store.version(sid)
+    store.reset(sid, make_world(1))  # the same id again
+    seen.append(store.version(sid))
+    assert seen == sorted(set(seen)), seen
+    other = store.create()
+    store.create()  # evicts the least recent: sid
+    with pytest.raises(KeyError):
+        store.version(sid)
+    assert store.version(other) > seen[-1]
+
+
+def test_a_tasks_checks_share_one_state_copy_until_the_session_changes():
+    """evaluate and milestones read one copy of the state while the session does not change (the
+    in-process client says by its version), and a fresh one as soon as it does; over HTTP, where no
+    version is known, each check reads afresh."""
+    import random
+
+    from emulators.suites.webapps import TASKS
+
+    srv = AppServer().start()
+    try:
+        cls = TASKS["contacts_delete"]
+        task = cls(cls.sample_params(random.Random(7)))
+        local = LocalClient(srv)
+        task._client, task.sid = local, local.create(task.initial_state())
+        reads = []
+        real_state = local.state
+        local.state = lambda sid: reads.append(sid) or real_state(sid)  # type: ignore[method-assign]
+        assert task.evaluate(None) == 0.0 and not all(task.milestones(None))
+        assert len(reads) == 1  # the two checks, one copy
+        first = task._check_state()
+        with srv.store.edit(task.sid) as st:  # the agent deletes the contact the task names
+            st["contacts"] = [c for c in st["contacts"] if c["id"] != task.params["cid"]]
+        assert task.evaluate(None) == 1.0 and len(reads) == 2
+        assert task._check_state() is not first
+        # the copy is the session's own state, not the live one
+        assert task._check_state() == real_state(task.sid) and task._check_state() is not srv.store._sessions[task.sid]
+        http = AppClient(srv.url)
+        try:
+            task._client = http
+            assert task._check_state() is not task._check_state()  # no version over HTTP: afresh each time
+        finally:
+            http.close()
+    finally:
+        srv.stop()

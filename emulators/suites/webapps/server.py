@@ -32,6 +32,7 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 import threading
 import uuid
 from collections import OrderedDict
@@ -98,6 +99,10 @@ class SessionStore:
         self.max_sessions = max_sessions
         self._lock = threading.RLock()
         self._sessions: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        # each session's version: a number drawn from one counter at every change (never reused, so
+        # a session made again under the same id never shows an old version)
+        self._versions: dict[str, int] = {}
+        self._clock = itertools.count(1)
 
     def __len__(self) -> int:
         with self._lock:
@@ -108,9 +113,11 @@ class SessionStore:
         clean = validate_state(state)
         with self._lock:
             self._sessions[sid] = clean
+            self._versions[sid] = next(self._clock)
             self._sessions.move_to_end(sid)
             while len(self._sessions) > self.max_sessions:
-                self._sessions.popitem(last=False)
+                gone, _ = self._sessions.popitem(last=False)
+                self._versions.pop(gone, None)
 
     def create(self, state: Any = None) -> str:
         sid = uuid.uuid4().hex[:16]
@@ -128,11 +135,29 @@ class SessionStore:
 
     def delete(self, sid: str) -> bool:
         with self._lock:
+            self._versions.pop(sid, None)
             return self._sessions.pop(sid, None) is not None
+
+    def version(self, sid: str) -> int:
+        """A number that changes whenever the session's state may have (every :meth:`edit` and
+        :meth:`reset`) and never comes back; ``KeyError`` if unknown."""
+        with self._lock:
+            return self._versions[sid]
 
     @contextmanager
     def edit(self, sid: str) -> Iterator[dict[str, Any]]:
         """Hold the lock and yield the live state for in-place changes; ``KeyError`` if unknown."""
+        with self._lock:
+            state = self._sessions[sid]
+            self._sessions.move_to_end(sid)
+            try:
+                yield state
+            finally:
+                self._versions[sid] = next(self._clock)
+
+    @contextmanager
+    def view(self, sid: str) -> Iterator[dict[str, Any]]:
+        """Hold the lock and yield the live state to read (to copy) only: its version stays."""
         with self._lock:
             state = self._sessions[sid]
             self._sessions.move_to_end(sid)
@@ -318,8 +343,13 @@ class LocalClient:
 
     def state(self, sid: str) -> dict[str, Any]:
         store = self._server.store
-        with store.edit(sid) as live:  # KeyError for an unknown session, as over HTTP
+        with store.view(sid) as live:  # KeyError for an unknown session, as over HTTP
             return copy_json(live, sort_keys=True)  # as JSON gives it, keys sorted as Flask's jsonify does
+
+    def state_version(self, sid: str) -> int:
+        """The session's :meth:`SessionStore.version` (not over HTTP: a client without this method
+        reads the state afresh at every check)."""
+        return self._server.store.version(sid)
 
     def delete(self, sid: str) -> bool:
         return self._server.store.delete(sid)

@@ -359,6 +359,7 @@ class WebTask(Task["BrowserDevice"]):
         self.sid: str | None = None
         self._client: Any = None
         self._reset_on: BrowserDevice | None = None
+        self._checked: tuple[tuple[str, int], State] | None = None  # (session, version) -> its state
 
     # --- sampling and set-up -----------------------------------------------------------------
 
@@ -474,11 +475,27 @@ class WebTask(Task["BrowserDevice"]):
         return [visited(state, fmt(m, self.params)) if isinstance(m, str) else m(self, state)
                 for m in (marks(self.params) if callable(marks) else marks)]
 
+    def _check_state(self) -> State:
+        """The state :meth:`evaluate` and :meth:`milestones` read: one copy while the session does not
+        change (a step's two checks; a tap that changed nothing on the server), taken afresh as soon
+        as it may have (its version moved). Read only: the checks never change a state."""
+        version_of = getattr(self._client, "state_version", None)
+        if version_of is None or self.sid is None:
+            return self.state()
+        key = (self.sid, version_of(self.sid))
+        if self._checked is not None and self._checked[0] == key:
+            return self._checked[1]
+        # a change between the version and the copy leaves a newer state under the older version:
+        # the next check sees another version and copies again, so no check reads a stale state
+        state = self.state()
+        self._checked = (key, state)
+        return state
+
     def evaluate(self, device: BrowserDevice, answer: str | None = None) -> float:
-        return 1.0 if self.success(self.state(), answer) else 0.0
+        return 1.0 if self.success(self._check_state(), answer) else 0.0
 
     def milestones(self, device: BrowserDevice) -> list[bool]:
-        return [bool(x) for x in self.progress(self.state())]
+        return [bool(x) for x in self.progress(self._check_state())]
 
     def oracle(self, device: BrowserDevice) -> Action | None:
         return self.family.oracle(self, device)
