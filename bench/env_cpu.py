@@ -22,7 +22,10 @@ operation the CPU milliseconds a call, by process, and the wall milliseconds a c
 * the same page load and observe with ``tree="none"``;
 * ``settle script, page.evaluate`` / ``settle script, CDP``: the settle's script on a quiet page,
   one call, through Playwright's ``page.evaluate`` and through the path the device runs its own
-  scripts on (``BrowserDevice._js``, CDP ``Runtime.evaluate``).
+  scripts on (``BrowserDevice._js``, CDP ``Runtime.evaluate``);
+* ``task checks, a copy each`` / ``after a change`` / ``no change``: a step's two state checks
+  (``evaluate`` and ``milestones``) each reading its own copy of the session's state, sharing one
+  fresh copy (the session changed since the last checks), and reusing the last one (it did not).
 
 Browsers (``--browsers``): ``full`` is the Chromium that ``find_chromium()`` gives a
 headed launch, ``shell`` Chromium's headless shell (``chromium-headless-shell``, what
@@ -70,6 +73,17 @@ class Rig:
     def operations(self) -> dict[str, Callable[[], object]]:
         dev, env = self.device, self.env
 
+        def checks(share: bool, fresh: bool = False) -> None:
+            task = env.task  # the episode's task: a reset makes another
+            if not share:
+                task.success(task.state(), None)
+                task.progress(task.state())
+                return
+            if fresh:
+                task._checked = None
+            task.evaluate(dev)
+            task.milestones(dev)
+
         def reset(in_page: bool) -> None:
             object.__setattr__(dev.config, "in_page_reset", in_page)
             env.reset_typed(seed=1)
@@ -90,6 +104,12 @@ class Rig:
             # through the device's own path for its scripts (BrowserDevice._js: CDP Runtime.evaluate)
             "settle script, page.evaluate": lambda: dev.page.evaluate(SETTLE_POLL_JS, 1000),
             "settle script, CDP": lambda: dev._js(SETTLE_POLL_JS, 1000),
+            # a step's task checks (evaluate + milestones) reading the state afresh each, as before
+            # they shared one copy; the same checks after a change on the server (one copy, shared);
+            # and on a session that did not change (the copy the last checks took)
+            "task checks, a copy each": lambda: checks(False),
+            "task checks, after a change": lambda: checks(True, fresh=True),
+            "task checks, no change": lambda: checks(True),
         }
 
     def close(self) -> None:
