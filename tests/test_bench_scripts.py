@@ -170,3 +170,24 @@ def test_snapshot_bench_runs_the_loop_on_partial_batches_beside_the_raw_loops():
     # the raw loop with episodes loads each context's launcher at its first tap of every three
     episodes = [r for r in raws if r["mode"] == "sequential_jpeg_episodes"]
     assert episodes and all(r["page_requests_per_step"] >= 1 / 3 for r in episodes)
+
+
+def test_env_cpu_bench_runs_each_operation():
+    """``bench/env_cpu.py``'s operations, one call each on one browser: none has rotted (the task
+    checks' three ways give the same answer)."""
+    sys.path.insert(0, str(ROOT))
+    from bench.env_cpu import Rig
+    from emulators.browser_support import find_chromium
+
+    rig = Rig(find_chromium())
+    try:
+        ops = rig.operations()
+        assert {"task checks, a copy each", "task checks, after a change", "task checks, no change",
+                "settle script, CDP"} <= set(ops)
+        for name, fn in ops.items():
+            fn()
+        task = rig.env.task
+        assert task.evaluate(rig.device) == (1.0 if task.success(task.state(), None) else 0.0)
+        assert task.milestones(rig.device) == [bool(x) for x in task.progress(task.state())]
+    finally:
+        rig.close()
