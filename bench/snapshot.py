@@ -196,11 +196,13 @@ class RawLoop:
         side_by_side, shot, episode = self.MODES[mode]
         n = len(self.pages)
         batches = max(1, steps // n)
+        self.taps, loads = [0] * n, [0]  # with episodes, every run starts each context's episode anew
 
         def one(i: int) -> None:
             page = self.pages[i]
             if episode and self.taps[i] % episode == 0:  # an episode's start: its first page loaded
                 page.goto(self.starts[i], wait_until="load")
+                loads[0] += 1
             self.taps[i] += 1
             page.touchscreen.tap(self.rng.uniform(5, 355), self.rng.uniform(40, 635))
             page.screenshot(**shot)
@@ -216,7 +218,7 @@ class RawLoop:
         wall = time.perf_counter() - t0
         cpu1 = cpu_by_process(os.getpid())
         cpu = sum(cpu1.values()) - sum(cpu0.values())
-        return {"loop": "raw", "mode": mode, "env_steps": batches * n, "wall_s": round(wall, 3),
+        return {"loop": "raw", "mode": mode, "env_steps": batches * n, "starts_loaded": loads[0], "wall_s": round(wall, 3),
                 "steps_per_s": round(batches * n / wall, 2), "cpu_ms_per_step": round(1e3 * cpu / (batches * n), 1),
                 "cpu_ms_by_process": by_process(cpu0, cpu1, batches * n), "load_avg": load_avg()}
 

@@ -314,9 +314,12 @@ def _action_budget_ms(action: Action, config: "BrowserConfig") -> float:
     """How long an action may take by itself (a hold, a swipe, a Wait, typing, a page load with its
     own timeout, a settle inside it), before the device's watchdog gives its page
     ``navigation_timeout_ms`` more."""
-    budget = float(getattr(action, "duration_ms", 0) or 0) + config.settle_timeout_ms
+    duration = float(getattr(action, "duration_ms", 0) or 0)
+    budget = duration + config.settle_timeout_ms
     if isinstance(action, (NavigateBack, NavigateHome, OpenApp)):  # page loads, under their own timeout
         budget += config.navigation_timeout_ms
+    if isinstance(action, (Swipe, Drag)):  # a move every 16 ms of it, each waiting a frame: 10 fps allowed
+        budget += max(3, duration // 16) * 100
     if isinstance(action, Wait):
         budget += float(action.seconds) * 1000
     text = getattr(action, "text", None)
@@ -491,6 +494,8 @@ class BrowserDevice(Device):
             self._goto(self.home_url or "about:blank")
             self._send("Page.resetNavigationHistory")
         except PlaywrightError as e:
+            # the next reset starts from a fresh context: this one may hold a hung page
+            self._mark_dead(f"could not open a fresh page: {str(e).splitlines()[0]}")
             raise DeviceError(f"could not open a fresh page: {e}") from e
 
     def reset_in_page(self, url: str, hook: str) -> bool:
@@ -529,8 +534,8 @@ class BrowserDevice(Device):
             else:
                 self._settle()
             self._context_resets += 1
-        except PlaywrightError:  # a hook that threw, or a page that died: the caller loads the page
-            return False
+        except (PlaywrightError, DeviceError):  # a hook that threw, a page that died or hung: the caller
+            return False                            # loads the page (a fresh context for a dead one)
         return not self._dead and self.page.url == url
 
     def close(self) -> None:

@@ -12,6 +12,8 @@ tap and clears on its own timer (whether a screenshot showed it depended on the 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from emulators.base import GuiEnv
@@ -226,3 +228,20 @@ def test_an_in_page_reset_settles_in_its_own_call(shared_browser):
     finally:
         device.close()
         other.close()
+
+
+def test_a_reset_from_a_hung_page_starts_on_a_fresh_one(shared_browser):
+    """An episode's reset on a page stuck in an endless script: the in-page reset gets no answer and
+    gives way to a page load on a fresh context, and the episode starts as any other."""
+    dev = SUITE.make_device(browser=shared_browser, navigation_timeout_ms=1500, settle_timeout_ms=300,
+                            reset_by_restore=False)
+    try:
+        env = GuiEnv(dev, TASKS["open_app"])
+        env.reset_typed(seed=0)
+        dev.evaluate("() => { setTimeout(() => { for (;;) {} }, 50); }")
+        time.sleep(0.2)  # the loop runs
+        obs, _ = env.reset_typed(seed=1)
+        assert dev._dead is None and obs.tree and "/s/" in obs.url
+        env.step_typed(Click(0.5, 0.5))  # the fresh page answers
+    finally:
+        env.close()

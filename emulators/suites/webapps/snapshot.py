@@ -69,6 +69,7 @@ def task_restore(task: Any, device: Device, state: EnvState) -> Observation | No
     server, client = shared_server()
     task._client = client
     task.sid = session_id(device, int(task.params["seed"]))
+    task._checked = None  # the session is made again below: its last copy is not its state
     try:
         client.reset(task.sid, data["session"])
     except StateError as e:

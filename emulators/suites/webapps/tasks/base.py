@@ -426,6 +426,7 @@ class WebTask(Task["BrowserDevice"]):
                              "(the suite's make_device does) or leave allowed_origins empty")
         self._client = client
         self.sid = session_id(device, int(self.params["seed"]))
+        self._checked = None  # a new server's versions start again: no copy outlives a (re)made session
         state = self.initial_state()
         client.reset(self.sid, state)
         home = server.session_url(self.sid)
@@ -458,6 +459,7 @@ class WebTask(Task["BrowserDevice"]):
             except Exception:  # the server may already be stopped; the session dies with it
                 pass
         self.sid = None
+        self._checked = None
 
     # --- evaluation ------------------------------------------------------------------------------
 
