@@ -145,7 +145,8 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="guiagent-bench-profile-"))
     store = Store.open(tmp / "store")
-    pools = {mode: InProcessPool("webapps", num_slots=args.slots, concurrent=(mode == "side_by_side"))
+    # own_thread=False: the devices' work runs on this thread, where the timers and cProfile see it
+    pools = {mode: InProcessPool("webapps", num_slots=args.slots, concurrent=(mode == "side_by_side"), own_thread=False)
              for mode in ("one_after_another", "side_by_side")}
     out: dict[str, list[dict]] = {m: [] for m in pools}
     prof = cProfile.Profile() if args.cprofile else None

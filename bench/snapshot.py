@@ -353,7 +353,9 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
         if LOOP_MODES[mode].get("_ray"):
             from emulators.pool import RayEnvPool
             return RayEnvPool("webapps", num_workers=1, envs_per_worker=slots, device_options=options)
-        return InProcessPool("webapps", num_slots=slots, device_options=options)
+        # the per-slot loops drive the pool's browser from this thread (run_concurrently)
+        return InProcessPool("webapps", num_slots=slots, device_options=options,
+                             own_thread=not LOOP_MODES[mode].get("_per_slot", False))
 
     pools = {mode: pool_for(mode) for mode in modes}
     raw = RawLoop(slots)

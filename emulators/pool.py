@@ -31,9 +31,11 @@ See ``docs/fleet.md`` for local versus cluster use.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import math
 import os
+import queue
 import re
 import threading
 import time
@@ -111,6 +113,44 @@ class _SlotBook:
             self.live[o.slot] = not o.done
 
 
+class _HomeThread:
+    """One thread that runs every call of an in-process pool, whichever thread makes it.
+
+    Playwright's sync API (and its greenlets) work only on the thread that started them: a pool
+    used first from the main thread and then from an async trainer's rollout thread failed every
+    reset there ("Cannot switch to a different thread"). The calls queue here and run one at a
+    time; the caller waits for its result (a call made on this thread itself runs at once). A
+    daemon thread: a call that hangs never holds the interpreter's exit.
+    """
+
+    def __init__(self, name: str):
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        if threading.get_ident() == self._thread.ident or not self._thread.is_alive():
+            return fn(*args)
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self._q.put((fut, fn, args))
+        return fut.result()
+
+    def _serve(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            fut, fn, args = item
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as e:  # handed to the caller
+                fut.set_exception(e)
+
+    def stop(self) -> None:
+        """End the thread after the calls queued before this one (they still run)."""
+        self._q.put(None)
+
+
 class InProcessPool:
     """Every slot in this process; same semantics as :class:`RayEnvPool`.
 
@@ -119,10 +159,17 @@ class InProcessPool:
     side (``concurrent=False``: one after another, e.g. to debug one slot's trace).
     Worker faults cannot happen here; a reset that fails twice or an exception in
     task code still comes back as ``worker_error`` for its slot.
+
+    Any thread may call the pool (one call at a time): with ``own_thread`` (the default) every
+    call runs on a thread the pool owns, so devices bound to the thread that started them
+    (Playwright's) work whichever thread calls, e.g. an async trainer's rollout thread after a
+    first evaluation on the main thread. ``own_thread=False`` runs calls on the caller's thread
+    (one thread only; a profiler then sees the devices' work).
     """
 
     def __init__(self, suite: str, num_slots: int = 1, device_options: dict | None = None, *,
-                 share_browser: bool | None = None, concurrent: bool = True):
+                 share_browser: bool | None = None, concurrent: bool = True, own_thread: bool = True):
+        self._home = _HomeThread(f"envpool-{suite}") if own_thread else None
         self._worker = EnvWorker(suite, first_slot=0, num_envs=num_slots, worker_id=0,
                                  device_options=device_options, share_browser=share_browser,
                                  concurrent=concurrent)
@@ -135,14 +182,14 @@ class InProcessPool:
     def reset(self, requests: Sequence[ResetRequest]) -> list[EnvOutput]:
         self._book.check_reset(requests)
         self._not_flying(r.slot for r in requests)
-        out = self._worker.reset_batch(list(requests))
+        out = self._run(self._worker.reset_batch, list(requests))
         self._book.record(out)
         return out
 
     def step(self, requests: Sequence[ActionRequest]) -> list[EnvOutput]:
         self._book.check_step(requests)
         self._not_flying(r.slot for r in requests)
-        out = self._worker.step_batch(list(requests))
+        out = self._run(self._worker.step_batch, list(requests))
         self._book.record(out)
         return out
 
@@ -151,7 +198,7 @@ class InProcessPool:
         """Step some slots and reset others in one batch, side by side (see :meth:`RayEnvPool.step_and_reset`)."""
         self._book.check_step_reset(steps, resets)
         self._not_flying(r.slot for r in (*steps, *resets))
-        out = self._worker.step_reset_batch(list(steps), list(resets))
+        out = self._run(self._worker.step_reset_batch, list(steps), list(resets))
         self._book.record(out)
         return out[:len(steps)], out[len(steps):]
 
@@ -169,7 +216,7 @@ class InProcessPool:
         slots = {r.slot for r in (*steps, *resets)}
         self._flying |= slots
         try:
-            self._landed += self._worker.flight_batch(steps, resets, 0)
+            self._landed += self._run(self._worker.flight_batch, steps, resets, 0)
         except BaseException:
             self._flying -= slots
             raise
@@ -177,7 +224,7 @@ class InProcessPool:
     def collect(self, least: int = 1) -> list[EnvOutput]:
         """The outputs of submitted calls that ended, in the order they ended: at least ``least``
         (all, when fewer are in flight), without waiting for the others."""
-        got = self._landed + self._worker.flight_batch([], [], max(0, least - len(self._landed)))
+        got = self._landed + self._run(self._worker.flight_batch, [], [], max(0, least - len(self._landed)))
         self._landed = []
         for o in got:
             self._flying.discard(o.slot)
@@ -198,20 +245,27 @@ class InProcessPool:
         slots = list(slots)
         self._book.check_slots(slots)
         self._not_flying(slots)
-        return self._worker.oracle_batch(slots)
+        return self._run(self._worker.oracle_batch, slots)
 
     def snapshot(self, slots: Sequence[int]) -> list[SnapshotOutput]:
         """Each slot's env state (restore it with ``ResetRequest(state=...)`` in any slot), or why not."""
         slots = list(slots)
         self._book.check_slots(slots)
         self._not_flying(slots)
-        return self._worker.snapshot_batch(slots)
+        return self._run(self._worker.snapshot_batch, slots)
 
     def health(self) -> list[bool]:
-        return [self._worker.ping()]
+        return [self._run(self._worker.ping)]
 
     def close(self) -> None:
-        self._worker.close()
+        try:
+            self._run(self._worker.close)
+        finally:
+            if self._home is not None:
+                self._home.stop()
+
+    def _run(self, fn: Any, *args: Any) -> Any:
+        return fn(*args) if self._home is None else self._home.call(fn, *args)
 
     def __enter__(self) -> "InProcessPool":
         return self

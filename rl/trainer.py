@@ -270,13 +270,10 @@ class Trainer:
         t0 = time.perf_counter()
         result, data_it = self._rollouts(it)
         strategy = self.strategy_at(data_it)
-        if (strategy is not self.semi and not getattr(self, "_live_started", False)
-                and cfg.rollouts.rollout != "async"):
+        if strategy is not self.semi and not getattr(self, "_live_started", False):
             # live episodes: a fleet on which none has started yet ends the run (a browser that cannot
             # launch); once some have started, a round whose resets all failed is the fleet's fault of
-            # the moment (its episodes are stored aborted, the pool replaces the device), not the run's
-            # end. Not checked in async mode: there an in-process pool's first round can fail its resets
-            # on a browser launched from another thread (stored aborted; later rounds run), a known fault
+            # the moment (its episodes are stored aborted, the pool replaces the device), not the run's end
             check_started(result)
         if any(t.steps for t in result.trajectories):
             self._live_started = True

@@ -379,8 +379,35 @@ def test_a_browser_killed_under_calls_in_flight_ends_them_and_the_next_starts_re
         _run_oracle(pool, [0, 1])
 
 
-def test_calls_in_flight_are_collected_from_the_thread_that_runs_the_browser():
+def test_any_thread_may_call_a_pool_that_owns_its_thread():
+    """The browser starts on the main thread (the first reset); another thread then submits,
+    collects, steps and resets as the main thread would (an async trainer's rollout thread)."""
     with InProcessPool(SUITE_PATH, num_slots=2) as pool:
+        pool.reset([ResetRequest(s, "two_buttons", seed=87 + s) for s in range(2)])
+        pool.submit([ActionRequest(0, Wait(0.3))])
+        got, errors = [], []
+
+        def elsewhere():
+            try:
+                pool.submit([ActionRequest(1, Click(0.99, 0.99))])
+                got.extend(pool.collect(least=2))
+                got.extend(pool.reset([ResetRequest(0, "two_buttons", seed=90)]))
+                got.extend(pool.step([ActionRequest(0, Click(0.99, 0.99))]))
+            except Exception as e:
+                errors.append(e)
+        t = threading.Thread(target=elsewhere)
+        t.start()
+        t.join()
+        assert not errors, errors
+        assert sorted(o.slot for o in got[:2]) == [0, 1] and not any(o.worker_error for o in got), got
+        assert pool.in_flight == []
+        assert [o.slot for o in pool.step([ActionRequest(1, Click(0.99, 0.99))])] == [1]  # and back on this one
+
+
+def test_calls_in_flight_are_collected_from_the_thread_that_runs_the_browser():
+    """own_thread=False: calls run on the caller's thread, so calls in flight belong to the thread
+    that launched the browser and another thread's submit or collect changes nothing."""
+    with InProcessPool(SUITE_PATH, num_slots=2, own_thread=False) as pool:
         pool.reset([ResetRequest(s, "two_buttons", seed=87 + s) for s in range(2)])
         pool.submit([ActionRequest(0, Wait(0.3))])
         errors = []

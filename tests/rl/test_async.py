@@ -133,6 +133,9 @@ def test_async_training_with_periodic_evaluation(tiny_model_dir, tmp_path):
     reader = StoreReader(out)
     [run] = reader.list_runs()
     assert run.status == "finished"
+    # the pool's browser starts on the main thread (the first evaluation) and then serves the
+    # rollout thread: no episode may abort for it
+    assert run.num_aborted == 0 and run.num_episodes > 0, (run.num_aborted, run.num_episodes)
     curves = reader.metrics(run.run_id)
     assert [m.iteration for m in curves["eval_success"]] == [0]
     assert [m.iteration for m in curves["policy_version"]] == [0, 1]
