@@ -133,7 +133,7 @@ class EnvWorker:
                 if self._browser is None or not self._browser.connected:
                     self._relaunch_browser()
             except Exception as e:  # each slot's reset reports it (and retries the launch)
-                log.warning("launching the shared browser failed: %s", e)
+                log.warning("launching the shared browser failed: %s", _one_line(e))
         # Where resets restore starts built before (webapps: Device.start_states), the first episode
         # of each (task, seed) starts before the rest of its group, which then restore its start
         # instead of all building the same one at once (emulators/snapshot.py).
@@ -173,7 +173,7 @@ class EnvWorker:
             try:  # calls on a browser that went away end first, with their errors (_relaunch_browser)
                 self._relaunch_browser()
             except Exception as e:  # each slot's reset reports it (and retries the launch)
-                log.warning("launching the shared browser failed: %s", e)
+                log.warning("launching the shared browser failed: %s", _one_line(e))
             done, self._flight_done = done + self._flight_done, []
             return done + self.step_reset_batch(steps, resets)
         if not self._flying_here():
@@ -434,3 +434,8 @@ class EnvWorker:
         slot.device = None
         slot.browser = None
         slot.task_id = None
+
+
+def _one_line(e: BaseException) -> str:
+    """An error's first line (Playwright's launch errors go on with the browser's whole command line)."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]

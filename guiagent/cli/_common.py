@@ -88,8 +88,7 @@ def check_device_options(env: str, device, *, flag: str = "--device") -> None:
     """The ``--device`` options of every suite ``env`` runs, checked as its devices would take them
     (a bad name or value: one :class:`CLIError` line); starts no browser or server, creates nothing.
     ``<suite>.<key>`` options go to that suite only, the others to every suite (as the pools give them)."""
-    if not device:
-        return
+    device = device or {}  # none given: still checked ($GUIAGENT_CHROMIUM stands in for chromium_path)
     from emulators.suites import get_suite  # lazy: gymnasium (0.25 s); most commands take no --env
     from emulators.suites.mixed import split_env, suite_options  # lazy: as above (the emulators package)
 
@@ -101,7 +100,7 @@ def check_device_options(env: str, device, *, flag: str = "--device") -> None:
         except (KeyError, ImportError):
             return  # an unknown suite or a missing package: check_suite_tasks says so
         except ValueError as e:
-            raise CLIError(f"{flag}: {e}") from None
+            raise CLIError(str(e) if getattr(e, "from_environment", False) else f"{flag}: {e}") from None
 
 
 def check_suite_tasks(env: str, tasks=(), *, flag_env: str = "--env", flag_tasks: str = "--tasks"):

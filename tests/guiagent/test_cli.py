@@ -421,6 +421,18 @@ def test_bad_input_is_one_line_and_writes_nothing(bad_inputs, capsys, argv, mess
     assert _tree(t) == before
 
 
+@pytest.mark.parametrize("cmd", ["eval", "train"])
+def test_a_chromium_named_by_the_environment_is_checked_first(bad_inputs, capsys, monkeypatch, cmd):
+    """$GUIAGENT_CHROMIUM is what a launch takes when no chromium_path is given: checked as that is."""
+    t = bad_inputs
+    monkeypatch.setenv("GUIAGENT_CHROMIUM", f"{t}/no-chromium")
+    before = _tree(t)
+    assert main([cmd, "--env", "webapps", "--out", f"{t}/{cmd}-env"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines()[0].startswith(f"guiagent {cmd}: GUIAGENT_CHROMIUM: Chromium at '{t}/no-chromium' is not an"), err
+    assert "Traceback" not in err and _tree(t) == before
+
+
 def test_model_path_checks_are_immediate(tmp_path, monkeypatch):
     import time
 

@@ -124,3 +124,35 @@ def test_a_browser_that_cannot_start_fails_the_eval_in_one_line(tmp_path):
     assert r.stderr.strip().splitlines()[-1].startswith(
         "guiagent eval: no episode could start: all 2 failed at their reset (")
     assert _run_status(tmp_path) == "failed"
+    # the slots' failures above it are a line each: no traceback, not Playwright's launch log
+    assert "Traceback" not in r.stderr and "<launching>" not in r.stderr, r.stderr[-3000:]
+    assert all(len(line) < 400 for line in r.stderr.splitlines()), r.stderr[-3000:]
+
+
+def test_progress_lines_show_an_exception_in_one_line(capsys, monkeypatch):
+    import logging
+
+    from guiagent.logs import PACKAGES, show_progress
+
+    loggers = [logging.getLogger(n) for n in PACKAGES]
+    saved = [(lg.level, list(lg.handlers), lg.propagate) for lg in loggers]
+    log = logging.getLogger("emulators.some_module")
+    try:
+        show_progress()
+        try:
+            raise ValueError("the page went away\nsecond line")
+        except ValueError:
+            log.exception("slot %d failed", 3)
+        assert capsys.readouterr().err == "slot 3 failed: ValueError: the page went away\n"
+        monkeypatch.setenv("GUIAGENT_TRACEBACKS", "1")
+        try:
+            raise ValueError("again")
+        except ValueError:
+            log.exception("slot %d failed", 4)
+        err = capsys.readouterr().err
+        assert err.startswith("slot 4 failed\nTraceback (most recent call last):") and "ValueError: again" in err
+    finally:  # the project's loggers as they were (caplog in other tests listens at the root)
+        for lg, (level, handlers, propagate) in zip(loggers, saved):
+            lg.setLevel(level)
+            lg.handlers[:] = handlers
+            lg.propagate = propagate

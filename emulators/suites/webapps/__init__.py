@@ -20,6 +20,8 @@ Example::
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Mapping
 from typing import Any
 
@@ -124,8 +126,12 @@ class WebAppsSuite(Suite):
 def check_chromium_path(options: Mapping[str, Any]) -> None:
     """A ``chromium_path`` option that names no executable file: ``ValueError`` (one line) now, before
     any file is made, rather than a launch failure in every slot of the run (the browser suites'
-    option check; starts nothing)."""
+    option check; starts nothing). Without the option, ``$GUIAGENT_CHROMIUM`` (what a launch then
+    takes) is checked the same way; its error has ``from_environment`` set."""
     path = options.get("chromium_path")
+    name = "chromium_path"
+    if not path:  # then $GUIAGENT_CHROMIUM, when set, is the one a launch takes
+        path, name = os.environ.get("GUIAGENT_CHROMIUM"), "GUIAGENT_CHROMIUM"
     if not path:
         return
     # lazy: the browser pieces (playwright's greenlet); `import emulators` lists tasks without them
@@ -134,7 +140,9 @@ def check_chromium_path(options: Mapping[str, Any]) -> None:
     try:
         find_chromium(str(path))
     except ChromiumNotFound as e:
-        raise ValueError(f"chromium_path: {e}") from None
+        err = ValueError(f"{name}: {e}")
+        err.from_environment = name != "chromium_path"  # type: ignore[attr-defined]  # not an option's fault
+        raise err from None
 
 
 SUITE = WebAppsSuite()
