@@ -43,7 +43,10 @@ class ImageGeometry:
     max_pixels: int
 
     def __post_init__(self) -> None:
-        if min(self.patch_size, self.merge_size) <= 0 or not 0 < self.min_pixels <= self.max_pixels:
+        # min_pixels above max_pixels is allowed, as the processor allows it: its resize checks
+        # max_pixels first (a published Qwen3-VL processor has shortest_edge 65,536, and a
+        # max_pixels given below that still resizes; see load_pretrained)
+        if min(self.patch_size, self.merge_size, self.min_pixels, self.max_pixels) <= 0:
             raise ValueError(f"invalid image geometry {self}")
 
     @property
@@ -92,33 +95,36 @@ def smart_resize(
     min_pixels: int | None = None,
     max_pixels: int | None = None,
 ) -> tuple[int, int]:
-    """``(height, width)`` of the image the Qwen2.5-VL processor actually sees.
+    """``(height, width)`` of the image the Qwen-VL processor actually sees.
 
     Both sides become multiples of ``factor``; the area is brought into
     ``[min_pixels, max_pixels]`` keeping the aspect ratio as close as possible.
     Defaults follow ``qwen_vl_utils`` (``4 * factor**2`` and ``16384 * factor**2``
-    pixels). Agrees exactly with ``qwen_vl_utils.smart_resize`` (tested on a table
-    of sizes), including its use of Python's half-to-even ``round``.
+    pixels). The formula is transformers' (``Qwen2VLImageProcessor``, which Qwen2.5-VL and
+    Qwen3-VL use, and vLLM through it), Python's half-to-even ``round`` included, because that
+    is the image the model sees: ``qwen_vl_utils.smart_resize`` (Qwen's cookbooks) differs
+    from it on images with a side of at most ``factor / 2`` (it keeps that side at ``factor`` and
+    so can overshoot the area; transformers lets it round to 0 and scales the image up to
+    ``min_pixels``). Tested against both on a table of sizes and against the processor's grid.
+    As in the processor, ``max_pixels`` is checked first, so ``min_pixels > max_pixels`` is
+    not an error.
 
-    Raises ``ValueError`` for non-positive sizes, ``min_pixels > max_pixels``, or an
-    aspect ratio above 200.
+    Raises ``ValueError`` for non-positive sizes or an aspect ratio above 200.
     """
     if height <= 0 or width <= 0:
         raise ValueError(f"image size must be positive, got height={height} width={width}")
     max_pixels = max_pixels if max_pixels is not None else MAX_TOKENS * factor**2
     min_pixels = min_pixels if min_pixels is not None else MIN_TOKENS * factor**2
-    if max_pixels < min_pixels:
-        raise ValueError(f"max_pixels ({max_pixels}) must be >= min_pixels ({min_pixels})")
     if max(height, width) / min(height, width) > MAX_RATIO:
         raise ValueError(
             f"absolute aspect ratio must be smaller than {MAX_RATIO}, got {max(height, width) / min(height, width)}"
         )
-    h_bar = max(factor, round(height / factor) * factor)
-    w_bar = max(factor, round(width / factor) * factor)
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
     if h_bar * w_bar > max_pixels:
         beta = math.sqrt((height * width) / max_pixels)
-        h_bar = math.floor(height / beta / factor) * factor
-        w_bar = math.floor(width / beta / factor) * factor
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
     elif h_bar * w_bar < min_pixels:
         beta = math.sqrt(min_pixels / (height * width))
         h_bar = math.ceil(height * beta / factor) * factor

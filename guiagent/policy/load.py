@@ -99,12 +99,25 @@ def load_pretrained(path: str, device: torch.device, dtype: torch.dtype, *, min_
         tokenizer.padding_side = "left"
         limits = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v}
         image_processor = Qwen2VLImageProcessorPil.from_pretrained(path, **limits)
+        if max_pixels and not min_pixels and _min_pixels(image_processor) > max_pixels:
+            # a max_pixels under the saved min_pixels (a published Qwen3-VL processor keeps 65,536):
+            # the processor would scale small screens up past it; the cap asked for holds instead
+            image_processor = Qwen2VLImageProcessorPil.from_pretrained(path, min_pixels=max_pixels,
+                                                                       max_pixels=max_pixels)
         template = tokenizer.chat_template or chat_template_file(path)
     except (ImportError, MemoryError):
         raise
     except Exception as e:
         raise ModelLoadError(f"the model {path} cannot be loaded: {_load_failure(e)}") from e
     return model, tokenizer, image_processor, template
+
+
+def _min_pixels(processor: Any) -> int:
+    size = getattr(processor, "size", None)
+    value = getattr(processor, "min_pixels", None)
+    if value is None and size is not None:
+        value = size.get("shortest_edge") if isinstance(size, dict) else getattr(size, "shortest_edge", None)
+    return int(value or 0)
 
 
 # ---- training set-up: precision, LoRA ---------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Coordinate frames and smart_resize (checked against the installed qwen_vl_utils)."""
+"""Coordinate frames and smart_resize (checked against transformers' and the installed qwen_vl_utils)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import sys
 import types
 
 import pytest
+# imported before the qwen_smart_resize fixture stubs torchvision (transformers looks for it)
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize as transformers_resize
 
 from grounding.coords import (
     PIXELS, RELATIVE_1000, SMART_RESIZE, CoordinateError, ModelFrame, box_centre, from_pixels,
@@ -17,6 +19,8 @@ SIZES = [
     (1, 1), (10, 10), (27, 29), (28, 28), (56, 56), (100, 3000), (200, 40000), (720, 1280), (1280, 720),
     (1080, 1920), (1920, 1080), (2400, 1080), (1080, 2400), (2340, 1080), (3024, 4032), (4032, 3024),
     (7680, 4320), (14, 2800), (480, 320), (800, 1280), (2560, 1600), (999, 1001), (3000, 3000), (10000, 10000),
+    # thin images: a side of at most factor / 2, where qwen_vl_utils and transformers part
+    (1000, 10), (2000, 13), (10, 2000), (15, 1500), (3000, 16),
 ]
 LIMITS = [
     (None, None), (3136, 12845056), (256 * 28 * 28, 1280 * 28 * 28), (4 * 28 * 28, 100 * 28 * 28),
@@ -55,17 +59,32 @@ def qwen_smart_resize():
 
 
 @pytest.mark.parametrize("limits", LIMITS)
-def test_smart_resize_matches_qwen_vl_utils(qwen_smart_resize, limits):
+def test_smart_resize_matches_the_processors_and_qwen_vl_utils(qwen_smart_resize, limits):
+    """transformers' formula (what the model sees) on every size; qwen_vl_utils' wherever no side is at most
+    factor / 2 (there it keeps the side at factor: 13x2000 was (2772, 0) with a 50,176 cap)."""
     lo, hi = limits
     for h, w in SIZES:
         for factor in (28, 32):
+            lo_, hi_ = lo if lo is not None else 4 * factor**2, hi if hi is not None else 16384 * factor**2
             try:
-                expected = qwen_smart_resize(h, w, factor, min_pixels=lo, max_pixels=hi)
+                expected = transformers_resize(h, w, factor, min_pixels=lo_, max_pixels=hi_)
             except ValueError:
                 with pytest.raises(ValueError):
                     smart_resize(h, w, factor, min_pixels=lo, max_pixels=hi)
                 continue
-            assert smart_resize(h, w, factor, min_pixels=lo, max_pixels=hi) == expected, (h, w, factor, limits)
+            got = smart_resize(h, w, factor, min_pixels=lo, max_pixels=hi)
+            assert got == expected and min(got) >= factor, (h, w, factor, limits)
+            theirs = qwen_smart_resize(h, w, factor, min_pixels=lo, max_pixels=hi)
+            if min(h, w) * 2 > factor and min(theirs) > 0:  # half a factor rounds to 0 (half to even)
+                assert got == theirs, (h, w, factor, limits)
+
+
+def test_thin_images_resize_as_the_processor_not_as_qwen_vl_utils(qwen_smart_resize):
+    # (height, width) 2000x13 under a 50,176 cap: the processor's (700, 28); qwen_vl_utils says (2772, 0)
+    assert smart_resize(2000, 13, 28, 3136, 50176) == (700, 28)
+    assert qwen_smart_resize(2000, 13, 28, min_pixels=3136, max_pixels=50176) == (2772, 0)
+    assert smart_resize(1000, 10, 28, 3136, 50176) == (560, 28)
+    assert qwen_smart_resize(1000, 10, 28, min_pixels=3136, max_pixels=50176) == (1008, 28)
 
 
 def test_smart_resize_known_values():
@@ -77,8 +96,9 @@ def test_smart_resize_known_values():
         smart_resize(10, 3000)
     with pytest.raises(ValueError):
         smart_resize(0, 10)
-    with pytest.raises(ValueError, match="min_pixels"):
-        smart_resize(100, 100, min_pixels=10_000, max_pixels=5_000)
+    # min_pixels above max_pixels: max_pixels is checked first, as in the processor
+    assert smart_resize(100, 100, min_pixels=10_000, max_pixels=5_000) == (56, 56)
+    assert smart_resize(40, 40, min_pixels=10_000, max_pixels=5_000) == (112, 112)
 
 
 FRAMES = [RELATIVE_1000, SMART_RESIZE, PIXELS, ModelFrame("smart_resize_pixels", max_pixels=512 * 28 * 28)]

@@ -46,7 +46,7 @@ def policy(tmp_path_factory):
 
 
 @pytest.mark.parametrize("patch", [14, 16])  # Qwen2.5-VL and Qwen3-VL patch sizes: factors 28 and 32
-@pytest.mark.parametrize("size", [PHONE, (1280, 720), (360, 640), (3840, 2160)])
+@pytest.mark.parametrize("size", [PHONE, (1280, 720), (360, 640), (3840, 2160), (10, 1000), (13, 2000), (2000, 10)])
 def test_geometry_resizes_exactly_as_the_processor(patch, size):
     proc = image_processor_for(patch, 28 * 28 * 4, MAX_PIXELS)
     g = image_geometry(proc)
@@ -91,3 +91,25 @@ def test_sft_targets_and_parsed_replies_land_on_the_same_point(policy, name):
     assert isinstance(wrong, ParseError) or abs(wrong.x - click.x) > 0.1 or abs(wrong.y - click.y) > 0.1
     if name == "qwen_mobile":  # the prompt states the resolution the coordinates live in
         assert f"The screen's resolution is {ew}x{eh}." in example.chat[0]["content"]
+
+
+def test_a_max_pixels_under_the_saved_min_pixels_caps_the_images(tmp_path):
+    """A published Qwen3-VL processor keeps shortest_edge 65,536; loading it with a smaller max_pixels
+    (a CPU run) capped nothing (small screens were scaled up to 65,536) and no agent could be built."""
+    import json
+
+    build_tiny_model(TinyModelSpec(max_pixels=MAX_PIXELS), tmp_path)
+    cfg_path = tmp_path / "preprocessor_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.pop("min_pixels", None), cfg.pop("max_pixels", None)
+    cfg["size"] = {"shortest_edge": 65536, "longest_edge": 16777216}
+    cfg_path.write_text(json.dumps(cfg))
+    pol = load_transformers(str(tmp_path), threads=1, max_pixels=28 * 28 * 64)
+    g = pol.image_geometry()
+    assert (g.min_pixels, g.max_pixels) == (28 * 28 * 64, 28 * 28 * 64)
+    for name in ("qwen_mobile", "qwen3_mobile"):
+        fmt = AgentSettings(action_format=name).format(pol)
+        w, h = _processor_extent(pol.image_processor, (360, 640))
+        assert w * h <= 28 * 28 * 64
+        if name == "qwen_mobile":
+            assert fmt.frame.extent((360, 640)) == (w, h)
