@@ -11,10 +11,14 @@ Both get a dataset card, ``DIR/README.md``: tasks, agents, success rate, episode
 step counts, the schema. Everything is checked before anything is written, the export
 is built in a temporary folder next to ``DIR`` and moved into place at the end.
 
-``DIR`` must lie outside the run directory, and the run directory outside ``DIR``. An
-existing non-empty ``DIR`` is refused unless ``--overwrite`` is given, and ``--overwrite``
-only replaces an earlier export: a folder whose record ``DIR/.guiagent-export.json`` lists
-every file in it. Anything else in it (a run, a file of yours) is never deleted.
+``DIR`` must lie outside the run directory, and the run directory outside ``DIR``; it is
+replaced as a whole, so it cannot be the current folder or one above it, the file system
+root, a mount point, a dangling link or a path through a file. A link to a folder exports
+into that folder (the link stays). An existing non-empty ``DIR`` is refused unless
+``--overwrite`` is given, and ``--overwrite`` only replaces an earlier export: a folder
+whose record ``DIR/.guiagent-export.json`` lists every file in it, with no folder but
+those its files lie in. Anything else in it (a run, a file or an empty folder of yours)
+is never deleted; a failed export removes the folders it created above ``DIR``.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ RECORD_FILE = ".guiagent-export.json"
 COLUMN_DOCS: dict[str, str] = {
     "run_id": "run the episode belongs to", "episode_id": "episode id", "group_id": "GRPO group (null outside one)",
     "suite": "task suite", "task_id": "task template id", "seed": "seed that fixed the task's parameters",
-    "goal": "the instruction the agent got", "task_params": "task parameters (JSON)",
+    "goal": "the instruction the agent got", "max_steps": "the episode's step budget",
+    "task_params": "task parameters (JSON)",
     "agent": "agent that acted (oracle, random, model name)", "episode_status": "completed or aborted",
     "abort_reason": "why an aborted episode stopped", "success": "task success of the episode, 0..1",
     "total_reward": "sum of the episode's rewards", "num_steps": "steps in the episode",
@@ -62,7 +67,22 @@ COLUMN_DOCS: dict[str, str] = {
     "milestones": "task milestones reached after the step", "terminated": "the episode ended here",
     "truncated": "the episode was cut here (step limit, device error)",
     "policy_version": "policy version that produced the action", "latency_ms": "time to produce the action",
+    "step_metadata": "step metadata (JSON: a recorded step's target, semi-online flags)",
+    "marks": "the screen's numbered elements, null when the device built none "
+             "(JSON list of {id, role, name, box}; box normalised x0, y0, x1, y1)",
 }
+
+#: the Hub's ``size_categories`` (upper bound exclusive, label), smallest first; past the last: ``n>1T``
+SIZE_CATEGORIES: tuple[tuple[int, str], ...] = (
+    (1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
+    (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B"),
+    (10_000_000_000, "1B<n<10B"), (100_000_000_000, "10B<n<100B"), (1_000_000_000_000, "100B<n<1T"),
+)
+
+
+def size_category(rows: int) -> str:
+    """The dataset card's ``size_categories`` entry for ``rows`` rows."""
+    return next((label for bound, label in SIZE_CATEGORIES if rows < bound), "n>1T")
 
 
 @dataclass
@@ -92,18 +112,17 @@ class ExportError(Exception):
 
 
 def _check(cfg: ExportConfig):
-    """Validate everything that can be checked before writing; returns the episode filter and count."""
+    """Validate everything that can be checked before writing; returns the episode filter, the count
+    and ``--out`` resolved (see :func:`_out_path`)."""
     if not cfg.out:
         raise ExportError("--out DIR is required")
     run_dir = Path(cfg.run_dir)
     if not run_dir.is_dir():
         raise ExportError(f"{cfg.run_dir}: no such run directory")
-    out = Path(cfg.out)
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"--out {cfg.out} is a file, not a folder")
-    if out.resolve() == run_dir.resolve() or run_dir.resolve() in out.resolve().parents:
+    out = _out_path(cfg.out)
+    if out == run_dir.resolve() or run_dir.resolve() in out.parents:
         raise ExportError("--out must lie outside the run directory")
-    if out.resolve() in run_dir.resolve().parents:
+    if out in run_dir.resolve().parents:
         raise ExportError(f"--out {cfg.out} contains the run directory {cfg.run_dir}: give a folder outside it")
     if out.is_dir() and any(out.iterdir()):
         if not cfg.overwrite:
@@ -127,16 +146,67 @@ def _check(cfg: ExportConfig):
         raise ExportError(f"{cfg.run_dir}: the trajectory store is damaged ({' '.join(str(e).split())})") from None
     if n == 0:
         raise ExportError(f"{cfg.run_dir}: no finished episodes match; nothing to export")
-    return f, n
+    return f, n, out
 
 
-def _files(folder: Path) -> list[str]:
-    """Every entry under ``folder`` that is not a folder (files, links), relative, sorted."""
+def _out_path(shown: str) -> Path:
+    """``--out`` as an absolute path with no links, ``.`` or ``..`` left: checked to be a folder, or
+    creatable as one, that the export can replace with a rename (its folder above is writable)."""
+    if "\x00" in shown:
+        raise ExportError(f"--out {shown!r}: a path cannot contain NUL")
+    given = Path(shown)
+    for p in (given, *given.parents):
+        if p.is_symlink() and not p.exists():
+            raise ExportError(f"--out {shown}: {p} is a symbolic link whose target does not exist; give a folder")
+    try:
+        out = given.resolve()
+        cwd = Path.cwd().resolve()
+    except (OSError, RuntimeError) as e:  # a link loop; a current folder that was deleted
+        raise ExportError(f"--out {shown}: cannot be resolved ({' '.join(str(e).split())})") from None
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"--out {shown} is a file, not a folder")
+    if out == out.parent:
+        raise ExportError(f"--out {shown} is the file system root: give a folder to create or replace")
+    if out == cwd or out in cwd.parents:
+        raise ExportError(f"--out {shown} is the current folder or a folder above it (the export replaces --out "
+                          "as a whole): give a folder beside or below it")
+    if out.is_dir() and os.path.ismount(out):
+        raise ExportError(f"--out {shown} is a mount point (the export replaces --out as a whole): give a folder "
+                          "inside it")
+    for p in given.parents:  # as given, so the message names the path the user typed
+        if p.exists():
+            if not p.is_dir():
+                raise ExportError(f"--out {shown} cannot be created: {p} is a file, not a folder")
+            break
+    above = out.parent
+    while not above.exists():
+        above = above.parent
+    if not above.is_dir():
+        raise ExportError(f"--out {shown} cannot be created: {above} is a file, not a folder")
+    for folder in (above, out) if out.is_dir() else (above,):  # renamed away: written in, and out of its folder
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ExportError(f"--out {shown} cannot be written: {folder} is not writable")
+    return out
+
+
+def _created_parents(out: Path) -> list[Path]:
+    """The folders above ``out`` that do not exist yet, deepest first (what ``mkdir(parents=True)`` makes)."""
+    missing = []
+    for p in out.parents:
+        if p.exists():
+            break
+        missing.append(p)
+    return missing
+
+
+def _files(folder: Path, *, folders: bool = False) -> list[str]:
+    """Every entry under ``folder`` that is not a folder (files, links), relative, sorted; with
+    ``folders``, the folders under it too."""
     out = []
     for dirpath, dirnames, filenames in os.walk(folder):
         base = Path(dirpath)
         out += [(base / n).relative_to(folder).as_posix() for n in filenames]
-        out += [(base / n).relative_to(folder).as_posix() for n in dirnames if (base / n).is_symlink()]
+        out += [(base / n).relative_to(folder).as_posix() for n in dirnames if folders or (base / n).is_symlink()]
     return sorted(out)
 
 
@@ -150,11 +220,14 @@ def _check_replaceable(out: Path, shown: str) -> None:
     if listed is None:
         raise ExportError(f"--out {shown} holds no {RECORD_FILE} (it was not written by guiagent export); "
                           "--overwrite only replaces an earlier export: give another --out")
-    foreign = [f for f in _files(out) if f != RECORD_FILE and f not in listed]
+    # the folders an export writes are those its files lie in; any other (an empty one included) is not ours
+    folders = {p.as_posix() for f in listed if isinstance(f, str) for p in Path(f).parents if p != Path(".")}
+    foreign = [f for f in _files(out, folders=True) if f != RECORD_FILE and f not in listed and f not in folders]
     if foreign:
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-        raise ExportError(f"--out {shown} holds files guiagent export did not write ({', '.join(foreign[:3])}{more}); "
-                          "--overwrite never deletes those: move them or give another --out")
+        raise ExportError(f"--out {shown} holds files or folders guiagent export did not write "
+                          f"({', '.join(foreign[:3])}{more}); --overwrite never deletes those: move them or give "
+                          "another --out")
 
 
 def card(run_dir: str, fmt: str, filt, rows: int) -> str:
@@ -173,8 +246,7 @@ def card(run_dir: str, fmt: str, filt, rows: int) -> str:
     episodes = sum(len(v) for v in per_task.values())
     wins = sum(x >= SUCCESS_THRESHOLD for v in per_task.values() for x in v)
     suites = sorted({suite for suite, _ in per_task})
-    size = ("n<1K" if rows < 1000 else "1K<n<10K" if rows < 10_000 else "10K<n<100K" if rows < 100_000
-            else "100K<n<1M")
+    size = size_category(rows)
     types = {"str": "string", "int": "int64", "float": "float64", "bool": "bool",
              "image": "image" if fmt == "hf" else "binary", "bools": "list<bool>"}
     lines = [
@@ -213,12 +285,33 @@ def card(run_dir: str, fmt: str, filt, rows: int) -> str:
 def main(argv: list[str]) -> int:
     cfg = parse_config(ExportConfig, argv, prog="guiagent export")
     try:
-        filt, episodes = _check(cfg)
+        filt, episodes, out = _check(cfg)
     except ExportError as e:
         return fail("export", e)
 
-    out = Path(cfg.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    made = _created_parents(out)  # removed again if the export fails: nothing is left behind
+    done = False
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        rows = _export(cfg, filt, out)
+        done = True
+    except ExportError as e:
+        return fail("export", e)
+    finally:
+        if not done:
+            for p in made:  # deepest first; only what mkdir made, and only while empty
+                try:
+                    p.rmdir()
+                except OSError:
+                    break
+    log(f"wrote {rows} rows to {Path(cfg.out)}")
+    if cfg.json:
+        emit_json({"out": str(Path(cfg.out)), "format": cfg.format, "rows": rows, "episodes": episodes})
+    return 0
+
+
+def _export(cfg: ExportConfig, filt: EpisodeFilter, out: Path) -> int:
+    """Build the export in a temporary folder beside ``out``, then move it into place; returns the rows."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
         log(f"exporting {cfg.run_dir} as {cfg.format} ...")
@@ -233,6 +326,8 @@ def main(argv: list[str]) -> int:
         except sqlite3.DatabaseError as e:  # a store damaged past the pages the checks read
             raise ExportError(f"{cfg.run_dir}: the trajectory store is damaged ({' '.join(str(e).split())}); "
                               f"nothing was written") from None
+        except StoreError as e:  # a blob missing from the store (either format: the same line)
+            raise ExportError(f"{cfg.run_dir}: {e.args[0] if e.args else e}; nothing was written") from None
         (ds / RECORD_FILE).write_text(json.dumps({"format": cfg.format, "source": str(Path(cfg.run_dir).resolve()),
                                                   "rows": rows, "files": _files(ds)}, indent=1))
         if out.exists():  # checked above: empty, or an earlier export (--overwrite); kept until the new one is in
@@ -243,11 +338,6 @@ def main(argv: list[str]) -> int:
             if (tmp / "old").exists():
                 (tmp / "old").rename(out)
             raise
-    except ExportError as e:
-        return fail("export", e)
+        return rows
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    log(f"wrote {rows} rows to {out}")
-    if cfg.json:
-        emit_json({"out": str(out), "format": cfg.format, "rows": rows, "episodes": episodes})
-    return 0

@@ -4,8 +4,9 @@ The layout is :data:`guiagent.store.export.STEP_ROW_FIELDS`: one row per step, t
 episode's fields repeated on each row, JSON fields as JSON text, the screenshot
 bytes as stored. Rows of one episode are contiguous and in step order (the exporter
 writes them so); they become the same :class:`~guiagent.types.Trajectory` (episode
-id, task, steps with actions, rewards, reward parts, step metadata and screenshot
-bytes, success, status, agent, group, metadata). The final observation is not part
+id, task, steps with actions, rewards, reward parts, step metadata, mark tables and
+screenshot bytes, success, status, agent, group, metadata): exporting the imported run
+again gives the same rows, apart from ``run_id``. The final observation is not part
 of the export and comes back as ``None``.
 """
 
@@ -67,6 +68,8 @@ def _step(r: dict[str, Any], where: str) -> Step:
             tree=r.get("tree"),
             url=r.get("url"),
             last_action_error=r.get("last_action_error"),
+            # exports made before marks was a column, and screens without a mark table: None
+            marks=None if r.get("marks") is None else _json(r["marks"], where, "marks", None),
         )
         return Step(
             index=int(r["step_index"]),

@@ -115,7 +115,9 @@ def export_hf_dataset(run_dir: str | os.PathLike[str], out_dir: str | os.PathLik
 
     The ``screenshot`` column has the ``datasets.Image()`` feature and holds the
     stored bytes unchanged. Load it back with ``datasets.load_from_disk(out_dir)``.
-    Needs the optional extra: ``pip install guiagent[datasets]``.
+    Needs the optional extra: ``pip install guiagent[datasets]``. An error met while reading the
+    store (:class:`~guiagent.store.errors.StoreError`, ``sqlite3.DatabaseError``, ``OSError``) is
+    raised as itself, as :func:`export_parquet` raises it, not wrapped by ``datasets``.
     """
     try:
         import datasets
@@ -127,13 +129,19 @@ def export_hf_dataset(run_dir: str | os.PathLike[str], out_dir: str | os.PathLik
              "float": datasets.Value("float64"), "bool": datasets.Value("bool"), "image": datasets.Image(),
              "bools": datasets.Sequence(datasets.Value("bool"))}
     features = datasets.Features({name: types[kind] for name, kind in STEP_ROW_FIELDS})
-    run_dir = str(Path(run_dir).resolve())
+    run_dir = os.fspath(run_dir)  # as given: an error names the store as export_parquet's does
     f = _filter(filter, successful_only)
 
+    raised: list[Exception] = []
+
     def rows() -> Iterator[dict[str, Any]]:
-        for row in iter_step_rows(run_dir, f):
-            shot = row["screenshot"]
-            yield {**row, "screenshot": None if shot is None else {"bytes": shot, "path": None}}
+        try:
+            for row in iter_step_rows(run_dir, f):
+                shot = row["screenshot"]
+                yield {**row, "screenshot": None if shot is None else {"bytes": shot, "path": None}}
+        except Exception as e:  # kept: datasets wraps it in a DatasetGenerationError
+            raised.append(e)
+            raise
 
     if next(iter_step_rows(run_dir, f, pixels=False), None) is None:
         # from_generator refuses an empty split; an empty export is still a valid dataset
@@ -143,6 +151,11 @@ def export_hf_dataset(run_dir: str | os.PathLike[str], out_dir: str | os.PathLik
         return 0
     with tempfile.TemporaryDirectory(prefix="guiagent-hf-") as cache:
         # A private cache: the generator's rows are built once here, not in ~/.cache.
-        ds = datasets.Dataset.from_generator(rows, features=features, cache_dir=cache)
+        try:
+            ds = datasets.Dataset.from_generator(rows, features=features, cache_dir=cache)
+        except Exception:  # a DatasetGenerationError, its cause the generator's error
+            if raised:  # the store's own error (a missing blob, a damaged table), as export_parquet raises it
+                raise raised[0] from None
+            raise
         ds.save_to_disk(str(out_dir))
         return len(ds)

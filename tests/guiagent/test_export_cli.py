@@ -185,3 +185,110 @@ def test_listed_by_the_dispatcher():
     out = subprocess.run([sys.executable, "-m", "guiagent", "--help"], capture_output=True, text=True, timeout=60,
                          check=True)
     assert "export" in out.stdout
+
+
+def test_a_missing_blob_is_the_same_one_line_for_hf_and_parquet_and_leaves_nothing(run, tmp_path, capsys):
+    """A blob deleted from the store: --format hf printed datasets' DatasetGenerationError traceback
+    (the store's error was its cause), parquet one line. Both now print the same line, exit 2, and
+    leave nothing behind, the folders created above --out included."""
+    import shutil
+
+    from guiagent.store import blob_hash
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(run[0], damaged)
+    ref = blob_hash(run[2][1].steps[1].observation.screenshot)
+    (damaged / "blobs" / ref[:2] / f"{ref}.png").unlink()
+    before = _listing(tmp_path, skip=damaged)
+    lines = {}
+    for fmt in ("hf", "parquet"):
+        code, stdout, err = _run([damaged, "--format", fmt, "--out", tmp_path / "na" / "nb" / "x"], capsys)
+        assert code == 2 and stdout == "" and "Traceback" not in err, err
+        lines[fmt] = err.strip().splitlines()[-1]
+        assert _listing(tmp_path, skip=damaged) == before, fmt  # no temporary folder, no na/nb
+    assert lines["hf"] == lines["parquet"] == f"guiagent export: {damaged}: no blob {ref} under {damaged / 'blobs'}; " \
+                                              "nothing was written"
+
+
+@pytest.mark.parametrize("cwd, out, message", [
+    ("empty", ".", "--out . is the current folder or a folder above it"),
+    ("empty", "..", "--out .. is the current folder or a folder above it"),
+    ("here", "dangling", "--out dangling: dangling is a symbolic link whose target does not exist"),
+    ("here", "dangling/sub", "--out dangling/sub: dangling is a symbolic link whose target does not exist"),
+    ("here", "loop", "--out loop: loop is a symbolic link whose target does not exist"),
+    ("here", "afile/sub", "--out afile/sub cannot be created: afile is a file, not a folder"),
+    ("here", "afile/sub/deeper", "--out afile/sub/deeper cannot be created: afile is a file, not a folder"),
+    ("here", "/", "--out / is the file system root"),
+])
+def test_out_the_export_cannot_replace_is_one_line_before_any_work(run, tmp_path, capsys, monkeypatch, cwd, out,
+                                                                     message):
+    """`--out .` failed with "[Errno 16] Device or resource busy" once the whole export was built, a
+    dangling link with "[Errno 20] Not a directory", `afile/sub` with "[Errno 17] File exists": each
+    is now one clear line, exit 2, before the export starts, and nothing is written."""
+    import os
+
+    here = tmp_path / "here"
+    (here / "empty").mkdir(parents=True)
+    (here / "afile").write_text("a file")
+    os.symlink(tmp_path / "missing", here / "dangling")
+    os.symlink("loop", here / "loop")
+    monkeypatch.chdir(here if cwd == "here" else here / "empty")
+    before = _listing(tmp_path)
+    code, stdout, err = _run([run[0], "--format", "parquet", "--out", out], capsys)
+    assert code == 2 and stdout == "" and err.startswith(f"guiagent export: {message}"), err
+    assert len(err.strip().splitlines()) == 1 and "exporting" not in err and "Errno" not in err, err
+    assert _listing(tmp_path) == before
+
+
+def test_out_through_a_link_exports_into_its_folder_and_keeps_the_link(run, tmp_path, capsys):
+    import os
+
+    (tmp_path / "target").mkdir()
+    os.symlink("target", tmp_path / "link")
+    for overwrite in ([], ["--overwrite"]):
+        assert _run([run[0], "--format", "parquet", "--out", tmp_path / "link", *overwrite], capsys)[0] == 0
+        assert (tmp_path / "link").is_symlink() and os.readlink(tmp_path / "link") == "target"
+        assert sorted(p.name for p in (tmp_path / "target").iterdir()) == [".guiagent-export.json", "README.md",
+                                                                           "steps.parquet"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "target"]
+
+
+@pytest.mark.parametrize("extra", ["sub", "sub/deeper", "steps.parquet.d"])
+def test_overwrite_refuses_folders_the_export_did_not_write(run, tmp_path, capsys, extra):
+    """`--overwrite` deleted an empty folder of the user's inside an earlier export: folders count as
+    anything else the export did not write."""
+    out = tmp_path / "ov"
+    assert _run([run[0], "--format", "parquet", "--out", out], capsys)[0] == 0
+    (out / extra).mkdir(parents=True)
+    before = _listing(tmp_path)
+    code, _, err = _run([run[0], "--format", "parquet", "--out", out, "--overwrite"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"holds files or folders guiagent export did not write ({extra.split('/')[0]}" in err
+    assert _listing(tmp_path) == before
+
+
+def test_card_size_category_is_the_hubs_bucket_for_the_row_count(run):
+    """Every count from 100K up was written as 100K<n<1M; the Hub's buckets go on to n>1T."""
+    from guiagent.cli.export import card, size_category
+    from guiagent.store import EpisodeFilter
+
+    bounds = [(0, "n<1K"), (999, "n<1K"), (1_000, "1K<n<10K"), (9_999, "1K<n<10K"), (10_000, "10K<n<100K"),
+              (99_999, "10K<n<100K"), (100_000, "100K<n<1M"), (999_999, "100K<n<1M"), (10**6, "1M<n<10M"),
+              (10**7 - 1, "1M<n<10M"), (10**7, "10M<n<100M"), (10**8, "100M<n<1B"), (10**9 - 1, "100M<n<1B"),
+              (10**9, "1B<n<10B"), (10**10, "10B<n<100B"), (10**11, "100B<n<1T"), (10**12 - 1, "100B<n<1T"),
+              (10**12, "n>1T"), (10**15, "n>1T")]
+    assert [(n, size_category(n)) for n, _ in bounds] == bounds
+    assert "size_categories:\n- 1M<n<10M\n---" in card(str(run[0]), "hf", EpisodeFilter(), 2_500_000)
+
+
+def test_card_schema_table_has_a_meaning_for_every_column(run, tmp_path, capsys):
+    """max_steps, step_metadata and marks had no meaning in the schema table (a blank cell)."""
+    from guiagent.cli.export import COLUMN_DOCS
+    from guiagent.store.export import STEP_ROW_FIELDS
+
+    assert [name for name, _ in STEP_ROW_FIELDS if not COLUMN_DOCS.get(name)] == []
+    assert _run([run[0], "--format", "parquet", "--out", tmp_path / "pq"], capsys)[0] == 0
+    card = (tmp_path / "pq" / "README.md").read_text()
+    table = [line for line in card.splitlines() if line.startswith("| `")]
+    assert len(table) == len(STEP_ROW_FIELDS) and [line for line in table if line.endswith("|  |")] == []
+    assert "| `marks` | string | the screen's numbered elements" in card and "size_categories:\n- n<1K" in card

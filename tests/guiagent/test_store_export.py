@@ -103,3 +103,71 @@ def test_hf_export_without_datasets_names_the_extra(run, tmp_path, monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "datasets", None)  # import now fails
     with pytest.raises(ImportError, match=r"pip install guiagent\[datasets\]"):
         export_hf_dataset(run[0], tmp_path / "hf")
+
+
+def _marked(t, status="completed"):
+    """``t`` with a mark table on every screen (empty on the first), step metadata and a cut last step."""
+    from dataclasses import replace
+
+    from guiagent.types import Mark
+
+    marks = (Mark(0, "button", "Send \"now\"", (0.1, 0.2, 0.3, 0.4)), Mark(3, "textbox", "", (0.0, 0.5, 1.0, 1.0)))
+    steps = tuple(replace(s, observation=replace(s.observation, marks=marks if i else ()),
+                          metadata={"target": {"i": i}, "patched": i % 2 == 0}, truncated=i == len(t.steps) - 1)
+                  for i, s in enumerate(t.steps))
+    return replace(t, steps=steps, status=status, abort_reason="device died" if status == "aborted" else None)
+
+
+@pytest.mark.parametrize("kind", ["parquet", "hf"])
+def test_export_import_export_gives_the_same_rows(tmp_path, kind):
+    """Importing an export and exporting the imported run again changes nothing but run_id: every
+    column, the mark tables included (the import dropped them: every row's marks came back null)."""
+    from guiagent.datasets import import_dataset
+    from guiagent.store.export import STEP_ROW_FIELDS
+
+    if kind == "hf":
+        datasets = pytest.importorskip("datasets")
+    trajs = [_marked(make_traj(0, steps=3)), make_traj(1, steps=4, success=0.0, group_id="g", policy_version=2),
+             _marked(make_traj(2, steps=2, success=0.5), status="aborted"), make_traj(3, steps=2, pixels=False)]
+    with Store.open(tmp_path / "src") as store:
+        run_id = store.create_run("src")
+        for t in trajs:
+            store.write_trajectory(run_id, t)
+
+    def export(run_dir, name):
+        if kind == "parquet":
+            export_parquet(run_dir, tmp_path / name / "steps.parquet")
+            return pq.read_table(tmp_path / name / "steps.parquet").to_pylist()
+        export_hf_dataset(run_dir, tmp_path / name)
+        ds = datasets.load_from_disk(str(tmp_path / name))
+        return list(ds.cast_column("screenshot", datasets.Image(decode=False)))
+
+    first = export(tmp_path / "src", "x")
+    assert sum(r["marks"] is not None for r in first) == 5 and first[0]["marks"] == "[]"
+    import_dataset(kind, tmp_path / "x", tmp_path / "back")
+    again = export(tmp_path / "back", "x2")
+    assert len(again) == len(first) == sum(len(t.steps) for t in trajs)
+    names = [name for name, _ in STEP_ROW_FIELDS if name != "run_id"]
+    for a, b in zip(first, again):
+        assert sorted(a) == sorted(b) == sorted(name for name, _ in STEP_ROW_FIELDS)
+        assert {n: a[n] for n in names} == {n: b[n] for n in names}, (a["episode_id"], a["step_index"])
+        assert a["run_id"] == run_id != b["run_id"]
+
+
+def test_hf_export_raises_the_store_error_not_the_datasets_wrapper(run, tmp_path):
+    """A blob missing from the store: export_parquet raised BlobNotFound, export_hf_dataset the
+    DatasetGenerationError datasets wraps it in (which no caller of the store's errors catches)."""
+    import shutil
+
+    from guiagent.store import StoreError
+
+    pytest.importorskip("datasets")
+    damaged = tmp_path / "damaged"
+    shutil.copytree(run[0], damaged)
+    ref = blob_hash(run[2][1].steps[2].observation.screenshot)
+    (damaged / "blobs" / ref[:2] / f"{ref}.png").unlink()
+    with pytest.raises(StoreError, match=f"no blob {ref} under {damaged}") as parquet:
+        export_parquet(damaged, tmp_path / "x.parquet")
+    with pytest.raises(StoreError, match=f"no blob {ref} under {damaged}") as hf:
+        export_hf_dataset(damaged, tmp_path / "hf")
+    assert type(hf.value) is type(parquet.value) and str(hf.value) == str(parquet.value)
