@@ -252,6 +252,10 @@ LOOP_MODES: dict[str, dict[str, Any]] = {
                              "image_format": "jpeg", "_share": 0.5},
     "restore_lean_taps_partial": {"reset_by_restore": True, "tree": "none", "target_boxes": False,
                                   "image_format": "jpeg", "_actions": "taps", "_share": 0.5},
+    # restore_lean_partial with the pool's calls on the caller's thread (InProcessPool(own_thread=False)),
+    # beside it: what the pool's own thread (any thread may call it) costs a step
+    "restore_lean_partial_caller_thread": {"reset_by_restore": True, "tree": "none", "target_boxes": False,
+                                           "image_format": "jpeg", "_share": 0.5, "_own_thread": False},
     # the lean step on a RayEnvPool of one worker holding every slot (one Chromium in the actor's
     # process), in turns and on partial batches
     "ray_lean": {"reset_by_restore": True, "tree": "none", "target_boxes": False, "image_format": "jpeg",
@@ -355,7 +359,7 @@ def loops(slots: int, rounds: int, episodes_per_slot: int, group_sizes: list[int
             return RayEnvPool("webapps", num_workers=1, envs_per_worker=slots, device_options=options)
         # the per-slot loops drive the pool's browser from this thread (run_concurrently)
         return InProcessPool("webapps", num_slots=slots, device_options=options,
-                             own_thread=not LOOP_MODES[mode].get("_per_slot", False))
+                             own_thread=LOOP_MODES[mode].get("_own_thread", not LOOP_MODES[mode].get("_per_slot")))
 
     pools = {mode: pool_for(mode) for mode in modes}
     raw = RawLoop(slots)
