@@ -38,15 +38,19 @@ import copy
 import io
 import json
 import logging
+import multiprocessing
 import random
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, Mapping, TypeVar
 
 import gymnasium
 import numpy as np
 from gymnasium import spaces
+from gymnasium.spaces import utils as space_utils
+from gymnasium.vector.utils import shared_memory as shm
 from PIL import Image
 
 from emulators.snapshot import DeviceState, EnvState, SnapshotError, StartStates
@@ -286,7 +290,14 @@ class UnicodeText(spaces.Text):
 
     Page text and accessibility trees use all of Unicode; a charset listing every code
     point would cost megabytes, so :meth:`contains` accepts any ``str`` of a valid length
-    while :meth:`sample` draws from printable ASCII.
+    while :meth:`sample` draws from printable ASCII (``character_set``).
+
+    Gymnasium's tools that encode a ``Text`` as indexes into its charset
+    (``gymnasium.spaces.utils.flatten``/``unflatten``/``flatten_space``/``flatdim`` and the
+    vector envs' shared memory) encode this space by code point instead (registered below):
+    ``flatten`` gives an ``int32`` array of ``max_length`` code points, ``-1`` after the last
+    character (so any member round-trips, ``"\\0"`` included), and ``flatten_space`` is
+    ``Box(-1, 0x10FFFF, (max_length,), int32)``.
     """
 
     def __init__(self, max_length: int, *, seed: int | np.random.Generator | None = None):
@@ -297,6 +308,100 @@ class UnicodeText(spaces.Text):
 
     def __repr__(self) -> str:
         return f"UnicodeText({self.max_length})"
+
+    def encode(self, x: str) -> np.ndarray:
+        """``x`` as ``max_length`` ``int32`` code points, ``-1`` after its end (what ``flatten`` gives)."""
+        if not self.contains(x):
+            raise ValueError(f"{x!r:.80} is not a member of {self!r}")
+        out = np.full(self.max_length, _TEXT_END, dtype=np.int32)
+        # UTF-32 is the code points themselves; surrogatepass keeps lone surrogates (JS strings have them)
+        out[:len(x)] = np.frombuffer(x.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+        return out
+
+    def decode(self, codes: np.ndarray) -> str:
+        """The string :meth:`encode` gave ``codes`` for (code points up to the first negative one)."""
+        codes = np.asarray(codes).reshape(-1)
+        ends = np.flatnonzero(codes < 0)
+        codes = codes[:ends[0]] if len(ends) else codes
+        return codes.astype("<u4").tobytes().decode("utf-32-le", "surrogatepass")
+
+
+#: the code after a :class:`UnicodeText` string's last character in its flat encoding
+_TEXT_END = -1
+
+
+def _register_unicode_text() -> None:
+    """Teach Gymnasium's single-dispatch space tools :class:`UnicodeText`'s code-point encoding.
+
+    Without this they dispatch to ``Text``'s, which look every character up in the charset
+    (printable ASCII) and raise ``KeyError`` on a newline or any non-ASCII character of an
+    observation."""
+    @space_utils.flatdim.register(UnicodeText)
+    def _flatdim(space: UnicodeText) -> int:
+        return space.max_length
+
+    @space_utils.flatten.register(UnicodeText)
+    def _flatten(space: UnicodeText, x: str) -> np.ndarray:
+        return space.encode(x)
+
+    @space_utils.unflatten.register(UnicodeText)
+    def _unflatten(space: UnicodeText, x: np.ndarray) -> str:
+        return space.decode(x)
+
+    @space_utils.flatten_space.register(UnicodeText)
+    def _flatten_space(space: UnicodeText) -> spaces.Box:
+        return spaces.Box(low=_TEXT_END, high=0x10FFFF, shape=(space.max_length,), dtype=np.int32)
+
+    @shm.create_shared_memory.register(UnicodeText)
+    def _create(space: UnicodeText, n: int = 1, ctx: Any = multiprocessing) -> Any:
+        memory = ctx.Array(np.dtype(np.int32).char, n * space.max_length)
+        np.frombuffer(memory.get_obj(), dtype=np.int32).fill(_TEXT_END)  # n empty strings until written
+        return memory
+
+    @shm.read_from_shared_memory.register(UnicodeText)
+    def _read(space: UnicodeText, shared_memory: Any, n: int = 1) -> _SharedTexts:
+        return _SharedTexts(space, np.frombuffer(shared_memory.get_obj(), dtype=np.int32).reshape((n, space.max_length)))
+
+    @shm.write_to_shared_memory.register(UnicodeText)
+    def _write(space: UnicodeText, index: int, value: str, shared_memory: Any) -> None:
+        size = space.max_length
+        np.copyto(np.frombuffer(shared_memory.get_obj(), dtype=np.int32)[index * size:(index + 1) * size],
+                  space.encode(value))
+
+
+class _SharedTexts(SequenceABC):
+    """The strings of a vector env's shared :class:`UnicodeText` buffer, read when asked.
+
+    ``AsyncVectorEnv`` reads its shared memory once, when it starts, and hands out what it read
+    after every ``reset``/``step`` (copied, by default): fine for a ``Box``, whose read is a live
+    view of the buffer, but a tuple of strings read then would never change. This sequence reads
+    the buffer on every access, and its ``deepcopy`` (what the vector env returns by default) is
+    a plain ``tuple`` of the strings as they stand."""
+
+    def __init__(self, space: UnicodeText, codes: np.ndarray):
+        self._space, self._codes = space, codes
+
+    def __len__(self) -> int:
+        return len(self._codes)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return tuple(self)[i]
+        return self._space.decode(self._codes[i])
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == (tuple(other) if isinstance(other, _SharedTexts) else other)
+
+    __hash__ = None  # type: ignore[assignment]  # its strings change
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> tuple[str, ...]:
+        return tuple(self)
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+
+_register_unicode_text()
 
 
 _PRINTABLE = "".join(chr(c) for c in range(32, 127))
@@ -452,7 +557,10 @@ class GuiEnv(gymnasium.Env):
         typed_obs = info["observation"]          # guiagent.types.Observation
     """
 
-    metadata = {"render_modes": ["rgb_array"]}
+    #: ``rgb_array`` only: ``render()`` returns the last frame. ``gymnasium.make`` adds ``rgb_array_list``
+    #: (RenderCollection) and ``human`` (HumanRendering, which needs a display): docs/gymnasium.md.
+    #: ``render_fps``: one frame per step, the rate a human-mode window or a recorded video plays them at.
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
 
     def __init__(self, device: Device, task_cls: type[Task], *, max_steps: int | None = None,
                  render_mode: str | None = None, start_states: StartStates | None = None):

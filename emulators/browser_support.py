@@ -131,6 +131,17 @@ class BrowserHandle:
 _local = threading.local()
 
 
+def _forget_drivers_in_forked_child() -> None:
+    """After ``os.fork``, in the child: forget the threads' Playwright drivers without closing them (they
+    are the parent's: the child's copies talk to the parent's driver over pipes both processes hold, so a
+    browser started through them answers the wrong process). The child's first launch starts its own."""
+    global _local
+    _local = threading.local()
+
+
+os.register_at_fork(after_in_child=_forget_drivers_in_forked_child)
+
+
 @dataclass
 class _Driver:
     """One thread's Playwright driver and how many handles use it."""

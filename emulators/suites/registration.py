@@ -11,22 +11,30 @@ imports neither Flask nor a browser). AndroidWorld's task list needs the
     env = gymnasium.make("emulators.suites.androidworld_envs:guiagent/androidworld.ContactsAddContact",
                          endpoint=...)
 
-``gymnasium.make`` keyword arguments: ``render_mode`` (``"rgb_array"``),
-``max_steps`` (episode limit; default the task's), ``share_browser`` (default true:
+``gymnasium.make`` keyword arguments: ``render_mode`` (``"rgb_array"``, ``"rgb_array_list"``,
+``"human"`` where there is a display), ``max_steps`` (episode limit; default the task's: each
+task has its own, so ``env.spec.max_episode_steps`` is None), ``share_browser`` (default true:
 all browser envs of the process share one Chromium, one context each) and any option
 of the suite's ``make_device`` (``tree="none"``, ``scale=2``...). The env owns the
 device it made: ``env.close()`` closes it. To drive a device you built, construct
-:class:`~emulators.base.GuiEnv` directly. See docs/gymnasium.md.
+:class:`~emulators.base.GuiEnv` directly. Tasks whose first screen is not the same on two
+resets of one seed (pages that move with time) are registered ``nondeterministic``.
+Vector envs work in every multiprocessing context: a forked worker starts its own Chromium
+and app server. See docs/gymnasium.md.
 """
 
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import logging
+import os
+import sys
 import threading
 from typing import Any, Iterable
 
 import gymnasium
+from gymnasium.wrappers import HumanRendering
 
 from emulators.base import GuiEnv
 from emulators.suites import get_suite
@@ -45,7 +53,7 @@ ENTRY_POINT = "emulators.suites.registration:make_gym_env"
 
 
 def make_gym_env(*, suite: str, task_id: str, render_mode: str | None = None, max_steps: int | None = None,
-                 share_browser: bool = True, **device_options: Any) -> GuiEnv:
+                 share_browser: bool = True, **device_options: Any) -> gymnasium.Env:
     """The ``gymnasium.make`` entry point: a :class:`GuiEnv` (owning a new device) for one task.
 
     Browser suites put every env of the process in one shared Chromium (one context
@@ -53,13 +61,42 @@ def make_gym_env(*, suite: str, task_id: str, render_mode: str | None = None, ma
     ``share_browser=False`` or a ``chromium_path``/``headless`` option asks for a
     browser of its own. ``gymnasium.make`` deep-copies its keyword arguments, so a
     live browser handle cannot be passed in; this sharing stands in for it.
+
+    ``render_mode``: ``"rgb_array"`` (``render()`` returns the last frame), ``"rgb_array_list"``
+    (``gymnasium.make`` wraps the env in ``RenderCollection``) or ``"human"``: the env in
+    Gymnasium's ``HumanRendering``, a pygame window showing each frame, which needs pygame and a
+    display; without one it raises ``RuntimeError`` here, before a device is made.
     """
+    if render_mode == "human":
+        _check_human_rendering()
     s = get_suite(suite)
     cls = s.task_class(task_id)
     if (suite in BROWSER_SUITES and share_browser and "browser" not in device_options
             and not {"chromium_path", "headless"} & set(device_options)):
         device_options["browser"] = shared_browser()
-    return GuiEnv(s.make_device(**device_options), cls, max_steps=max_steps, render_mode=render_mode)
+    env = GuiEnv(s.make_device(**device_options), cls, max_steps=max_steps,
+                 render_mode="rgb_array" if render_mode == "human" else render_mode)
+    return HumanRendering(env) if render_mode == "human" else env
+
+
+#: what ``gymnasium.make`` reads off the entry point: the env's modes, and ``human`` done here
+#: (``rgb_array_list`` Gymnasium adds itself from ``rgb_array``)
+make_gym_env.metadata = {**GuiEnv.metadata,  # type: ignore[attr-defined]
+                         "render_modes": [*GuiEnv.metadata["render_modes"], "human"]}
+
+
+def _check_human_rendering() -> None:
+    """Raise, with what to do, where ``render_mode="human"`` cannot show a window."""
+    if importlib.util.find_spec("pygame") is None:
+        raise gymnasium.error.DependencyNotInstalled(
+            'render_mode="human" shows the frames in a pygame window: pip install pygame '
+            '(or use render_mode="rgb_array" and env.render())')
+    display = any(os.environ.get(v) for v in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER"))
+    if sys.platform.startswith("linux") and not display:
+        raise RuntimeError(
+            'render_mode="human" opens a window, and there is no display here (DISPLAY and WAYLAND_DISPLAY '
+            'are unset): use render_mode="rgb_array" (env.render() returns the frame) or "rgb_array_list", '
+            "or set SDL_VIDEODRIVER=offscreen to run it without showing the window")
 
 
 _BROWSER: Any = None
@@ -68,7 +105,11 @@ _BROWSER_LOCK = threading.Lock()
 
 def shared_browser() -> Any:
     """The process's shared Chromium for envs made by ``gymnasium.make`` (launched on first use,
-    relaunched if it died, closed at exit). Use it from the thread that launched it."""
+    relaunched if it died, closed at exit). Use it from the thread that launched it.
+
+    A forked child (a ``fork`` context's vector-env worker) launches its own: the parent's
+    browser is driven through the parent's Playwright connection, which the child cannot use
+    (:func:`_forget_in_forked_child`)."""
     global _BROWSER
     with _BROWSER_LOCK:
         if _BROWSER is None or not _BROWSER.connected:
@@ -87,6 +128,24 @@ def _close_shared_browser() -> None:
             handle.close()
         except Exception:  # already gone at interpreter exit
             pass
+
+
+def _forget_in_forked_child() -> None:
+    """After ``os.fork``, in the child: drop the parent's shared browser and its thread's Playwright
+    driver, without closing them (they are the parent's, still running there).
+
+    The child's copies talk to the parent's Playwright driver over pipes both processes now hold;
+    a browser, a context or a driver started through them answers the wrong process. Forgetting
+    them makes the child's first env launch a driver and a Chromium of its own. The same goes for
+    a browser device launching its own Chromium (``share_browser=False``): it starts on the
+    thread's driver, which :mod:`emulators.browser_support` forgets in the child.
+    """
+    global _BROWSER, _BROWSER_LOCK
+    _BROWSER, _BROWSER_LOCK = None, threading.Lock()  # a lock another thread held at the fork stays held
+    # the thread's Playwright driver: emulators.browser_support forgets it in the child itself
+
+
+os.register_at_fork(after_in_child=_forget_in_forked_child)
 
 
 def register_envs(suites: Iterable[str] = DEFAULT_SUITES, *, skip_unavailable: bool = False) -> list[str]:
@@ -111,5 +170,8 @@ def register_envs(suites: Iterable[str] = DEFAULT_SUITES, *, skip_unavailable: b
             ids.append(env_id)
             if env_id in gymnasium.registry:
                 continue
-            gymnasium.register(id=env_id, entry_point=ENTRY_POINT, kwargs={"suite": name, "task_id": task_id})
+            # a task class that says its resets are not reproducible (MiniWoB pages that move with time)
+            nondeterministic = bool(getattr(suite.task_class(task_id), "nondeterministic", False))
+            gymnasium.register(id=env_id, entry_point=ENTRY_POINT, nondeterministic=nondeterministic,
+                               kwargs={"suite": name, "task_id": task_id})
     return ids

@@ -32,7 +32,8 @@ from emulators.base import Device, DeviceError, Task
 from emulators.suites.miniwob.oracles import MAX_STEPS, ORACLES, next_action
 from guiagent.types import Action
 
-__all__ = ["html_dir", "page_names", "MiniWobTask", "make_task_class", "TASK_CLASSES", "MOVES_WITH_TIME"]
+__all__ = ["html_dir", "page_names", "MiniWobTask", "make_task_class", "TASK_CLASSES", "MOVES_WITH_TIME",
+           "NONDETERMINISTIC"]
 
 
 @lru_cache(maxsize=1)
@@ -75,6 +76,14 @@ _START_JS = """(seed) => {
 #: Measured: ``python bench/snapshot.py --miniwob-survey`` (docs/gymnasium.md)
 MOVES_WITH_TIME: frozenset[str] = frozenset({"chase-circle", "moving-items", "stock-market"})
 
+#: pages whose screen is not the same twice for one seed and the same actions, registered with Gymnasium
+#: as ``nondeterministic`` (its ``check_env`` then skips the determinism checks): those that move with
+#: time; the jQuery UI dialog pages, whose dialog rasterises a few pixels one value apart from one
+#: render to the next (resets of one seed included); ``click-pie``, whose wheel animates for 1.5 s at
+#: the start and after each click, as long as the device waits for a page to settle, so a busy machine
+#: captures it part way (``click-pie-nodelay`` does not animate). Found by ``check_env`` on every page.
+NONDETERMINISTIC: frozenset[str] = MOVES_WITH_TIME | {"click-dialog", "click-dialog-2", "click-pie"}
+
 _STATE_JS = """() => ({done: !!WOB_DONE_GLOBAL, raw: Number(WOB_RAW_REWARD_GLOBAL),
                       reason: WOB_REWARD_REASON === null ? null : String(WOB_REWARD_REASON)})"""
 
@@ -87,6 +96,8 @@ class MiniWobTask(Task):
     max_steps: ClassVar[int] = 15
     #: whether :meth:`oracle` can solve the task
     has_oracle: ClassVar[bool] = False
+    #: whether one seed and the same actions can give other screens (:data:`NONDETERMINISTIC`)
+    nondeterministic: ClassVar[bool] = False
     #: a page's state lives in its script's closures (the expected answer, counters, timers), which no
     #: browser API can read: a snapshot holds the seed and the actions, and a restore plays them again
     #: and checks that the screen came back byte for byte (pages that move with time do not)
@@ -182,7 +193,8 @@ def _browser(device: Device) -> Any:
 def make_task_class(name: str) -> type[MiniWobTask]:
     """The task class for page ``name`` (``click-button`` -> ``ClickButton``)."""
     cls_name = "".join(part.capitalize() for part in name.replace("_", "-").split("-"))
-    attrs = {"task_id": name, "has_oracle": name in ORACLES, "__doc__": f"MiniWoB++ task `{name}`."}
+    attrs = {"task_id": name, "has_oracle": name in ORACLES, "nondeterministic": name in NONDETERMINISTIC,
+             "__doc__": f"MiniWoB++ task `{name}`."}
     if name in MAX_STEPS:
         attrs["max_steps"] = MAX_STEPS[name]
     return type(cls_name, (MiniWobTask,), attrs)

@@ -33,6 +33,7 @@ Example::
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import uuid
 from collections import OrderedDict
@@ -250,41 +251,62 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 class AppServer:
-    """The Flask app on ``127.0.0.1`` (port 0 -> a free port) in a daemon thread."""
+    """The Flask app on ``127.0.0.1`` (port 0 -> a free port) in a daemon thread.
+
+    A server serves in the process that started it. In a forked child (a ``fork`` context's
+    vector-env worker) the copy is not running: its thread stayed in the parent, and its store
+    is a copy the parent's thread never sees. :meth:`start` there starts a new server (a new
+    port, this process's store) and :meth:`stop` only closes the child's copy of the socket.
+    """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, store: SessionStore | None = None):
         self.store = store or SessionStore()
         self._host, self._port = host, port
         self._server = None
         self._thread: threading.Thread | None = None
+        self._pid: int | None = None  # the process serving
 
     @property
     def running(self) -> bool:
-        return self._server is not None
+        return self._server is not None and self._pid == os.getpid()
 
     @property
     def url(self) -> str:
         """``http://127.0.0.1:<port>`` (no trailing slash)."""
-        if self._server is None:
-            raise RuntimeError("the app server is not running; call start()")
+        if not self.running:
+            raise RuntimeError("the app server is not running in this process; call start()")
         return f"http://{self._host}:{self._server.server_port}"
 
     def start(self) -> "AppServer":
+        if self._server is not None and not self.running:
+            self._forget()
         if self._server is None:
             self._server = make_server(self._host, self._port, create_app(self.store), threaded=True,
                                        request_handler=_QuietHandler)
+            self._pid = os.getpid()
             self._thread = threading.Thread(target=self._server.serve_forever, name="webapps-server", daemon=True)
             self._thread.start()
         return self
 
     def stop(self) -> None:
         """Stop serving and free the port. Safe to call twice."""
+        if self._server is not None and not self.running:
+            self._forget()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             if self._thread is not None:
                 self._thread.join(timeout=5)
-            self._server, self._thread = None, None
+            self._server, self._thread, self._pid = None, None, None
+
+    def _forget(self) -> None:
+        """A forked copy: close this process's handle on the listening socket (the parent's stays
+        open and served) and drop the copy; ``shutdown`` would wait for a thread that is not here."""
+        try:
+            self._server.socket.close()
+        except OSError:
+            pass
+        self._server, self._thread, self._pid = None, None, None
 
     def session_url(self, sid: str, path: str = "") -> str:
         return f"{self.url}/s/{sid}/{path}"
@@ -364,7 +386,10 @@ _shared_lock = threading.Lock()
 
 
 def shared_server() -> tuple[AppServer, LocalClient]:
-    """The process-wide server (started on first use) and an in-process client for it."""
+    """The process-wide server (started on first use) and an in-process client for it.
+
+    Each process has its own: a forked child starts a new one (the parent's copy there is not
+    running, :class:`AppServer`), so its sessions live in the store its own server answers from."""
     global _shared, _shared_client
     with _shared_lock:
         if _shared is None or not _shared.running:
@@ -382,3 +407,15 @@ def stop_shared_server() -> None:
         if _shared is not None:
             _shared.stop()
         _shared, _shared_client = None, None
+
+
+def _forget_in_forked_child() -> None:
+    """After ``os.fork``, in the child: drop the parent's shared server without stopping it (its
+    thread is the parent's); the child's first :func:`shared_server` starts one of its own."""
+    global _shared, _shared_client, _shared_lock
+    if _shared is not None:
+        _shared._forget()
+    _shared, _shared_client, _shared_lock = None, None, threading.Lock()  # a lock held at the fork stays held
+
+
+os.register_at_fork(after_in_child=_forget_in_forked_child)
