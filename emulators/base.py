@@ -409,7 +409,7 @@ _PRINTABLE = "".join(chr(c) for c in range(32, 127))
 _SAMPLE_KEYS = ("Enter", "Tab", "Escape", "Backspace", "ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight")
 
 
-class ActionText(spaces.Text):
+class ActionText(UnicodeText):
     """The action space: one action as a JSON object string, ``{"kind": "click", "x": 0.5, "y": 0.5}``.
 
     The format is :func:`guiagent.types.action_to_dict` (points normalised to [0, 1]);
@@ -424,7 +424,8 @@ class ActionText(spaces.Text):
               "back", "home", "wait", "answer", "finish")
 
     def __init__(self, max_length: int = 2048, *, seed: int | np.random.Generator | None = None):
-        super().__init__(max_length, min_length=2, charset=_PRINTABLE, seed=seed)
+        # a UnicodeText (typed text may be any Unicode: flatten and shared memory by code point)
+        spaces.Text.__init__(self, max_length, min_length=2, charset=_PRINTABLE, seed=seed)
 
     def contains(self, x: Any) -> bool:
         return (isinstance(x, str) and self.min_length <= len(x) <= self.max_length

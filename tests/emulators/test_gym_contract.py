@@ -34,7 +34,7 @@ from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory
 
 import emulators  # noqa: F401  (registers the envs)
 from emulators import browser_support
-from emulators.base import GuiEnv, UnicodeText, observation_space
+from emulators.base import ActionText, GuiEnv, UnicodeText, observation_space
 from emulators.suites import registration
 from emulators.suites.miniwob import SUITE as MINIWOB
 from emulators.suites.miniwob.tasks import NONDETERMINISTIC
@@ -62,6 +62,16 @@ def test_unicode_text_flattens_by_code_point_and_round_trips():
     for _ in range(20):  # samples (printable ASCII) round-trip too
         sample = space.sample()
         assert space_utils.unflatten(space, space_utils.flatten(space, sample)) == sample
+
+
+def test_actions_with_any_text_flatten_and_round_trip():
+    space = ActionText()
+    for text in ("Sauté", "Schönberg\n", "東京 🙂"):
+        raw = '{"kind": "type", "text": "%s", "submit": false}' % text.replace("\n", "\\n")
+        assert raw in space
+        flat = space_utils.flatten(space, raw)
+        assert flat.shape == (space.max_length,) and space_utils.unflatten(space, flat) == raw
+    assert space_utils.flatten_space(space).shape == (space.max_length,)
 
 
 def test_observation_dict_flattens_and_round_trips():
