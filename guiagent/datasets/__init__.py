@@ -80,9 +80,14 @@ def _guarded(episodes: Iterator[Trajectory], src: str) -> Iterator[Trajectory]:
     """Whatever a reader raises on a malformed record reaches the caller as one :class:`DatasetError`
     (the readers check what they read; this is the net under them)."""
     n = 0
+    seen: dict[str, int] = {}
     try:
         for t in episodes:
             check_episode_id(t.episode_id, f"{src}: episode {n + 1}")  # every format's ids, prefix and all
+            if t.episode_id in seen:  # the readers say where; this is the net (exports split over files)
+                raise DatasetError(f"{src}: episode {n + 1}: episode id {t.episode_id[:80]!r} is also the id "
+                                   f"of episode {seen[t.episode_id]}; an id may name one episode only")
+            seen[t.episode_id] = n + 1
             yield t
             n += 1
     except DatasetError:

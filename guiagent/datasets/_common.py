@@ -1,14 +1,17 @@
 """What every importer shares: errors, coordinate checks, image sizes and placeholders, the swipe
-check against step instructions, bounded reading, and the atomic import."""
+check against step instructions, bounded reading of files inside the data folder only, and the atomic
+import."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import io
 import json
 import os
 import re
 import shutil
+import stat
 import uuid
 import warnings
 from dataclasses import dataclass, field
@@ -22,7 +25,8 @@ from guiagent.types import Trajectory
 
 __all__ = ["DatasetError", "ImportResult", "ImportNotes", "SwipeCheck", "unit", "image_size", "write_atomically",
            "box_unit", "boxes_unit", "placeholder_png", "parse_size", "json_record", "MAX_SCREENSHOT_PIXELS",
-           "MAX_RECORD_BYTES", "MAX_EPISODE_ID", "check_episode_id"]
+           "MAX_RECORD_BYTES", "MAX_EPISODE_ID", "MAX_SCREENSHOT_BYTES", "SCREENSHOT_FORMATS",
+           "check_episode_id", "read_inside", "lies_inside"]
 
 #: the largest screenshot an import takes, in pixels (40 Mpx: an 8K screen is 33 Mpx, a phone 2-5 Mpx).
 #: A larger image is refused with one line: decoding it later (the web UI, a model's processor) would
@@ -30,6 +34,12 @@ __all__ = ["DatasetError", "ImportResult", "ImportNotes", "SwipeCheck", "unit", 
 MAX_SCREENSHOT_PIXELS = 40_000_000
 #: the longest JSON record (a JSONL line, a JSON annotation file) an import reads: 64 MiB
 MAX_RECORD_BYTES = 64 * 1024 * 1024
+#: the largest screenshot file an import reads: 64 MiB (a phone screenshot is 0.1-5 MB). A larger file
+#: is refused on its size, before it is read.
+MAX_SCREENSHOT_BYTES = 64 * 1024 * 1024
+#: the image formats a screenshot may have (those the store keeps and the web UI serves); Pillow's
+#: other decoders (some run outside programs) are never reached
+SCREENSHOT_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
 #: the longest episode id an import writes, counted whole (a format's prefix such as ``guiodyssey-``
 #: included). The web UI opens any id the store holds, ``/`` included; this keeps imported ids to
 #: what fits a URL, a log line and a table cell.
@@ -219,25 +229,37 @@ def _short(v: Any, n: int = 80) -> str:
     return r if len(r) <= n else r[:n] + "..."
 
 
-def image_size(data: bytes, where: str) -> tuple[int, int]:
-    """Width and height of PNG/JPEG bytes (header only, via Pillow); one clear error when the bytes are
-    not an image or declare more than :data:`MAX_SCREENSHOT_PIXELS` (nothing is decoded)."""
-    try:
-        with warnings.catch_warnings():
-            # our own limit below, in place of Pillow's warning (89 Mpx) and error (179 Mpx)
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as im:
-                w, h = im.size
-    except Image.DecompressionBombError as e:
-        raise DatasetError(f"{where}: the screenshot declares {_pixels_in(str(e))} pixels, more than the "
-                           f"{MAX_SCREENSHOT_PIXELS // 1_000_000} Mpx a screenshot may have") from None
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
-        raise DatasetError(f"{where}: the screenshot is not a readable image ({e})") from None
-    if w * h > MAX_SCREENSHOT_PIXELS:
-        raise DatasetError(f"{where}: the screenshot is {w}x{h} ({w * h / 1e6:.0f} Mpx), more than the "
-                           f"{MAX_SCREENSHOT_PIXELS // 1_000_000} Mpx a screenshot may have")
-    if w <= 0 or h <= 0:
-        raise DatasetError(f"{where}: the screenshot has no pixels ({w}x{h})")
+def image_size(data: bytes, where: str, *, decode: bool = True) -> tuple[int, int]:
+    """Width and height of screenshot bytes (PNG, JPEG, WebP, GIF or BMP, via Pillow); one clear error
+    when the bytes are not such an image, declare more than :data:`MAX_SCREENSHOT_PIXELS` (judged from
+    the header, before any pixel is decoded), or do not decode (a damaged or truncated file).
+
+    ``decode=False`` reads the header only: for the import's own placeholders."""
+    with warnings.catch_warnings():
+        # our own limit below, in place of Pillow's warning (89 Mpx) and error (179 Mpx)
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            im = Image.open(io.BytesIO(data), formats=SCREENSHOT_FORMATS)
+        except Image.DecompressionBombError as e:
+            raise DatasetError(f"{where}: the screenshot declares {_pixels_in(str(e))} pixels, more than the "
+                               f"{MAX_SCREENSHOT_PIXELS // 1_000_000} Mpx a screenshot may have") from None
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+            raise DatasetError(f"{where}: the screenshot is not a readable image ({e})") from None
+        with im:
+            w, h = im.size
+            if w * h > MAX_SCREENSHOT_PIXELS:
+                raise DatasetError(f"{where}: the screenshot is {w}x{h} ({w * h / 1e6:.0f} Mpx), more than "
+                                   f"the {MAX_SCREENSHOT_PIXELS // 1_000_000} Mpx a screenshot may have")
+            if w <= 0 or h <= 0:
+                raise DatasetError(f"{where}: the screenshot has no pixels ({w}x{h})")
+            if decode:
+                try:
+                    im.load()  # every pixel: what the web UI and a model's processor will do with it
+                except MemoryError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - whatever a decoder raises on damaged bytes
+                    raise DatasetError(f"{where}: the screenshot is damaged: its {im.format} data does not "
+                                       f"decode ({str(e)[:200] or type(e).__name__})") from None
     return w, h
 
 
@@ -283,15 +305,73 @@ def json_record(raw: bytes, where: str, what: str = "") -> Any:
         raise DatasetError(f"{where}: {what + ' is ' if what else ''}JSON nested too deeply to read") from None
 
 
-def read_limited(path: Path, where: str, limit: int = MAX_RECORD_BYTES) -> bytes:
-    """A whole file of at most ``limit`` bytes (a JSON annotation), else one clear error."""
+def lies_inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is ``root`` or under it, by their names alone (``..`` folded, links not
+    followed, nothing on disk touched)."""
+    p, r = os.path.abspath(path), os.path.abspath(root)
+    return p == r or p.startswith(r.rstrip(os.sep) + os.sep)
+
+
+#: how a file is opened: not through a last link (links are resolved and checked first), not waiting
+#: on a pipe
+_O_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+            | getattr(os, "O_CLOEXEC", 0))
+
+
+def read_inside(path: Path, root: Path, where: str, *, what: str = "screenshot",
+                limit: int = MAX_SCREENSHOT_BYTES) -> bytes | None:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes lying inside the folder
+    ``root`` once links are followed; ``None`` where there is no file (nothing there, or a folder).
+
+    Anything else is one :class:`DatasetError` naming ``where``, and nothing of it is read: a path
+    that leads outside ``root`` (``..``, an absolute path, a link pointing outside), something not a
+    regular file (a pipe, a device), a file larger than ``limit`` (judged by its size, and the read
+    stops at the limit), a file that cannot be opened.
+    """
+    shown = _short(str(path), 160)
+    outside = (f"{where}: {what} {shown} leads outside {_short(str(root), 160)}; an import reads files "
+               "only from inside the folder it is given")
+    if not lies_inside(path, root):
+        raise DatasetError(outside)
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if not lies_inside(real, real_root):
+        raise DatasetError(outside + f" (a link to {_short(real, 160)})")
     try:
-        size = path.stat().st_size
-        if size > limit:
-            raise DatasetError(f"{where}: {size:,} bytes, more than the {limit // 2**20} MiB a record may have")
-        return path.read_bytes()
+        fd = os.open(real, _O_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
     except OSError as e:
-        raise DatasetError(f"{where}: cannot read ({e.strerror or e})") from None
+        if e.errno == errno.ENAMETOOLONG:
+            return None
+        raise DatasetError(f"{where}: {what} {shown} cannot be read ({e.strerror or e})") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            raise DatasetError(f"{where}: {what} {shown} is not a regular file")
+        try:  # what was really opened (Linux): a link swapped in after the check above is caught here
+            opened = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            opened = real
+        if not lies_inside(opened, real_root):
+            raise DatasetError(outside + f" (a link to {_short(opened, 160)})")
+        if st.st_size > limit:
+            raise DatasetError(f"{where}: {what} {shown} is {st.st_size:,} bytes, more than the "
+                               f"{limit // 2**20} MiB an import reads")
+        with os.fdopen(fd, "rb") as f:
+            fd = -1  # closed with f
+            try:
+                data = f.read(limit + 1)
+            except OSError as e:
+                raise DatasetError(f"{where}: {what} {shown} cannot be read ({e.strerror or e})") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > limit:
+        raise DatasetError(f"{where}: {what} {shown} is more than the {limit // 2**20} MiB an import reads")
+    return data
 
 
 def iter_lines(path: Path, limit: int = MAX_RECORD_BYTES) -> Iterator[tuple[int, bytes]]:
@@ -365,4 +445,9 @@ def iter_files(src: Path, patterns: tuple[str, ...]) -> Iterator[Path]:
     found = sorted({p for pat in patterns for p in src.glob(pat) if p.is_file()})
     if not found:
         raise DatasetError(f"{src}: no files matching {', '.join(patterns)}")
+    real_src = os.path.realpath(src)
+    for p in found:  # all checked before the first is read
+        if not lies_inside(os.path.realpath(p), real_src):
+            raise DatasetError(f"{p}: a link to {_short(os.path.realpath(p), 160)}, outside {src}; an import "
+                               "reads files only from inside the folder it is given")
     yield from found

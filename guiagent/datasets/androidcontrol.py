@@ -15,6 +15,9 @@ Each step's :class:`~guiagent.types.StepTarget` (metadata ``target``) holds the 
 element box from the accessibility tree (below), the text, or the scroll direction (AndroidControl
 writes where the view scrolls: convention ``scroll``); the step instruction and the episode id go in
 the step's metadata too.
+
+Every screenshot is decoded whole at import, the final observation's included: a damaged one is one
+line naming the record, the episode and the step. An episode id that appears twice is refused.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from typing import Any, Iterator
 from google.protobuf.message import DecodeError
 
 from guiagent.datasets._common import (
-    MAX_SCREENSHOT_PIXELS,
     DatasetError,
     ImportNotes,
     image_size,
@@ -192,16 +194,16 @@ def _episode(ex: Any, where: str, notes: ImportNotes) -> Trajectory:
         )
     if instr and len(instr) != len(actions):
         raise DatasetError(f"{where}: {len(instr)} step instructions for {len(actions)} actions")
+    for i, shot in enumerate(shots):  # every screenshot decoded, the final observation's included
+        at = f"{where} step {i}" if i < len(actions) else f"{where} final observation (screenshot {i})"
+        got = image_size(shot, at)  # at most MAX_SCREENSHOT_PIXELS, judged from the header before decoding
+        said = (int(widths[i]), int(heights[i]))
+        if got != said:
+            raise DatasetError(f"{at}: the screenshot is {got}, the record says {said}")
     steps = []
     for i, raw in enumerate(actions):
         at = f"{where} step {i}"
         w, h = int(widths[i]), int(heights[i])
-        if image_size(shots[i], at) != (w, h):
-            raise DatasetError(
-                f"{at}: the screenshot is {image_size(shots[i], at)}, the record says {(w, h)}"
-            )
-        if not 0 < w * h <= MAX_SCREENSHOT_PIXELS:
-            raise DatasetError(f"{at}: the record says the screenshot is {w}x{h}")
         a = json_record(bytes(raw), at, "the action")
         text = instr[i].decode("utf-8", "replace") if instr else ""
         action = androidcontrol_action(a, w, h, at)
@@ -237,6 +239,7 @@ _FINGER = {"up": "down", "down": "up", "left": "right", "right": "left"}  # a sc
 def read_androidcontrol(src: str | Path, *, notes: ImportNotes | None = None, **_: Any) -> Iterator[Trajectory]:
     """Every episode in ``src``: a TFRecord file, or a folder of ``android_control*`` / ``*.tfrecord*``."""
     notes = notes if notes is not None else ImportNotes()
+    seen: dict[str, str] = {}  # episode id -> where it was first
     for path in iter_files(Path(src), ("android_control*", "*.tfrecord*")):
         records = iter_records(path)
         n = 0
@@ -251,7 +254,13 @@ def read_androidcontrol(src: str | Path, *, notes: ImportNotes | None = None, **
                 raise DatasetError(
                     f"{path}: {msg if msg.startswith('record') else f'record {n}: {msg}'}"
                 ) from None
-            yield _episode(ex, f"{path}: record {n}", notes)
+            where = f"{path}: record {n}"
+            t = _episode(ex, where, notes)
+            if t.episode_id in seen:
+                raise DatasetError(f"{where}: episode_id {t.metadata['episode_id']} is also the episode_id "
+                                   f"of {seen[t.episode_id]}; an id may name one episode only")
+            seen[t.episode_id] = where
+            yield t
             n += 1
     for line in notes.swipes.warnings(str(src), action_field="the recorded scroll",
                                       target_field="the step target"):

@@ -14,6 +14,11 @@ Each step's :class:`~guiagent.types.StepTarget` (metadata ``target``) holds the 
 path and direction (GUI-Odyssey records the finger's path: convention ``finger``), the text, or the
 button; the episode id goes in each step's metadata. ``placeholders`` (``WxH``, or ``auto``: the
 annotation's ``device_info`` size) stands blank screenshots in for missing files.
+
+A screenshot is looked up by its file name alone in ``screenshots/`` (or ``images_dir``) and must be a
+regular file of at most 64 MiB lying inside the source folder (or ``images_dir``) once links are
+followed; annotations too. Every screenshot is decoded whole: a damaged one is one line naming the
+annotation and step. Two annotations with the same ``episode_id`` are refused.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from guiagent.datasets._common import (
+    MAX_RECORD_BYTES,
     DatasetError,
     ImportNotes,
     check_episode_id,
@@ -29,7 +35,7 @@ from guiagent.datasets._common import (
     json_record,
     parse_size,
     placeholder_png,
-    read_limited,
+    read_inside,
     unit,
 )
 from guiagent.types import (
@@ -124,12 +130,17 @@ def read_guiodyssey(
     src = Path(src)
     ann = src / "annotations" if (src / "annotations").is_dir() else src
     shots_dir = Path(images_dir) if images_dir else src / "screenshots"
+    shots_root = Path(images_dir) if images_dir else src  # what a screenshot must lie inside, links followed
     files = sorted(ann.glob("*.json")) if ann.is_dir() else []
     if not files:
         raise DatasetError(f"{src}: no annotations/*.json files")
+    seen: dict[str, str] = {}
     for path in files:
         where = str(path)
-        d = json_record(read_limited(path, where), where)
+        raw = read_inside(path, src, where, what="the annotation", limit=MAX_RECORD_BYTES)
+        if raw is None:
+            raise DatasetError(f"{where}: not a file")
+        d = json_record(raw, where)
         if not isinstance(d, dict):
             raise DatasetError(f"{where}: an annotation must be a JSON object")
         try:
@@ -140,6 +151,10 @@ def read_guiodyssey(
             raise DatasetError(f"{where}: episode_id must be a text or a number, got {_s(eid)}")
         eid = str(eid)
         check_episode_id(eid, where, prefix=ID_PREFIX)  # the id written is ID_PREFIX + eid
+        if eid in seen:
+            raise DatasetError(f"{where}: episode_id {_s(eid)} is also the episode_id of {seen[eid]}; an id "
+                               "may name one episode only")
+        seen[eid] = path.name
         if not isinstance(task, dict):
             raise DatasetError(f"{where}: task_info must be an object")
         if not isinstance(steps_in, list) or not steps_in:
@@ -157,20 +172,17 @@ def read_guiodyssey(
                 raise DatasetError(f"{at}: screenshot must be a file name, got {_s(s['screenshot'])}")
             p = shots_dir / Path(s["screenshot"]).name
             meta: dict[str, Any] = {}
-            try:
-                found = p.is_file()
-            except OSError:
-                found = False
-            if found:
-                data = p.read_bytes()
-            elif placeholders:
+            # a link leading outside the folder, a pipe, a file over 64 MiB: one line, nothing read
+            data = read_inside(p, shots_root, at)
+            placeholder = data is None
+            if data is None:
+                if not placeholders:
+                    raise DatasetError(f"{at}: screenshot {p} not found (--placeholders WxH|auto stands "
+                                       "blank screenshots in)")
                 size = fixed or _device_size(device, at)
                 data, meta["placeholder"] = placeholder_png(*size), True
                 notes.placeholders += 1
-            else:
-                raise DatasetError(f"{at}: screenshot {p} not found (--placeholders WxH|auto stands blank "
-                                   "screenshots in)")
-            w, h = image_size(data, at)
+            w, h = image_size(data, at, decode=not placeholder)  # placeholders are our own blank PNGs
             action = guiodyssey_action(s["action"], s.get("info", ""), at)
             target = guiodyssey_target(action)
             meta.update({STEP_TARGET_KEY: target.to_dict(), "episode_id": eid})

@@ -33,8 +33,13 @@ import checks every swipe against its step instruction and says so where they di
 evaluation file's left/right finger paths go against both their instructions and their
 ``check_options``: see docs/training.md, "Recorded data").
 
-Screenshot paths are tried as written, then relative to the JSONL file's folder, then as
-``images_dir/<file name>``. The published files ship no screenshots: ``placeholders`` (``WxH`` or
+Screenshots are read only from inside the JSONL file's folder (and ``images_dir``): a path is
+looked up under that folder (an absolute one as written when it lies inside the folder, else with its
+leading ``/`` dropped), then as ``images_dir/<file name>``. A path that leads outside its folder, ``..``
+or a link pointing outside (links are followed, then checked), something not a regular file, or a
+file over :data:`~guiagent.datasets._common.MAX_SCREENSHOT_BYTES` (64 MiB, judged by its size before
+it is read) is refused with one line; every screenshot is decoded whole, so a damaged one is refused
+too, naming its line and step. The published files ship no screenshots: ``placeholders`` (``WxH`` or
 ``auto``) stands a blank screenshot of that size in for each missing one (``auto``: the size the
 episode's coordinates imply, :func:`infer_screen`); each such step has metadata ``placeholder: true``.
 """
@@ -52,8 +57,10 @@ from guiagent.datasets._common import (
     iter_files,
     iter_lines,
     json_record,
+    lies_inside,
     parse_size,
     placeholder_png,
+    read_inside,
     unit,
 )
 from guiagent.types import (
@@ -272,17 +279,20 @@ class _Shots:
             if self.on and p is None:
                 return self._placeholder(where, episode_size), True
             raise DatasetError(f"{where}: screenshot must be a path, got {_s(p)}")
-        tries = [Path(p), self.base / p.lstrip("/")] + ([self.images_dir / Path(p).name] if self.images_dir else [])
-        for c in tries:
-            try:
-                if c.is_file():
-                    return c.read_bytes(), False
-            except OSError:  # a name too long for the file system, a folder without permission
-                continue
+        # (path, the folder it must stay inside): an absolute path as written only where it names a file
+        # inside the JSONL's folder (elsewhere it is the recorder's machine, never read here)
+        tries = [(Path(p), self.base)] if Path(p).is_absolute() and lies_inside(p, self.base) else []
+        tries.append((self.base / p.lstrip("/"), self.base))
+        if self.images_dir:
+            tries.append((self.images_dir / Path(p).name, self.images_dir))
+        for c, root in tries:
+            data = read_inside(c, root, where)  # refuses a path or link leading outside, a pipe, a huge file
+            if data is not None:
+                return data, False
         if self.on:
             return self._placeholder(where, episode_size), True
         raise DatasetError(
-            f"{where}: screenshot {_s(p)} not found (tried {', '.join(_s(str(t), 120) for t in tries)}; "
+            f"{where}: screenshot {_s(p)} not found (tried {', '.join(_s(str(t), 120) for t, _ in tries)}; "
             "pass --images DIR for a folder holding the files, or --placeholders WxH|auto to stand blank "
             "screenshots in)"
         )
@@ -351,7 +361,7 @@ def _episode(d: dict, path: Path, n: int, where: str, shots: _Shots, convention:
         if not isinstance(s, dict):
             raise DatasetError(f"{at}: a step must be an object")
         shot, placeholder = shots.get(s.get("screenshot"), at, episode_size)
-        w, h = image_size(shot, at)
+        w, h = image_size(shot, at, decode=not placeholder)  # placeholders are our own blank PNGs
         check = s.get("check_options")
         if check is not None and not isinstance(check, dict):
             raise DatasetError(f"{at}: check_options must be an object, got {_s(check)}")

@@ -567,3 +567,45 @@ def test_episode_ids_over_the_limit_are_refused_in_one_line_before_anything_is_w
     with pytest.raises(DatasetError, match=r"episode 1: episode_id 'uis1-u+\.\.\. is 2\d\d characters long"):
         import_dataset("uis1", long_src, tmp_path / "uis1-run", images_dir=str(tmp_path / "images"))
     assert not (tmp_path / "uis1-run").exists()
+
+
+# -- one id, one episode: a repeated id is bad input, refused before anything is written ------------
+
+
+def _cli_lines(capsys, *args):
+    rc = data_main(["import", *args])
+    return rc, capsys.readouterr().err.strip().splitlines()
+
+
+def test_an_episode_id_twice_in_one_source_is_one_line_and_exit_2(tmp_path, capsys):
+    ac = tmp_path / "ac"
+    ac.mkdir()
+    write_tfrecord(ac / "android_control-0", [ac_example(1, AC_ACTIONS[:1]), ac_example(1, AC_ACTIONS[:2])])
+    rc, lines = _cli_lines(capsys, "--format", "androidcontrol", str(ac / "android_control-0"), "--out",
+                           str(tmp_path / "out"))
+    assert rc == 2 and len(lines) == 1, lines
+    assert "android_control-0: record 1: episode_id 1 is also the episode_id of " in lines[0]
+    assert lines[0].endswith("android_control-0: record 0; an id may name one episode only")
+    write_tfrecord(ac / "android_control-0", [ac_example(1, AC_ACTIONS[:1])])
+    write_tfrecord(ac / "android_control-1", [ac_example(2, AC_ACTIONS[:1]), ac_example(1, AC_ACTIONS[:1])])
+    rc, lines = _cli_lines(capsys, "--format", "androidcontrol", str(ac), "--out", str(tmp_path / "out"))
+    assert rc == 2 and len(lines) == 1 and "android_control-1: record 1: episode_id 1 is also" in lines[0], lines
+    # GUI-Odyssey: two annotations with one id (a number in one, text in the other: both write guiodyssey-5)
+    for name, eid in (("a", 5), ("b", "5")):
+        _odyssey_annotation(tmp_path / "ody", eid)
+        (tmp_path / "ody" / "annotations" / "e.json").rename(tmp_path / "ody" / "annotations" / f"{name}.json")
+    rc, lines = _cli_lines(capsys, "--format", "guiodyssey", str(tmp_path / "ody"), "--out", str(tmp_path / "out"))
+    assert rc == 2 and len(lines) == 1, lines
+    assert "b.json: episode_id '5' is also the episode_id of a.json; an id may name one episode only" in lines[0]
+    # our exports: the same episode in two files of one folder
+    with Store.open(tmp_path / "run") as s:
+        run = s.create_run("r")
+        s.write_trajectory(run, Trajectory("ep", TaskSpec("webapps", "t", 0, "g"), (
+            Step(0, Observation(png(30, 60), 30, 60), Click(0.5, 0.5)),), success=1.0))
+    (tmp_path / "pq").mkdir()
+    for name in ("a", "b"):
+        export_parquet(tmp_path / "run", tmp_path / "pq" / f"{name}.parquet")
+    rc, lines = _cli_lines(capsys, "--format", "parquet", str(tmp_path / "pq"), "--out", str(tmp_path / "out"))
+    assert rc == 2 and len(lines) == 1, lines
+    assert "episode 2: episode id 'ep' is also the id of episode 1; an id may name one episode only" in lines[0]
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".*"))

@@ -360,3 +360,185 @@ def test_import_result_reports_swipes_against_instructions(tmp_path):
                        timeout=120)
     assert p.returncode == 0 and "warning: " in p.stderr and "look reversed" in p.stderr
     assert json.loads(p.stdout.splitlines()[-1])["swipe_check"]["swipes"] == 6
+
+
+# -- damaged screenshots: every one is decoded at import, the final observation's included ----------
+
+
+def _cli(capsys, *args):
+    """``guiagent data import ARGS`` in this process: (exit status, stderr lines)."""
+    from guiagent.cli.data import main
+
+    rc = main(["import", *args])
+    return rc, capsys.readouterr().err.strip().splitlines()
+
+
+def _nothing_written(root):
+    return not (root / "out").exists() and not [p for p in root.rglob(".*importing*")]
+
+
+def noisy_png(w=60, h=120, seed=0):
+    """A PNG that does not compress to a few bytes: cutting it anywhere truncates its pixel data."""
+    import io
+    import random
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.frombytes("RGB", (w, h), random.Random(seed).randbytes(w * h * 3)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def test_a_damaged_uis1_screenshot_is_one_line_naming_line_and_step(tmp_path, capsys):
+    (tmp_path / "ok.png").write_bytes(noisy_png())
+    (tmp_path / "cut.png").write_bytes(noisy_png()[:100])  # a real PNG's first 100 bytes: the header reads
+    steps = [{"action_content": {"action": "wait", "time": 1}, "screenshot": s} for s in ("ok.png", "cut.png")]
+    (tmp_path / "a.jsonl").write_text(json.dumps({"goal": "g", "steps": steps}) + "\n")
+    rc, lines = _cli(capsys, "--format", "uis1", str(tmp_path / "a.jsonl"), "--out", str(tmp_path / "out"))
+    assert rc == 2 and len(lines) == 1, lines
+    assert "a.jsonl: line 1 step 1: the screenshot is damaged: its PNG data does not decode (image file is " \
+           "truncated" in lines[0]
+    assert _nothing_written(tmp_path)
+
+
+@pytest.mark.parametrize("which,bad,msg", [
+    (-1, b"\x00garbage\xff" * 20, "final observation (screenshot 2): the screenshot is not a readable image"),
+    (-1, "cut", "final observation (screenshot 2): the screenshot is damaged"),
+    (1, "cut", "step 1: the screenshot is damaged"),
+])
+def test_a_damaged_androidcontrol_screenshot_is_refused_the_final_one_too(tmp_path, capsys, which, bad, msg):
+    from guiagent.datasets.tfrecord import parse_example
+
+    ex = parse_example(ac_example(4, [{"action_type": "wait"}] * 2, w=60, h=120))
+    ex.features.feature["screenshots"].bytes_list.value[which] = noisy_png()[:300] if bad == "cut" else bad
+    src = tmp_path / "android_control-x"
+    write_tfrecord(src, [ex.SerializeToString()])
+    rc, lines = _cli(capsys, "--format", "androidcontrol", str(src), "--out", str(tmp_path / "out"))
+    assert rc == 2 and len(lines) == 1 and f"android_control-x: record 0 (episode 4) {msg}" in lines[0], lines
+    assert _nothing_written(tmp_path)
+
+
+def test_a_damaged_guiodyssey_screenshot_is_refused(tmp_path, capsys):
+    src = tmp_path / "ody"
+    (src / "annotations").mkdir(parents=True)
+    (src / "screenshots").mkdir()
+    (src / "screenshots" / "s.png").write_bytes(noisy_png()[:-200])
+    ann = {"episode_id": "e", "task_info": {"instruction": "x"},
+           "steps": [{"step": 0, "screenshot": "s.png", "action": "CLICK", "info": [[500, 500]]}]}
+    (src / "annotations" / "e.json").write_text(json.dumps(ann))
+    rc, lines = _cli(capsys, "--format", "guiodyssey", str(src), "--out", str(tmp_path / "out"))
+    assert rc == 2 and len(lines) == 1 and "e.json step 0: the screenshot is damaged" in lines[0], lines
+    assert _nothing_written(tmp_path)
+
+
+def test_a_damaged_screenshot_in_our_export_is_refused(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from guiagent.store import Store
+    from guiagent.store.export import export_parquet
+    from guiagent.types import Click, Observation, Step, TaskSpec, Trajectory
+
+    with Store.open(tmp_path / "run") as s:
+        run = s.create_run("r")
+        s.write_trajectory(run, Trajectory("ep", TaskSpec("webapps", "t", 0, "g"), (
+            Step(0, Observation(noisy_png(), 60, 120), Click(0.5, 0.5)),), success=1.0))
+    export_parquet(tmp_path / "run", tmp_path / "x.parquet")
+    table = pq.read_table(tmp_path / "x.parquet")
+    cut = pa.array([noisy_png()[:-200]], type=table.schema.field("screenshot").type)
+    pq.write_table(table.set_column(table.schema.get_field_index("screenshot"), "screenshot", cut),
+                   tmp_path / "x.parquet")
+    rc, lines = _cli(capsys, "--format", "parquet", str(tmp_path / "x.parquet"), "--out", str(tmp_path / "out"))
+    assert rc == 2 and len(lines) == 1 and "episode ep, step 0): the screenshot is damaged" in lines[0], lines
+    assert _nothing_written(tmp_path)
+
+
+# -- files outside the data folder are never read -------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["dotdot", "absolute", "link", "images_link", "link_inside"])
+def test_uis1_reads_screenshots_only_from_inside_its_folder(tmp_path, capsys, case):
+    secret = tmp_path / "secret" / "secret.png"
+    secret.parent.mkdir()
+    secret.write_bytes(noisy_png(seed=7))
+    data, images = tmp_path / "data", tmp_path / "images"
+    data.mkdir()
+    images.mkdir()
+    (data / "shots").mkdir()
+    (data / "shots" / "mine.png").write_bytes(noisy_png(seed=1))
+    shot = {"dotdot": "../secret/secret.png", "absolute": str(secret), "link": "link.png",
+            "images_link": "/elsewhere/x.png", "link_inside": "link.png"}[case]
+    if case == "link":
+        (data / "link.png").symlink_to(secret)
+    if case == "link_inside":
+        (data / "link.png").symlink_to(data / "shots" / "mine.png")
+    if case == "images_link":
+        (images / "x.png").symlink_to(secret)
+    (data / "a.jsonl").write_text(_episode(shot) + "\n")
+    args = ("--format", "uis1", str(data / "a.jsonl"), "--out", str(tmp_path / "out"), "--images", str(images))
+    rc, lines = _cli(capsys, *args)
+    if case == "link_inside":  # a link inside the folder to a file inside it is fine
+        assert rc == 0, lines
+        return
+    assert rc == 2 and len(lines) == 1 and "a.jsonl: line 1 step 0: screenshot" in lines[0], lines
+    assert ("not found" if case == "absolute" else "leads outside") in lines[0], lines
+    assert _nothing_written(tmp_path)
+    # with placeholders on, a blank screenshot stands in for a path elsewhere; the outside file is never taken
+    rc, lines = _cli(capsys, *args, "--placeholders", "60x120")
+    if case != "absolute":
+        assert rc == 2 and "leads outside" in lines[0], lines
+        return
+    from guiagent.store import StoreReader
+
+    (t,) = StoreReader(tmp_path / "out").iter_trajectories()
+    assert t.steps[0].metadata["placeholder"] is True and t.steps[0].observation.screenshot != secret.read_bytes()
+
+
+def test_uis1_refuses_a_pipe(tmp_path, capsys):
+    import os
+
+    os.mkfifo(tmp_path / "fifo.png")
+    (tmp_path / "a.jsonl").write_text(_episode("fifo.png") + "\n")
+    rc, lines = _cli(capsys, "--format", "uis1", str(tmp_path / "a.jsonl"), "--out", str(tmp_path / "out"))
+    assert rc == 2 and len(lines) == 1 and "fifo.png' is not a regular file" in lines[0], lines
+    assert _nothing_written(tmp_path)
+
+
+def test_uis1_refuses_a_huge_screenshot_file_without_reading_it(tmp_path):
+    with open(tmp_path / "h.png", "wb") as f:  # 600 MB, sparse: a real PNG and then nothing
+        f.write(noisy_png())
+        f.truncate(600 * 2**20)
+    (tmp_path / "a.jsonl").write_text(_episode("h.png") + "\n")
+    rc, lines, rss = _import("--format", "uis1", str(tmp_path / "a.jsonl"), "--out", str(tmp_path / "out"))
+    assert rc == 2 and len(lines) == 1 and "is 629,145,600 bytes, more than the 64 MiB an import reads" in lines[0]
+    assert rss < 400_000, f"peak memory {rss} kB"  # the file was never read
+    assert _nothing_written(tmp_path)
+
+
+@pytest.mark.parametrize("case", ["odyssey_screenshot", "odyssey_annotation", "androidcontrol_file"])
+def test_guiodyssey_and_androidcontrol_read_only_from_inside_their_folder(tmp_path, capsys, case):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "s.png").write_bytes(noisy_png())
+    ann = {"episode_id": "e", "task_info": {"instruction": "x"},
+           "steps": [{"step": 0, "screenshot": "s.png", "action": "CLICK", "info": [[500, 500]]}]}
+    (outside / "e.json").write_text(json.dumps(ann))
+    write_tfrecord(outside / "android_control-0", [ac_example(1, [{"action_type": "wait"}])])
+    src = tmp_path / "src"
+    (src / "annotations").mkdir(parents=True)
+    (src / "screenshots").mkdir()
+    if case == "odyssey_screenshot":  # a screenshot linked in from elsewhere
+        (src / "annotations" / "e.json").write_text(json.dumps(ann))
+        (src / "screenshots" / "s.png").symlink_to(outside / "s.png")
+        msg = "e.json step 0: screenshot "
+    elif case == "odyssey_annotation":  # an annotation linked in
+        (src / "screenshots" / "s.png").write_bytes(noisy_png())
+        (src / "annotations" / "e.json").symlink_to(outside / "e.json")
+        msg = "e.json: the annotation "
+    else:  # a record file linked into the folder given
+        (src / "android_control-0").symlink_to(outside / "android_control-0")
+        msg = "android_control-0: a link to "
+    fmt = "androidcontrol" if case == "androidcontrol_file" else "guiodyssey"
+    rc, lines = _cli(capsys, "--format", fmt, str(src), "--out", str(tmp_path / "out"))
+    assert rc == 2 and len(lines) == 1 and msg in lines[0] and "outside" in lines[0], lines
+    assert _nothing_written(tmp_path)
