@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from guiagent.datasets._common import DatasetError, check_episode_id, image_size
+from guiagent.datasets._common import DatasetError, check_episode_id, image_size, iter_files
 from guiagent.types import Observation, ParseError, Step, TaskSpec, Trajectory, action_from_dict
 
 __all__ = ["read_parquet", "read_hf_dataset", "trajectories_from_rows"]
@@ -160,9 +160,12 @@ def read_parquet(src: str | Path, **_: Any) -> Iterator[Trajectory]:
     import pyarrow.parquet as pq
 
     src = Path(src)
-    files = [src] if src.is_file() else sorted(src.glob("*.parquet")) if src.is_dir() else []
-    if not files:
+    if not (src.is_file() or src.is_dir()):
         raise DatasetError(f"{src}: no Parquet file")
+    try:  # a folder's files: only those inside it (a link to elsewhere is refused, as every import does)
+        files = list(iter_files(src, ("*.parquet",)))
+    except DatasetError as e:
+        raise DatasetError(f"{src}: no Parquet file") if "no files matching" in str(e) else e from None
     for path in files:
         try:
             pf = pq.ParquetFile(path)

@@ -542,3 +542,21 @@ def test_guiodyssey_and_androidcontrol_read_only_from_inside_their_folder(tmp_pa
     rc, lines = _cli(capsys, "--format", fmt, str(src), "--out", str(tmp_path / "out"))
     assert rc == 2 and len(lines) == 1 and msg in lines[0] and "outside" in lines[0], lines
     assert _nothing_written(tmp_path)
+
+
+def test_a_parquet_export_folder_reads_only_its_own_files(tmp_path, capsys):
+    from guiagent.store import Store
+    from guiagent.store.export import export_parquet
+    from guiagent.types import Click, Observation, Step, TaskSpec, Trajectory
+
+    with Store.open(tmp_path / "run") as s:
+        run = s.create_run("r")
+        s.write_trajectory(run, Trajectory("ep", TaskSpec("webapps", "t", 0, "g"), (
+            Step(0, Observation(noisy_png(), 60, 120), Click(0.5, 0.5)),), success=1.0))
+    (tmp_path / "outside").mkdir()
+    export_parquet(tmp_path / "run", tmp_path / "outside" / "x.parquet")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "x.parquet").symlink_to(tmp_path / "outside" / "x.parquet")
+    rc, lines = _cli(capsys, "--format", "parquet", str(tmp_path / "src"), "--out", str(tmp_path / "out"))
+    assert rc == 2 and len(lines) == 1 and "x.parquet: a link to " in lines[0] and "outside" in lines[0], lines
+    assert _nothing_written(tmp_path)
