@@ -10,7 +10,9 @@ Layout of ``RUN_DIR/checkpoint/``::
 
 Nothing in a checkpoint is unpickled as arbitrary objects: a crafted ``optimizer.pt`` is
 refused with :class:`CheckpointError`, never executed. ``trainer_state.json`` is checked field by
-field against :class:`TrainerState` (types strictly, counts non-negative) before a resume uses it.
+field against :class:`TrainerState` (types strictly, counts non-negative) before a resume uses it;
+the tensors of ``optimizer.pt`` by shape (:func:`load_checkpoint`: torch's RNG state, the optimiser
+state's structure; :func:`restore_optimizer`: that it fits the run's optimiser).
 
 A new run's ``--out`` (:func:`check_out`) is missing or empty; one that holds a training run is
 continued with ``--resume`` or started again with ``--overwrite``, which first deletes what a
@@ -22,7 +24,9 @@ with ``--overwrite``: nothing of it is deleted or written over.
 
 A save writes ``checkpoint.tmp/``, moves the old ``checkpoint/`` to ``checkpoint.old/`` and the
 new one into place. A kill between those two moves leaves no ``checkpoint/``;
-:func:`find_checkpoint` then resumes from the newest whole folder of the three.
+:func:`find_checkpoint` then resumes from the newest whole folder of the three. A folder that
+is there but not whole, with no whole one beside it, is damaged and refused, never taken for a
+run with no checkpoint (which would start it again from iteration 0).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import re
 import shutil
 import signal
 import typing
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -48,8 +53,8 @@ from guiagent import __version__
 from guiagent.config import ConfigError, from_mapping, load_yaml, read_yaml, to_mapping
 
 __all__ = ["TrainerState", "CheckpointError", "checkpoint_dir", "save_checkpoint", "find_checkpoint",
-           "load_checkpoint", "read_state", "save_config", "load_config", "check_out", "clear_previous_run",
-           "mark_run", "holds_run", "RUN_MARKER", "RUN_OUTPUTS"]
+           "load_checkpoint", "restore_optimizer", "read_state", "save_config", "load_config", "check_out",
+           "clear_previous_run", "mark_run", "holds_run", "RUN_MARKER", "RUN_OUTPUTS"]
 
 log = logging.getLogger(__name__)
 
@@ -127,21 +132,44 @@ def _whole(folder: Path) -> bool:
     return (folder / COMPLETE).is_file() and (folder / STATE_FILE).is_file() and (folder / OPTIM_FILE).is_file()
 
 
+def _what_is_wrong(folder: Path) -> str:
+    """Why ``folder`` is not a whole checkpoint, in a few words."""
+    if not folder.is_dir():
+        return "not a folder"
+    wrong = [f"{name} {'is not a file' if (folder / name).exists() else 'is missing'}"
+             for name in (COMPLETE, STATE_FILE, OPTIM_FILE) if not (folder / name).is_file()]
+    return ", ".join(wrong)
+
+
 def find_checkpoint(out: Path) -> Path | None:
     """The newest whole checkpoint folder of a run, or None when it has none.
 
     ``checkpoint/`` when whole; else ``checkpoint.tmp/`` (a save finished writing but was killed
-    before the swap) or ``checkpoint.old/`` (killed between the two moves of the swap).
+    before the swap) or ``checkpoint.old/`` (killed between the two moves of the swap). A
+    ``checkpoint/`` or ``checkpoint.old/`` that is there but not whole, with no whole folder to
+    resume from, is damaged (a save never leaves either so): :class:`CheckpointError`, never taken
+    for a run with no checkpoint, which would start it again from iteration 0. A torn
+    ``checkpoint.tmp/`` alone is a first save that was killed: no checkpoint yet.
     """
+    final = checkpoint_dir(out)
     for name in ("checkpoint", "checkpoint.tmp", "checkpoint.old"):
         folder = out / name
         if _whole(folder):
             if name != "checkpoint":
-                log.info("resuming from %s: the run was killed while swapping checkpoints", folder)
+                if final.exists() or final.is_symlink():
+                    log.warning("%s is not a whole checkpoint (%s): resuming from %s", final,
+                                _what_is_wrong(final), folder)
+                else:
+                    log.info("resuming from %s: the run was killed while swapping checkpoints", folder)
             return folder
-    if (out / "checkpoint" / "trainer_state.pt").is_file():
-        raise CheckpointError(f"{out / 'checkpoint'} was written by an older guiagent (a pickled "
+    if (final / "trainer_state.pt").is_file():
+        raise CheckpointError(f"{final} was written by an older guiagent (a pickled "
                               "trainer_state.pt); it is not loaded, for safety: start a new run")
+    for folder in (final, out / "checkpoint.old"):
+        if folder.exists() or folder.is_symlink():
+            raise CheckpointError(f"{folder} is not a whole checkpoint ({_what_is_wrong(folder)}) and the run "
+                                  "holds no other to resume from: restore it, or start the run again with "
+                                  "--overwrite")
     return None
 
 
@@ -151,6 +179,8 @@ class Restored:
     optimizer: dict[str, Any]
     torch_rng: torch.Tensor
     python_rng: tuple[Any, ...]
+    path: Path | None = None
+    """the ``optimizer.pt`` it was read from (named by :func:`restore_optimizer`'s refusals)"""
 
 
 def _state_from(raw: Any) -> TrainerState:
@@ -215,16 +245,196 @@ def read_state(folder: Path) -> tuple[TrainerState, tuple[Any, ...]]:
 
 
 def load_checkpoint(folder: Path) -> Restored:
-    """Read a checkpoint folder written by :func:`save_checkpoint`, as plain data only."""
+    """Read a checkpoint folder written by :func:`save_checkpoint`, as plain data only, its shapes
+    checked (:func:`_check_blob`): :class:`CheckpointError` in one line otherwise. What only the
+    optimiser can tell (its groups, its parameters' shapes) :func:`restore_optimizer` checks."""
     state, python_rng = read_state(folder)
+    path = folder / OPTIM_FILE
     try:
-        blob = torch.load(folder / OPTIM_FILE, weights_only=True, map_location="cpu")
+        with warnings.catch_warnings():  # torch warns of a foreign pickle protocol before refusing the file
+            warnings.simplefilter("ignore")
+            blob = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as e:  # UnpicklingError for foreign objects, RuntimeError/EOFError for torn files
-        raise CheckpointError(f"{folder / OPTIM_FILE} is not a plain tensor file and was not loaded "
-                              f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
-    if not isinstance(blob, dict) or "optimizer" not in blob or not isinstance(blob.get("torch_rng"), torch.Tensor):
-        raise CheckpointError(f"{folder / OPTIM_FILE} does not hold an optimiser state and an RNG state")
-    return Restored(state, blob["optimizer"], blob["torch_rng"], python_rng)
+        raise CheckpointError(f"{path} is not a plain tensor file and was not loaded "
+                              f"({_load_error(e)})") from None
+    try:
+        _check_blob(blob)
+    except (ValueError, TypeError, RuntimeError) as e:
+        raise CheckpointError(f"{path} does not hold a valid optimiser and RNG state "
+                              f"({' '.join(str(e).split())[:200]})") from None
+    return Restored(state, blob["optimizer"], blob["torch_rng"], python_rng, path)
+
+
+def _load_error(e: Exception) -> str:
+    """torch.load's reason in one short line (its weights-only refusal: the object it stopped at)."""
+    text = str(e)
+    _, marker, reason = text.partition("WeightsUnpickler error:")
+    lines = [line.strip() for line in (reason if marker else text).splitlines() if line.strip()]
+    why = lines[0] if lines else ""
+    return f"{type(e).__name__}: {why[:200]}" if why else type(e).__name__
+
+
+#: settings of an optimiser's parameter group torch fills in when a saved group lacks them (an older torch)
+_GROUP_DEFAULTED = frozenset({"amsgrad", "maximize", "foreach", "capturable", "differentiable", "fused",
+                              "decoupled_weight_decay"})
+#: a saved group's own entries, not settings
+_GROUP_PARAMS = ("params", "param_names")
+
+
+def _plain(value: Any) -> bool:
+    """A group setting's value as optimisers hold one: None, a bool, a finite number, a string, or a
+    tuple/list of those."""
+    if isinstance(value, (tuple, list)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, (bool, int, str))
+
+
+def _check_tensor(name: str, t: Any, *, integer_ok: bool = False) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name}: expected a tensor, got {type(t).__name__}")
+    if t.layout != torch.strided or t.is_quantized:
+        raise ValueError(f"{name}: a {t.layout} tensor, expected a dense one")
+    if t.is_floating_point():
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{name}: holds values that are not finite")
+    elif not (integer_ok and not t.is_complex() and t.dtype != torch.bool):
+        raise ValueError(f"{name}: a {t.dtype} tensor, expected a floating-point one")
+
+
+def _check_blob(blob: Any) -> None:
+    """What ``optimizer.pt`` holds is what :func:`save_checkpoint` writes: torch's RNG state (a byte
+    tensor torch's generator takes) and an optimiser state dict (parameter groups of plain settings
+    over distinct parameter indices; per parameter, a state of dense finite tensors and a scalar step;
+    a master-weight optimiser's fp32 copies). ValueError (one line) names what is not."""
+    if not isinstance(blob, dict):
+        raise ValueError(f"expected a mapping, got {type(blob).__name__}")
+    unknown = sorted(repr(k) for k in blob if k not in ("optimizer", "torch_rng"))
+    if unknown or "optimizer" not in blob or "torch_rng" not in blob:
+        raise ValueError("expected the entries 'optimizer' and 'torch_rng'" + (f", not {', '.join(unknown)}"
+                                                                               if unknown else ""))
+    rng = blob["torch_rng"]
+    expected = torch.get_rng_state()
+    if (not isinstance(rng, torch.Tensor) or rng.dtype != torch.uint8 or rng.layout != torch.strided
+            or rng.shape != expected.shape):
+        shown = f"a {rng.dtype} tensor of shape {tuple(rng.shape)}" if isinstance(rng, torch.Tensor) else \
+            type(rng).__name__
+        raise ValueError(f"torch_rng: {shown}, expected a torch.uint8 tensor of shape "
+                         f"{tuple(expected.shape)}")
+    try:
+        torch.Generator().set_state(rng)  # the state torch's generator takes, before a resume relies on it
+    except RuntimeError as e:
+        raise ValueError(f"torch_rng: not a state of torch's generator "
+                         f"({str(e).splitlines()[0][:80]})") from None
+    opt = blob["optimizer"]
+    if not isinstance(opt, dict):
+        raise ValueError(f"optimizer: expected a state dict (a mapping), got {type(opt).__name__}")
+    unknown = sorted(repr(k) for k in opt if k not in ("state", "param_groups", "master_weights"))
+    if unknown or not isinstance(opt.get("state"), dict) or not isinstance(opt.get("param_groups"), list):
+        raise ValueError("optimizer: expected 'state' (a mapping) and 'param_groups' (a list)"
+                         + (f", not {', '.join(unknown)}" if unknown else ""))
+    if not opt["param_groups"]:
+        raise ValueError("optimizer: no parameter groups")
+    seen: set[int] = set()
+    for i, group in enumerate(opt["param_groups"]):
+        if not isinstance(group, dict) or not all(isinstance(k, str) for k in group):
+            raise ValueError(f"optimizer: param_groups[{i}]: expected a mapping of settings")
+        params = group.get("params")
+        if not isinstance(params, list) or not all(type(p) is int and p >= 0 for p in params):
+            raise ValueError(f"optimizer: param_groups[{i}]: params: expected a list of parameter indices")
+        if seen & set(params) or len(set(params)) != len(params):
+            raise ValueError(f"optimizer: param_groups[{i}]: a parameter index listed twice")
+        seen |= set(params)
+        for k, v in group.items():
+            if k not in _GROUP_PARAMS and not _plain(v):
+                shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+                raise ValueError(f"optimizer: param_groups[{i}]: {k}: {shown} is not a plain setting")
+    for k, entry in opt["state"].items():
+        if type(k) is not int or k not in seen:
+            raise ValueError(f"optimizer: state of {k!r}, which no parameter group lists")
+        if not isinstance(entry, dict) or not all(isinstance(n, str) for n in entry):
+            raise ValueError(f"optimizer: state[{k}]: expected a mapping of named tensors")
+        for n, t in entry.items():
+            _check_tensor(f"optimizer: state[{k}][{n!r}]", t, integer_ok=n == "step")
+            if n == "step" and (t.numel() != 1 or float(t.reshape(())) < 0):
+                raise ValueError(f"optimizer: state[{k}]['step']: expected one count, 0 or more")
+    masters = opt.get("master_weights", [])
+    if not isinstance(masters, list):
+        raise ValueError(f"optimizer: master_weights: expected a list of tensors, "
+                         f"got {type(masters).__name__}")
+    for i, t in enumerate(masters):
+        _check_tensor(f"optimizer: master_weights[{i}]", t)
+
+
+def restore_optimizer(opt: torch.optim.Optimizer, restored: Restored) -> None:
+    """Load a checkpoint's optimiser state into ``opt`` once it fits: as many parameter groups, each of as
+    many parameters, each state tensor of its parameter's shape, each setting the optimiser has of its
+    type and in range. :class:`CheckpointError` (one line, ``opt`` unchanged) otherwise."""
+    where = restored.path or OPTIM_FILE
+    try:
+        _check_fits(restored.optimizer, opt)
+    except ValueError as e:
+        raise CheckpointError(f"{where} does not fit this run's optimiser "
+                              f"({' '.join(str(e).split())[:200]})") from None
+    try:
+        opt.load_state_dict(restored.optimizer)
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:  # anything _check_fits did not foresee
+        raise CheckpointError(f"{where} does not fit this run's optimiser "
+                              f"({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
+
+
+def _check_fits(saved: dict[str, Any], opt: torch.optim.Optimizer) -> None:
+    groups, saved_groups = opt.param_groups, saved["param_groups"]
+    if len(saved_groups) != len(groups):
+        raise ValueError(f"{len(saved_groups)} parameter group(s), the optimiser has {len(groups)}")
+    shapes: dict[int, torch.Size] = {}
+    for i, (group, sg) in enumerate(zip(groups, saved_groups)):
+        if len(sg["params"]) != len(group["params"]):
+            raise ValueError(f"parameter group {i} holds {len(sg['params'])} parameters, the optimiser's "
+                             f"{len(group['params'])}")
+        shapes.update((k, p.shape) for k, p in zip(sg["params"], group["params"]))
+        for k in sorted(set(group) - set(sg) - _GROUP_DEFAULTED - set(_GROUP_PARAMS)):
+            raise ValueError(f"parameter group {i} lacks the setting {k}")
+        for k, v in sg.items():
+            if k in _GROUP_PARAMS:
+                continue
+            if k not in group:
+                raise ValueError(f"parameter group {i}: unknown setting {k}")
+            _check_setting(f"parameter group {i}: {k}", k, v, group[k])
+    for k, entry in saved["state"].items():
+        for n, t in entry.items():
+            if n != "step" and t.shape != shapes[k]:
+                raise ValueError(f"state[{k}][{n!r}] has shape {tuple(t.shape)}, its parameter "
+                                 f"{tuple(shapes[k])}")
+    masters = saved.get("master_weights")
+    own = getattr(opt, "masters", None)
+    if masters is not None and own is not None and (
+            len(masters) != len(own) or any(m.shape != o.shape for m, o in zip(masters, own))):
+        raise ValueError("master_weights do not match the model's trainable parameters")
+
+
+def _check_setting(name: str, key: str, value: Any, current: Any) -> None:
+    """A saved group setting has the type of the optimiser's own (None or a bool where it takes either)
+    and, for AdamW's numbers, a value in range."""
+    if key in ("foreach", "fused"):
+        ok = value is None or isinstance(value, bool)
+    elif isinstance(current, bool) or isinstance(value, bool):
+        ok = isinstance(value, bool) and isinstance(current, bool)
+    elif isinstance(current, (int, float)):
+        ok = isinstance(value, (int, float))
+    elif isinstance(current, (tuple, list)):
+        ok = (isinstance(value, (tuple, list)) and len(value) == len(current)
+              and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value))
+    else:
+        ok = current is None or isinstance(value, type(current))
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    if not ok:
+        raise ValueError(f"{name}: {shown} is not valid (the optimiser's is {current!r})")
+    if key in ("lr", "eps") and not value > 0 or key == "weight_decay" and not value >= 0:
+        raise ValueError(f"{name}: {shown} is out of range")
+    if key == "betas" and not all(0 <= b < 1 for b in value):
+        raise ValueError(f"{name}: {shown} is out of range (each in [0, 1))")
 
 
 def save_config(out: Path, cfg: Any) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guiagent.policy.hf import LoraSettings, load_transformers, resolve_precision
-from rl.checkpoint import find_checkpoint, load_checkpoint
+from rl.checkpoint import find_checkpoint, load_checkpoint, restore_optimizer
 from rl.critic import turn_features
 from rl.optim import build_optimizer, estimate_memory_for
 
@@ -70,8 +70,8 @@ class Learner:
             completion_len=cfg.sampling.max_new_tokens, gradient_checkpointing=cfg.learner.gradient_checkpointing,
             device=self.policy.device.type).summary(), cfg.learner.precision, cfg.learner.lora_rank,
             u.micro_batch_size)
-        if restored is not None:
-            self.opt.load_state_dict(restored.optimizer)
+        if restored is not None:  # checked against this optimiser first: one CheckpointError line
+            restore_optimizer(self.opt, restored)
 
     def load(self, model_dir: str, *, resumed: bool) -> Any:
         """The learner's policy: precision, LoRA adapters (resumed from the checkpoint's adapter folder)
@@ -122,7 +122,7 @@ class Learner:
         else:
             self.policy.load_state_dict(load_transformers(src).state_dict())
         if ckpt is not None:
-            self.opt.load_state_dict(load_checkpoint(ckpt).optimizer)
+            restore_optimizer(self.opt, load_checkpoint(ckpt))
         else:  # no checkpoint yet: back to a fresh optimiser too
             self.opt.state.clear()
         self.policy.mark_updated()
