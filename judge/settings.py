@@ -97,9 +97,26 @@ class JudgeSettings:
                              "--judge.mode reward to learn from the judge")
         if not self.model and self.weight != 0:
             raise ValueError("--judge.weight is set but no --judge.model: name the judge model too")
-        if self.timeout <= 0 or self.retries < 0 or self.workers < 1:
-            raise ValueError("--judge.timeout must be > 0, --judge.retries >= 0 and --judge.workers >= 1")
-        # the judge's own checks (votes, temperature, budget, rate limit, ...) with their messages
+        # each check names the one setting it refuses, by its flag (a command that takes these settings
+        # under flags of its own, guiagent judge eval's --timeout, gets its own: guiagent.config)
+        for flag, bad, rule in (
+                ("--judge.timeout", not self.timeout > 0, "must be > 0 (seconds)"),
+                ("--judge.retries", self.retries < 0, "must be >= 0"),
+                ("--judge.workers", self.workers < 1, "must be >= 1"),
+                ("--judge.votes", self.votes < 1, "must be >= 1"),
+                ("--judge.temperature", not self.temperature >= 0, "must be >= 0 (0: greedy)"),
+                ("--judge.screens", self.screens < 1, "must be >= 1"),
+                ("--judge.token-budget", self.token_budget < 0, "must be >= 0"),
+                ("--judge.max-new-tokens", self.max_new_tokens < 1, "must be >= 1"),
+                ("--judge.max-image-pixels", self.max_image_pixels < 28 * 28, "must be at least 784 (28x28)"),
+                ("--judge.budget", self.budget is not None and self.budget < 0, "must be >= 0 (unset: unlimited)")):
+            if bad:
+                value = getattr(self, flag.removeprefix("--judge.").replace("-", "_"))
+                raise ValueError(f"{flag} {rule}, got {value}")
+        if self.votes > 1 and self.temperature == 0:
+            raise ValueError(f"--judge.votes {self.votes} at --judge.temperature 0 asks for {self.votes} identical "
+                             "verdicts: set --judge.temperature > 0 (e.g. 0.7) or --judge.votes 1")
+        # the judge's own checks, with their messages
         judge_config(self)
 
     @property

@@ -5,7 +5,8 @@ Each section validates its own fields; :meth:`TrainConfig.__post_init__` checks 
 sections and asks the chosen algorithm's strategy (:meth:`rl.strategies.Strategy.check`) to
 refuse what it cannot honour. Flags and YAML keys stay flat (``--lr``, ``temperature: 0.7``);
 a YAML file may also group a section's keys under its name (``update: {lr: 3e-4}``), and
-:meth:`TrainConfig.build` takes either form in Python.
+:meth:`TrainConfig.build` takes either form in Python. The forms merge (``lr: 3e-4`` beside
+``update: {epochs: 3}`` sets both); one setting given both ways with two values is refused.
 
 Seeds: training samples task seeds below ``TRAIN_SEED_RANGE`` (1,000,000); evaluation starts
 at ``rl.evaluate.EVAL_SEED_BASE`` (1,000,000), so evaluation is on held-out task instances.

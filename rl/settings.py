@@ -4,7 +4,9 @@ validating its own fields in ``__post_init__``.
 :class:`rl.config.TrainConfig` and :class:`rl.evaluate.EvalConfig` nest them with
 ``Flat[...]`` (:mod:`guiagent.config`): a section's fields keep their flat flag and YAML names
 (``--temperature``, ``lr: 3e-4``), and a YAML file may also group them under the section's
-name (``sampling: {temperature: 0.7}``). Train and eval share :class:`SamplingSettings` and
+name (``sampling: {temperature: 0.7}``); the two forms merge, and one setting given both ways with two
+values is refused. A section's own defaults stand for the keys a file leaves out (``guiagent eval``'s
+greedy ``temperature: 0`` stays when a file sets ``top_p``). Train and eval share :class:`SamplingSettings` and
 :class:`FleetSettings`. Checks that span sections (``--kl-target`` needs ``--kl-coef``; an
 algorithm's own rules) live in ``TrainConfig.__post_init__`` and in each algorithm's strategy
 (:meth:`rl.strategies.Strategy.check`).

@@ -105,7 +105,7 @@ def test_yaml_then_flags_override(tmp_path):
 def test_yaml_unknown_key_names_the_valid_ones(tmp_path):
     f = tmp_path / "c.yaml"
     f.write_text("inner:\n  lrr: 1\n")
-    with pytest.raises(ConfigError, match=r"inner\.: unknown key\(s\) \['lrr'\]; valid keys: \['lr', 'names'\]"):
+    with pytest.raises(ConfigError, match=r"inner: unknown key\(s\) \['lrr'\]; valid keys: \['lr', 'names'\]"):
         load_yaml(Outer, f)
 
 

@@ -69,10 +69,11 @@ HOSTILE = [
     "[" * 200 + "]" * 200, "{a: " * 60 + "1" + "}" * 60, '"\\0\\x01\\uffff"', "'\\u202e'", "''", '"', "|\n  a\n  b",
     "[a, b, 3]", "{x: y}", "{}", "[]", "? [a, b]\n: c", "&a [1, 2]", "*nope", "<<: {a: 1}", "!!str 3", "!!int x",
     "%YAML 1.1\n---", "--- a\n--- b", "\t", "a: b: c",
+    "3e-4", "1E400", "-.5e3", "+1e3", "1e-400", '"3e-4"', "{a: 1, a: 2}", "[{b: 1, b: 1}]",
 ]
 
 
-def run_fuzz(max_examples: int = 400) -> None:
+def run_fuzz(max_examples: int = 600) -> None:
     """The property, run in the child (see :func:`test_random_and_hostile_yaml_never_a_traceback`)."""
     import dataclasses
     import math
@@ -85,7 +86,7 @@ def run_fuzz(max_examples: int = 400) -> None:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from guiagent.config import ConfigError, _flat_fields, load_yaml
+    from guiagent.config import ConfigError, _flat_fields, load_yaml, parse_config
 
     classes = command_configs()
     scalar = st.one_of(st.sampled_from(HOSTILE), st.integers().map(str), st.floats().map(repr),
@@ -142,7 +143,8 @@ def run_fuzz(max_examples: int = 400) -> None:
     @st.composite
     def document(draw) -> tuple[type, str]:
         cls = draw(st.sampled_from(classes))
-        kind = draw(st.sampled_from(["typed", "typed", "typed", "fields", "fields", "text", "bomb", "nested"]))
+        kind = draw(st.sampled_from(["typed", "typed", "typed", "fields", "fields", "text", "bomb", "nested",
+                                     "twice"]))
         if kind == "typed":  # right types, odd values: the __post_init__ checks and the ranges
             hints = typing.get_type_hints(cls, include_extras=True)
             flat = _flat_fields(cls)
@@ -154,6 +156,16 @@ def run_fuzz(max_examples: int = 400) -> None:
             return cls, "".join(f"{n}: {draw(typed(fields[n]))}\n" for n in names)
         if kind == "text":
             return cls, draw(st.text(max_size=400))
+        if kind == "twice":  # one setting twice: a key repeated, or a Flat section's key flat and under its name
+            flat = _flat_fields(cls)
+            if flat and draw(st.booleans()):
+                section = draw(st.sampled_from(sorted(flat)))
+                hints = typing.get_type_hints(flat[section], include_extras=True)
+                name = draw(st.sampled_from([f.name for f in dataclasses.fields(flat[section]) if f.init]))
+                first, second = draw(typed(hints[name])), draw(typed(hints[name]))
+                return cls, f"{name}: {first}\n{section}: {{{name}: {second}}}\n"
+            key = draw(st.sampled_from(_keys(cls)))
+            return cls, f"{key}: {draw(scalar)}\n{key}: {draw(scalar)}\n"
         if kind == "bomb":  # nested lists of aliases: refused before anything expands
             levels, width = draw(st.integers(2, 12)), draw(st.integers(2, 9))
             parts = ["&a0 [" + ", ".join(["x"] * width) + "]"]
@@ -187,12 +199,24 @@ def run_fuzz(max_examples: int = 400) -> None:
             msg = str(e)
             assert msg and "\n" not in msg and "Traceback" not in msg, (cls.__name__, text, msg)
             seen["refused"] += 1
+            cfg = None
         else:
             assert isinstance(cfg, cls)
             seen["ok"] += 1
+        # the command line's way (the file's values checked, the flags on top, built once): the same
+        # config as the file alone, or one line (a required positional left to the flags is refused)
+        try:
+            via_flags = parse_config(cls, ["--config", str(path)], prog="guiagent fuzz")
+        except ConfigError as e:
+            msg = str(e)
+            assert msg and "\n" not in msg and "Traceback" not in msg, (cls.__name__, text, msg)
+            assert cfg is None, (cls.__name__, text, msg)
+        else:
+            assert via_flags == cfg, (cls.__name__, text)
 
     prop()
-    print(f"fuzz: {seen['ok']} loaded, {seen['refused']} refused in one line")
+    print(f"fuzz: {seen['ok']} loaded, {seen['refused']} refused in one line, the same through the command "
+          "line's parser")
 
 
 def _limits() -> None:  # the child's memory ceiling (runs between fork and exec)
