@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +19,7 @@ from guiagent.store import StoreError, StoreReader
 
 __all__ = ["emit_json", "log", "not_built", "CLIError", "validate_out_dir", "check_model_path", "hub_offline",
            "looks_local", "check_run_dirs", "check_suite_tasks", "quiet_library_bars", "printable",
-           "one_line", "fail"]
+           "one_line", "fail", "Terminated", "TERMINATED_EXIT", "sigterm_interrupts", "check_server_model"]
 
 
 def emit_json(obj: Any) -> None:
@@ -47,6 +51,58 @@ def fail(command: str, e: object, code: int = 2) -> int:
     """Print ``guiagent <command>: <e>`` as one line on stderr; returns ``code`` (2: bad input)."""
     print(f"guiagent {command}: {one_line(e)}", file=sys.stderr)
     return code
+
+
+TERMINATED_EXIT = 143
+"""the exit status of a command stopped by SIGTERM (128 + 15, as a shell reports a process killed by it)"""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a container or service stopping): the run stops as on Ctrl+C (a
+    KeyboardInterrupt, so it is stored ``interrupted`` and can be resumed); the command exits 143."""
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Terminated` in the main thread (as Ctrl+C raises
+    KeyboardInterrupt); later ones are ignored while the run winds down and stores its status (SIGKILL
+    still ends it). The handler before the block is restored after it. Off the main thread: no change."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def check_server_model(model: str, backend: str, *, flag: str = "--model") -> None:
+    """An agent's ``model`` and ``backend`` agree: the openai backend (``auto`` picks it for an
+    http(s) URL) takes a server URL with a host, and its options from the environment
+    (``GUIAGENT_OPENAI_*``) are valid; the transformers and vllm backends load weights here and take
+    no URL. Raises :class:`CLIError` (one line); creates nothing."""
+    url = model.startswith(("http://", "https://"))
+    if backend in ("transformers", "vllm") and url:
+        raise CLIError(f"{flag} {model}: --backend {backend} loads the model's weights here; a server URL takes "
+                       "--backend openai (or auto)")
+    if backend != "openai" and not url:
+        return
+    from guiagent.policy.openai_backend import check_server_url, options_from_env  # lazy: httpx (0.2 s)
+
+    try:
+        check_server_url(model)
+    except ValueError as e:
+        raise CLIError(f"{flag}: --backend {backend}: {e}") from None
+    try:
+        options_from_env()
+    except ValueError as e:
+        raise CLIError(str(e)) from None
 
 
 def log(msg: str) -> None:
@@ -109,7 +165,10 @@ def check_suite_tasks(env: str, tasks=(), *, flag_env: str = "--env", flag_tasks
 
     Raises :class:`CLIError` (one line) otherwise; creates nothing.
     """
-    from emulators.suites import get_suite, parse_env_id  # lazy: gymnasium (0.25 s); most commands take no --env
+    from emulators.suites import (  # lazy: gymnasium (0.25 s); most commands take no --env
+        get_suite,
+        parse_env_id,
+    )
 
     name, selected = env, tuple(tasks)
     if env.startswith("guiagent/"):

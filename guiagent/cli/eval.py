@@ -8,6 +8,11 @@ Examples::
     guiagent eval --mode semi-online --data runs/demos --agent model --model runs/sft/model --out runs/sop
     guiagent eval --mode offline --data runs/ac-eval --agent model --model http://127.0.0.1:8000/v1 --out runs/ac
 
+With a model server (``--model http(s)://HOST:PORT/v1``), a server that fails (an error reply, no
+whole reply within ``$GUIAGENT_OPENAI_TIMEOUT`` seconds, a reply that is malformed or too large), after
+its retries, ends the run: it is stored ``failed`` and the command exits 1 with one line naming the
+server. SIGTERM stops a run as Ctrl+C does: stored ``interrupted``, exit 143 (Ctrl+C: 130).
+
 Episode ``i`` runs task ``tasks[i % len(tasks)]`` with seed ``seed + i // len(tasks)``.
 Evaluation seeds start at 1,000,000 by default, a range training never samples
 (training seeds lie below it), so results are on held-out task instances.
@@ -15,7 +20,14 @@ Evaluation seeds start at 1,000,000 by default, a range training never samples
 
 from __future__ import annotations
 
-from guiagent.cli._common import check_device_options, check_suite_tasks, emit_json, fail, quiet_library_bars
+from guiagent.cli._common import (
+    check_device_options,
+    check_server_model,
+    check_suite_tasks,
+    emit_json,
+    fail,
+    quiet_library_bars,
+)
 from guiagent.config import ConfigError, parse_config
 from guiagent.logs import show_progress
 from rl.evaluate import EvalConfig, NoEpisodeStarted, run_eval
@@ -25,6 +37,8 @@ __all__ = ["EvalConfig", "main"]
 
 def main(argv: list[str]) -> int:
     cfg = parse_config(EvalConfig, argv, prog="guiagent eval")
+    if cfg.agent == "model" and cfg.model:  # a server URL for the openai backend, weights for the others
+        check_server_model(cfg.model, cfg.backend)
     if cfg.mode == "online" and "androidworld" in _suite_names(cfg.env):
         _check_android(cfg)  # the agent, adb, the emulators, android_world: one line each, nothing written
     if cfg.mode != "offline":  # offline: --tasks names recorded tasks, not a suite's

@@ -7,6 +7,7 @@ command's heavy dependencies (torch, ray, playwright) load only when needed.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sqlite3
@@ -27,6 +28,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("guiagent.cli.data", "import recorded trajectories (AndroidControl, UI-S1, GUI-Odyssey)"),
     "judge": ("guiagent.cli.judge", "score a VLM judge on stored episodes against their rule outcomes"),
 }
+
+#: the commands that store a run: SIGTERM stops them as Ctrl+C does (the run stored `interrupted`, exit 143)
+STORES_RUNS = frozenset({"eval", "train"})
 
 
 def usage() -> str:
@@ -51,12 +55,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = importlib.import_module(COMMANDS[name][0])
     # lazy: `guiagent --help` and `--version` load none of these (the store alone takes 0.1 s)
-    from guiagent.config import ConfigError
-    from guiagent.cli._common import one_line  # lazy: as above (it loads guiagent.config and the store)
+    from guiagent.cli._common import (  # lazy: as above (it loads guiagent.config and the store)
+        TERMINATED_EXIT,
+        Terminated,
+        one_line,
+        sigterm_interrupts,
+    )
+    from guiagent.config import ConfigError  # lazy: as above
+    from guiagent.policy.base import BackendError  # lazy: as above
     from guiagent.policy.vllm_backend import VLLMUnavailable  # lazy: as above
     from guiagent.store import StoreError  # lazy: as above
     try:
-        return int(module.main(rest) or 0)
+        # a run stopped by SIGTERM (kill, a container stopping) is stored `interrupted`, as on Ctrl+C
+        with sigterm_interrupts() if name in STORES_RUNS else contextlib.nullcontext():
+            return int(module.main(rest) or 0)
     except (ConfigError, StoreError, VLLMUnavailable) as e:
         # bad input (flags, config files, paths, stores): one line, no traceback, exit 2
         print(f"guiagent {name}: {one_line(e)}", file=sys.stderr)
@@ -76,6 +88,16 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"guiagent {name}: {one_line(e)}", file=sys.stderr)
         return 2
+    except BackendError as e:
+        # an outside server (a model or judge server) failed, after its retries: a runtime failure, not
+        # bad input; the run it ended is stored `failed`. One line naming the server (its own words escaped)
+        if os.environ.get("GUIAGENT_TRACEBACK"):
+            raise
+        print(f"guiagent {name}: {one_line(e)}", file=sys.stderr)
+        return 1
+    except Terminated:
+        print(f"guiagent {name}: terminated (SIGTERM)", file=sys.stderr)
+        return TERMINATED_EXIT
     except KeyboardInterrupt:
         print(f"guiagent {name}: interrupted", file=sys.stderr)
         return 130

@@ -7,17 +7,22 @@ held-out success printed before and after::
     guiagent train
     guiagent train --env webapps --algo grpo --iterations 20 --out runs/grpo --json
     guiagent train --resume runs/grpo --iterations 30          # continue a killed run to 30 in total
+
+A start that fails before the run has written more than its marker and config (a model that does
+not load) leaves nothing behind. SIGTERM stops a run as Ctrl+C does: stored ``interrupted``
+(resumable), exit 143 (Ctrl+C: 130).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 from guiagent.cli._common import (
     CLIError,
-    check_model_path,
     check_device_options,
+    check_model_path,
     check_suite_tasks,
     emit_json,
     fail,
@@ -67,7 +72,7 @@ def preflight(cfg) -> None:
     if cfg.mode != "semi-online":  # semi-online replays recorded screens: no device
         check_device_options(cfg.env, cfg.fleet.device)
     if cfg.model and not cfg.resume:  # a resumed run continues from its own checkpoint
-        check_model_path(cfg.model)
+        check_trainable_model(cfg.model)
     if cfg.judge.model:
         check_model_path(cfg.judge.model, flag="--judge.model")
     for d in cfg.data:
@@ -79,6 +84,25 @@ def preflight(cfg) -> None:
 
         require_vllm()
     validate_out_dir(cfg.out)
+
+
+def check_trainable_model(model: str) -> None:
+    """A model training can load here: a model folder or a hub id (check_model_path), never a server
+    URL (a server generates, it cannot be trained), whose config transformers reads (a hub id's
+    config.json is fetched, or taken from the cache). Raises CLIError (one line); creates nothing."""
+    if model.startswith(("http://", "https://")):
+        raise CLIError(f"--model {model}: training loads the model's weights here; give a model folder or a hub id "
+                       "(a server URL serves guiagent eval)")
+    check_model_path(model)
+    from transformers import AutoConfig  # lazy: as below (the trainer loads it anyway)
+
+    try:
+        AutoConfig.from_pretrained(model)
+    except (ImportError, MemoryError):
+        raise
+    except Exception as e:  # a broken or unknown config, a hub id that does not exist
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise CLIError(f"--model {model}: cannot be loaded: {type(e).__name__}{': ' + first if first else ''}") from None
 
 
 def suite_names(env: str) -> list[str]:
@@ -101,6 +125,37 @@ def check_android(cfg) -> None:
                            device=suite_options("androidworld", suite_names(cfg.env), f.device))
     except AndroidSetupError as e:
         raise CLIError(str(e)) from None
+
+
+def _entries(out: Path) -> set[str] | None:
+    """The names in ``out`` (None: no such folder)."""
+    try:
+        return set(os.listdir(out))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _undo_failed_start(cfg, before: set[str] | None) -> None:
+    """A new run that failed at its start (the model would not load, Ctrl+C while it loaded), having
+    written nothing but its marker and its config: those two are removed (and ``--out`` when this run
+    created it), so that ``train --out`` starts afresh rather than being refused as holding a run.
+    A run that got further (a store, a warm start, a checkpoint) keeps its folder: it is a run."""
+    from rl.checkpoint import RUN_MARKER  # lazy: the trainer loads torch (2 s); --help does not
+
+    if cfg.resume:
+        return
+    out = Path(cfg.out)
+    now = _entries(out)
+    new = (now or set()) - (before or set())
+    if not new or not new <= {RUN_MARKER, "config.yaml"}:
+        return
+    try:
+        for name in new:
+            (out / name).unlink()
+        if before is None and not os.listdir(out):
+            out.rmdir()
+    except OSError:  # left as it is: the failure itself is what the user needs to see
+        pass
 
 
 def _names_a_start(argv: list[str]) -> bool:
@@ -152,12 +207,17 @@ def main(argv: list[str]) -> int:
     preflight(cfg)
     show_progress()
     quiet_library_bars()
+    before = None if cfg.resume else _entries(Path(cfg.out))
     try:
         result = train(cfg)
     except (KeyError, CheckpointError) as e:  # an unknown task, a torn checkpoint: bad input
+        _undo_failed_start(cfg, before)
         return fail("train", e)
     except NoEpisodeStarted as e:  # no browser (or device) would start: the run is stored as failed
         return fail("train", e, 1)
+    except BaseException:
+        _undo_failed_start(cfg, before)
+        raise
     write_summary(result)
     best = (f"; best {result.best_success:.1%} at iteration {result.best_iteration} -> {result.best_model}"
             if result.best_model else "")

@@ -74,9 +74,11 @@ def _run_status(out):
     return run.status
 
 
-def test_ctrl_c_stores_the_eval_as_interrupted_not_failed(tmp_path):
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_stores_the_eval_as_interrupted_not_failed(tmp_path, sig):
     """SIGINT (Ctrl+C) mid-run: exit 130, "interrupted" on stderr, and the stored run `interrupted`
-    (it was `failed`, as if the eval had crashed)."""
+    (it was `failed`, as if the eval had crashed). SIGTERM (kill, a container stopping) likewise, exit 143
+    (it killed the process at once and the stored run stayed `running`)."""
     import signal
     import sqlite3
     import time
@@ -99,13 +101,14 @@ def test_ctrl_c_stores_the_eval_as_interrupted_not_failed(tmp_path):
             except sqlite3.Error:  # no store yet, or its schema still being created
                 pass
         assert steps > 0, "no step in 90 s"
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(60) == 130
+        proc.send_signal(getattr(signal, sig))
+        assert proc.wait(60) == (130 if sig == "SIGINT" else 143)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-    assert proc.stderr.read().strip().splitlines()[-1] == "guiagent eval: interrupted"
+    assert proc.stderr.read().strip().splitlines()[-1] == ("guiagent eval: interrupted" if sig == "SIGINT" else
+                                                           "guiagent eval: terminated (SIGTERM)")
     assert _run_status(out) == "interrupted"
 
 
