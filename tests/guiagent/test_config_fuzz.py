@@ -73,7 +73,7 @@ HOSTILE = [
 ]
 
 
-def run_fuzz(max_examples: int = 600) -> None:
+def run_fuzz(max_examples: int = 400) -> None:
     """The property, run in the child (see :func:`test_random_and_hostile_yaml_never_a_traceback`)."""
     import dataclasses
     import math

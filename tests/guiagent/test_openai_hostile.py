@@ -362,7 +362,13 @@ CLI_FAILURES = {
 }
 
 
-@pytest.mark.parametrize("case", CLI_FAILURES)
+# through the CLI: three kinds in the default suite; every kind of reply is checked on the backend above,
+# and the rest run through the CLI under -m slow (~1 s each)
+CLI_DEFAULT = ("not JSON", "HTTP 400 with ANSI and a line break", "a reply that trickles in")
+
+
+@pytest.mark.parametrize("case", [c if c in CLI_DEFAULT else pytest.param(c, marks=pytest.mark.slow)
+                                  for c in CLI_FAILURES])
 def test_eval_ends_a_server_failure_in_one_line_exit_1_and_a_failed_run(srv, uis1_run, tmp_path, capsys, monkeypatch,
                                                                         project_loggers, case):
     """Before: a traceback ending ``guiagent.policy.base.BackendError: ...`` (a 400's ANSI escapes and line
@@ -482,6 +488,7 @@ def _terminate(argv, ready, out, seconds=90):
     return code, proc.stderr.read()
 
 
+@pytest.mark.slow  # a subprocess eval (~5 s); tests/guiagent/test_eval_cli.py sends SIGTERM to an online eval by default
 def test_sigterm_stores_the_eval_as_interrupted(srv, uis1_run, tmp_path):
     """Before: SIGTERM killed the process at once and the stored run stayed `running` for ever."""
     def slow(h):

@@ -178,6 +178,7 @@ def test_an_env_step_budget_ends_the_run_after_the_iteration_that_reaches_it(tin
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # ~11 s (the suite's 12-minute budget)
 def test_branches_cross_ray_workers_and_a_killed_worker_loses_only_its_branches(tmp_path):
     """A state captured in one worker process is restored in another (states are plain data); a
     worker killed while it holds branches aborts those and the rest of the round goes on."""

@@ -163,6 +163,7 @@ def _cli(*args):
                           timeout=300)
 
 
+@pytest.mark.slow  # ~14 s (the suite's 12-minute budget)
 def test_eval_cli_offline_mode_and_the_run_page(tmp_path):
     lines = []
     for n in range(3):

@@ -115,6 +115,7 @@ def _train_cmd(out, *extra):
     return [sys.executable, "-m", "guiagent", "train", "--out", str(out), *extra]
 
 
+@pytest.mark.slow  # ~15 s; a kill at each moment of a save: tests/rl/test_checkpoint_hostile.py (the suite's 12-minute budget)
 def test_killed_run_resumes_from_checkpoint(tiny_model_dir, tmp_path):
     """Killed at the worst moment: between moving the old checkpoint away and the new one in."""
     out = tmp_path / "run"

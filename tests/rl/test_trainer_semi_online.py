@@ -21,6 +21,7 @@ def demos(tmp_path_factory):
     return str(out)
 
 
+@pytest.mark.slow  # ~10 s (the suite's 12-minute budget)
 def test_mixed_mode_interleaves_semi_online_and_online_iterations(tiny_model_dir, demos, tmp_path):
     from rl.trainer import train
 
@@ -62,6 +63,7 @@ def test_eval_semi_online_reports_progress_and_success(tiny_model_dir, demos, tm
     assert "progress" in r.stdout.splitlines()[0]
 
 
+@pytest.mark.slow  # ~16 s (the suite's 12-minute budget)
 def test_the_embedded_default_runs_its_stages_on_a_tiny_budget(tmp_path):
     """No --model: a tiny model, SFT warm start on oracle demonstrations, semi-online RL on those
     demonstrations, then online RL, with held-out success after each stage (README command (a))."""
@@ -106,6 +108,7 @@ def test_one_seed_gives_one_semi_online_run(tiny_model_dir, demos, tmp_path):
     assert m1 != m3 or any(not torch.equal(w1[k], w3[k]) for k in w1)
 
 
+@pytest.mark.slow  # ~12 s (the suite's 12-minute budget)
 def test_semi_online_iterations_take_their_own_epochs(tiny_model_dir, demos, tmp_path):
     """--semi.epochs: passes over a semi-online iteration's turns (0: --epochs); the online iterations
     of the same run keep --epochs. One mini-batch a pass, so optimizer steps count the passes."""
@@ -124,6 +127,7 @@ def test_semi_online_iterations_take_their_own_epochs(tiny_model_dir, demos, tmp
         SemiOnlineSettings(epochs=-1)
 
 
+@pytest.mark.slow  # ~13 s (the suite's 12-minute budget)
 def test_kl_reference_stage_reanchors_where_the_online_stage_begins(tiny_model_dir, demos, tmp_path):
     """--kl-reference stage: a staged run's KL term refers to the policy at the end of the semi-online
     stage (saved as RUN_DIR/reference), also after a resume; before that, to the starting policy."""

@@ -165,6 +165,7 @@ class _StandInEngine(RecordedLLM):
 
 
 @pytest.mark.browser
+@pytest.mark.slow  # ~27 s (the suite's 12-minute budget)
 def test_a_run_on_a_colocated_engine_pushes_weights_and_stores_the_mismatch(tiny_model_dir, tmp_path, monkeypatch):
     from guiagent.policy.hf import load_transformers
     from guiagent.store import StoreReader
