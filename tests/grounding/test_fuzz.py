@@ -150,7 +150,7 @@ near_miss = st.one_of(uitars_like(), json_like(), seed_xml_like())
 
 # ----------------------------------------------------------------------------- the tests
 
-FUZZ = settings(max_examples=6_000, deadline=None, database=None,
+FUZZ = settings(max_examples=3_000, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

@@ -28,6 +28,7 @@ class KillingOracle(OraclePolicy):
         return super().act_batch(contexts, pool)
 
 
+@pytest.mark.slow  # ~10 s; a killed worker's replacement stays checked in tests/emulators/test_pool.py (the suite's 12-minute budget)
 def test_worker_killed_mid_rollout(tmp_path):
     pool = RayEnvPool("webapps", num_workers=2, envs_per_worker=1, step_timeout_s=30)
     try:

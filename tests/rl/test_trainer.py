@@ -277,6 +277,7 @@ def test_stability_guards_trip_and_raise_alarms():
     assert guard_tripped(TrainConfig().guards, {"parse_error_rate": 1.0, "kl": 9.0, "entropy": 0.0}) is None
 
 
+@pytest.mark.slow  # ~16 s; the guard's rule stays checked in tests/rl/test_losses.py (the suite's 12-minute budget)
 def test_a_tripped_guard_rolls_back_and_the_best_model_is_kept(tiny_model_dir, tmp_path):
     from rl.trainer import train
 
@@ -410,6 +411,7 @@ def test_a_browser_that_cannot_start_fails_the_training_run(tiny_model_dir, tmp_
     assert not (out / "checkpoint").exists()
 
 
+@pytest.mark.slow  # ~10 s; the signal path stays checked on eval by default: tests/guiagent/test_eval_cli.py (the suite's 12-minute budget)
 def test_ctrl_c_stores_the_training_run_as_interrupted(tiny_model_dir, tmp_path):
     """SIGINT during training: exit 130 and the stored run `interrupted` (resumable), not `failed`."""
     import time
