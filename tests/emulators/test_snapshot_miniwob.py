@@ -1,7 +1,7 @@
 """MiniWoB++ snapshots replay: the seed and the actions (and the oracle's calls) played again on a
 fresh episode, then checked against the captured screen.
 
-Every task with an oracle: the oracle runs half way, the state is taken, the episode finishes; the
+Every task with an oracle (by default a page of each kind, every page with ``-m slow``): the oracle runs half way, the state is taken, the episode finishes; the
 state is restored on another device and must show the same screen bytes, done flag, raw reward
 state and counters, and the oracle (whose plan the replay rebuilt) finishes the task from there
 (pages with jQuery animations or dialogs may refuse instead: never a wrong screen). Pages that move with time
@@ -19,6 +19,7 @@ from emulators.base import GuiEnv, SnapshotError
 from emulators.snapshot import EnvState
 from emulators.suites.miniwob import SUITE
 from guiagent.types import Click
+from tests.sweeps import MINIWOB_REPLAY_DEFAULT, sweep
 
 pytestmark = pytest.mark.browser
 
@@ -37,7 +38,7 @@ def devices(shared_browser):
         d.close()
 
 
-@pytest.mark.parametrize("task_id", ORACLE_TASKS)
+@pytest.mark.parametrize("task_id", sweep(ORACLE_TASKS, MINIWOB_REPLAY_DEFAULT))
 def test_replayed_state_matches_and_the_oracle_finishes_from_it(task_id, devices):
     cls = SUITE.task_class(task_id)
     a, b = GuiEnv(devices[0], cls), GuiEnv(devices[1], cls)

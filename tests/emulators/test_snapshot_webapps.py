@@ -1,7 +1,7 @@
 """Snapshots of webapps episodes, on every task, against the episode driven to the same point.
 
 One real Chromium and the real app server for the module, three phone devices (contexts). For
-each task (seed 0): env A runs the oracle to the end, snapshotting at every step and recording what
+each task (seed 0; by default one task of each app, every task with ``-m slow``): env A runs the oracle to the end, snapshotting at every step and recording what
 the episode shows at the start, half way and at the end (``-m slow``: before the last action too,
 with ARIA trees, seeds 0-2, and a third env driven afresh with the same actions checked against
 the records). Each of those states is then restored on A (which has gone on since: the state must
@@ -22,6 +22,7 @@ from emulators.base import GuiEnv, SnapshotError
 from emulators.snapshot import EnvState, StartStates
 from emulators.suites.webapps import SUITE, TASKS
 from guiagent.types import Answer, Click, Key, NavigateBack, Scroll, Type
+from tests.sweeps import first_of_each, sweep
 
 pytestmark = pytest.mark.browser
 
@@ -125,7 +126,12 @@ def _check_task(task_id: str, seed: int, devices, *, slow: bool = False) -> None
             env.task.teardown(env.device)
 
 
-@pytest.mark.parametrize("task_id", sorted(TASKS))
+#: by default one task of each app and cross-app family (their first by name) and a shuffled layout;
+#: the other tasks with -m slow (tests/sweeps.py)
+SNAPSHOT_DEFAULT = first_of_each(TASKS) | {"files_open_folder_shuffled"}
+
+
+@pytest.mark.parametrize("task_id", sweep(sorted(TASKS), SNAPSHOT_DEFAULT))
 def test_restored_episode_matches_a_fresh_copy(task_id, screen_devices):
     _check_task(task_id, 0, screen_devices)
 

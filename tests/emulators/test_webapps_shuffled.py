@@ -20,7 +20,8 @@ SHUFFLED = {"open_app_shuffled": ("apps", "app", "link"), "settings_turn_on_shuf
             "settings_turn_off_shuffled": ("toggles", "key", "switch"),
             "settings_open_section_shuffled": ("sections", "section", "link"),
             "files_open_folder_shuffled": ("folders", "folder", "link")}
-SEEDS = range(25)
+#: seeds 0-9 by default, 10-24 with -m slow
+SEEDS = [pytest.param(range(10), id="seeds0-9"), pytest.param(range(10, 25), id="seeds10-24", marks=pytest.mark.slow)]
 
 
 @pytest.fixture(scope="module")
@@ -44,12 +45,13 @@ def test_the_shuffled_family_is_registered():
         assert same_row == base.family and lst in TASKS[task_id].shuffle and not base.shuffle
 
 
+@pytest.mark.parametrize("seeds", SEEDS)
 @pytest.mark.parametrize("task_id", sorted(SHUFFLED))
-def test_oracle_solves_every_seed_and_the_target_moves(task_id, device):
+def test_oracle_solves_every_seed_and_the_target_moves(task_id, seeds, device):
     lst, key, role = SHUFFLED[task_id]
     cls = TASKS[task_id]
     slots = set()
-    for seed in SEEDS:
+    for seed in seeds:
         env = GuiEnv(device, cls)
         obs, info = env.reset_typed(seed=seed)
         params = env.task.params
@@ -68,7 +70,8 @@ def test_oracle_solves_every_seed_and_the_target_moves(task_id, device):
             done = term or trunc
         assert step.success == 1.0, f"{task_id} seed {seed}: the oracle failed {env.task_spec.goal!r}"
         assert all(step.milestones) and steps <= cls.max_steps
-    assert len(slots) >= 4, f"{task_id}: the target sat in only {sorted(slots)} over {len(SEEDS)} seeds"
+    # ten seeds put the target in 3+ places (the settings list has four sections); fifteen in 4+
+    assert len(slots) >= (4 if len(seeds) >= 15 else 3), f"{task_id}: the target sat in only {sorted(slots)} over seeds {seeds}"
 
 
 def _labels(lst: str, order: list[str]) -> list[str]:

@@ -150,27 +150,42 @@ near_miss = st.one_of(uitars_like(), json_like(), seed_xml_like())
 
 # ----------------------------------------------------------------------------- the tests
 
-FUZZ = settings(max_examples=3_000, deadline=None, database=None,
+FUZZ = settings(deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-# One hypothesis run feeds every string to every format: each format sees all
-# 6,000 strings (eight formats) while the generator's overhead is paid once (keeps the file < 60 s).
-@FUZZ
+def _every_format(text: str) -> None:
+    for fmt in FORMATS.values():
+        _check(fmt.parse(text, SIZE))
+        assert isinstance(fmt.thought(text), str)
+
+
+# One hypothesis run feeds every string to every format, so the generator's overhead is paid once:
+# 1,000 random strings and 500 near misses by default, 20,000 and 10,000 with -m slow.
+@settings(FUZZ, max_examples=1_000)
 @given(st.text(max_size=160))
 def test_random_strings_never_raise(text: str) -> None:
-    for fmt in FORMATS.values():
-        _check(fmt.parse(text, SIZE))
-        assert isinstance(fmt.thought(text), str)
+    _every_format(text)
 
 
-@settings(max_examples=1_500, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(FUZZ, max_examples=500)
 @given(near_miss)
 def test_near_miss_strings_never_raise(text: str) -> None:
-    for fmt in FORMATS.values():
-        _check(fmt.parse(text, SIZE))
-        assert isinstance(fmt.thought(text), str)
+    _every_format(text)
+
+
+@pytest.mark.slow
+@settings(FUZZ, max_examples=20_000)
+@given(st.text(max_size=160))
+def test_random_strings_never_raise_at_length(text: str) -> None:
+    _every_format(text)
+
+
+@pytest.mark.slow
+@settings(FUZZ, max_examples=10_000)
+@given(near_miss)
+def test_near_miss_strings_never_raise_at_length(text: str) -> None:
+    _every_format(text)
 
 
 @pytest.mark.parametrize("name", FORMAT_NAMES)

@@ -230,8 +230,10 @@ def _child(code: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.timeout(WALL_LIMIT_S + 60)
-def test_random_and_hostile_yaml_never_a_traceback():
-    r = _child("from tests.guiagent.test_config_fuzz import run_fuzz; run_fuzz()")
+@pytest.mark.parametrize("examples", [150, pytest.param(2_000, marks=pytest.mark.slow)])
+def test_random_and_hostile_yaml_never_a_traceback(examples):
+    """150 documents by default, 2,000 with -m slow (the named cases have their own tests in test_config_files.py)."""
+    r = _child(f"from tests.guiagent.test_config_fuzz import run_fuzz; run_fuzz({examples})")
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
     assert "fuzz:" in r.stdout and " loaded, " in r.stdout, r.stdout
 

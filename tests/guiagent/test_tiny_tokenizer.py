@@ -4,8 +4,6 @@ its own, so a name is the same token ids in a goal, in the element list and in a
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -77,12 +75,12 @@ def test_a_bad_words_value_is_one_clear_error():
         train_tokenizer(words="spaced")
 
 
-def test_model_init_builds_a_bare_words_model(tmp_path):
+def test_model_init_builds_a_bare_words_model(tmp_path, capsys):
+    from guiagent.cli.main import main
+
     out = tmp_path / "tiny"
-    r = subprocess.run([sys.executable, "-m", "guiagent", "model", "init", "--size", "tiny", "--words", "bare",
-                        "--out", str(out), "--json"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    info = json.loads(r.stdout.strip().splitlines()[-1])
+    assert main(["model", "init", "--size", "tiny", "--words", "bare", "--out", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert info["words"] == "bare" and info["check"]["generated_tokens"] == 4
     from transformers import AutoTokenizer
 

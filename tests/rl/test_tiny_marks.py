@@ -76,6 +76,7 @@ def test_the_marks_format_needs_the_devices_marks():
         TrainConfig.build(action_format="marks", device={"marks": "false"})
 
 
+@pytest.mark.slow  # ~7 s; the embedded default's test below checks the same through the command
 @pytest.mark.browser
 def test_a_warm_start_in_the_marks_format_records_marks_and_saves_its_settings(tmp_path):
     """No --model and --action-format marks: the demonstrations are recorded with the screen's marks (each
@@ -106,6 +107,7 @@ def test_the_embedded_default_on_webapps_runs_online_awr_on_its_warm_start_on_a_
     from guiagent.cli.main import main
     from guiagent.store import StoreReader
     from rl.config import GOAL_CONDITIONED_TASKS, TrainConfig
+    from rl.sft import load_trajectories
 
     assert (TrainConfig.embedded().tasks, TrainConfig.embedded().algo) == (GOAL_CONDITIONED_TASKS, "awr")
     out = tmp_path / "run"
@@ -128,3 +130,10 @@ def test_the_embedded_default_on_webapps_runs_online_awr_on_its_warm_start_on_a_
     assert "warm_start_copy_steps: 3" in saved and "warm_start_words: bare" in saved
     sft = json.loads((out / "sft" / "sft_log.json").read_text())["config"]  # what the warm start's SFT ran with
     assert (sft["action_weight"], sft["name_weight"], sft["steps"]) == (2.5, 5.0, 4)
+    # the warm start in the marks format: demonstrations recorded with the screen's marks, the model
+    # fine-tuned and saved with its settings, evaluation listing the marks to it
+    assert AgentSettings.load(str(out / "sft")) == tiny_model_settings("marks")
+    demos = load_trajectories([str(out / "demos")])
+    assert len(demos) == 4 and all(s.observation.marks for t in demos for s in t.steps)
+    evaluated = load_trajectories([str(out / "eval-before")], successful_only=False)
+    assert evaluated and all(s.observation.marks for t in evaluated for s in t.steps)
