@@ -22,6 +22,13 @@ MINIWOB_REPLAY_DEFAULT = {"choose-list", "click-button-sequence", "click-checkbo
                           "login-user", "search-engine", "use-autocomplete"}
 
 
+#: webapps tasks answered with an Answer action (information retrieval): a wrong answer must score 0
+WEBAPPS_ANSWER_TASKS = {"contacts_phone_lookup", "contacts_email_lookup", "contacts_count_favourites",
+                        "messages_read_last", "calendar_event_time", "calendar_count_day", "notes_read",
+                        "files_size_lookup", "files_count", "expenses_category_total", "expenses_biggest",
+                        "todo_count_open"}
+
+
 def sweep(ids: Iterable[str], default: Iterable[str]) -> list:
     """``pytest.param`` per id: those in ``default`` unmarked, the others marked slow."""
     ids, default = list(ids), set(default)
@@ -36,3 +43,16 @@ def first_of_each(ids: Iterable[str], family: Callable[[str], str] = lambda i: i
     for i in sorted(ids):
         out.setdefault(family(i), i)
     return set(out.values())
+
+
+def _webapps_check_default() -> set[str]:
+    from emulators.suites.webapps import TASKS  # lazy: only the webapps sweeps need the suite
+
+    return first_of_each(TASKS) | WEBAPPS_ANSWER_TASKS
+
+
+#: webapps tasks whose seed 0 runs through the env checks by default (tests/emulators/test_webapps_tasks.py:
+#: one task of each app and every answer task); the golden record's replay of seed 0
+#: (tests/emulators/test_webapps_golden.py) runs by default on the others, so the default suite runs
+#: every task's oracle episode once
+WEBAPPS_CHECK_DEFAULT = _webapps_check_default()

@@ -4,8 +4,9 @@ One browser and one phone device are shared by the whole module. For each task
 and seed, ``check_env`` runs through a recording env that also checks: the task
 scores 0 before the oracle acts and 1 after, milestones never fall back, and a
 wrong answer scores 0 on information-retrieval tasks. Seed 0 of one task of each app and of every
-answer task runs by default (test_webapps_golden.py replays seed 0 of every task against its
-record); the other tasks and seeds 1 and 2 run with ``-m slow``.
+answer task runs by default (test_webapps_golden.py replays seed 0 of the other tasks against its
+record, so every task's oracle episode runs by default); the other tasks and seeds 1 and 2 run
+with ``-m slow``.
 """
 
 from __future__ import annotations
@@ -20,13 +21,11 @@ from emulators.suites import get_suite
 from emulators.suites.webapps import SUITE, TASKS
 from emulators.suites.webapps.tasks.easy import TASKS as EASY_FIXED
 from guiagent.types import Answer, Click, OpenApp
-from tests.sweeps import first_of_each, sweep
+from tests.sweeps import WEBAPPS_ANSWER_TASKS, WEBAPPS_CHECK_DEFAULT, sweep
 
 pytestmark = pytest.mark.browser
 
-ANSWER_TASKS = {"contacts_phone_lookup", "contacts_email_lookup", "contacts_count_favourites", "messages_read_last",
-                "calendar_event_time", "calendar_count_day", "notes_read", "files_size_lookup", "files_count",
-                "expenses_category_total", "expenses_biggest", "todo_count_open"}
+ANSWER_TASKS = WEBAPPS_ANSWER_TASKS
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +76,10 @@ def _check_task(task_id: str, seed: int, device) -> None:
         assert env.task.evaluate(device, None) == 0.0
 
 
-@pytest.mark.parametrize("task_id", sweep(sorted(TASKS), first_of_each(TASKS) | ANSWER_TASKS))
+@pytest.mark.parametrize("task_id", sweep(sorted(TASKS), WEBAPPS_CHECK_DEFAULT))
 def test_oracle_solves_seed0(task_id, device):
-    """By default one task of each app and every answer task (the golden record's test replays seed 0
-    of every task: its score before, milestones and success, pinned); every task with -m slow."""
+    """By default one task of each app and every answer task (tests/sweeps.py; the golden record's test
+    replays seed 0 of the others by default); every task with -m slow."""
     _check_task(task_id, 0, device)
 
 

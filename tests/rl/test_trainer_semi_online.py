@@ -1,8 +1,6 @@
 """Semi-online and mixed training in the one trainer, and semi-online evaluation (SOP)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -52,15 +50,16 @@ def test_semi_online_needs_data_and_says_so(tmp_path):
     assert not (tmp_path / "out").exists()  # nothing created
 
 
-def test_eval_semi_online_reports_progress_and_success(tiny_model_dir, demos, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "guiagent", "eval", "--mode", "semi-online", "--data", demos,
-                        "--agent", "model", "--model", tiny_model_dir, "--out", str(tmp_path / "sop"), "--json"],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
+def test_eval_semi_online_reports_progress_and_success(tiny_model_dir, demos, tmp_path, capsys):
+    from guiagent.cli.main import main
+
+    assert main(["eval", "--mode", "semi-online", "--data", demos, "--agent", "model", "--model", tiny_model_dir,
+                 "--out", str(tmp_path / "sop"), "--json"]) == 0
+    stdout = capsys.readouterr().out
+    got = json.loads(stdout.strip().splitlines()[-1])
     assert got["mode"] == "semi-online" and got["episodes"] == 2
     assert 0.0 <= got["progress"] <= 1.0 and 0.0 <= got["success_rate"] <= got["progress"] + 1e-9
-    assert "progress" in r.stdout.splitlines()[0]
+    assert "progress" in stdout.splitlines()[0]
 
 
 @pytest.mark.slow  # ~16 s (the suite's 12-minute budget)
