@@ -13,7 +13,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, Sequence
 
@@ -36,8 +36,9 @@ class JudgeSettings:
     model: str | None = None
     """judge model: a local folder, a hub id, or an http(s):// OpenAI-compatible server URL
     (None: no judge)"""
-    served_model: str = "default"
-    """the model name sent to an OpenAI-compatible server (its --served-model-name)"""
+    served_model: str = "auto"
+    """the model name sent to an OpenAI-compatible server (its --served-model-name); auto: the one model
+    the server lists at /v1/models (several listed: name one; none: "default")"""
     api_key_env: str = "OPENAI_API_KEY"
     """environment variable holding an OpenAI-compatible server's API key (sent as a Bearer token)"""
     mode: Literal["reward", "log"] = "reward"
@@ -116,6 +117,13 @@ class JudgeSettings:
         if self.votes > 1 and self.temperature == 0:
             raise ValueError(f"--judge.votes {self.votes} at --judge.temperature 0 asks for {self.votes} identical "
                              "verdicts: set --judge.temperature > 0 (e.g. 0.7) or --judge.votes 1")
+        if self.served_model != "auto":
+            from guiagent.policy.openai_backend import check_model_name  # lazy: httpx, for servers only
+
+            try:
+                check_model_name(self.served_model)
+            except ValueError as e:
+                raise ValueError(f"--judge.served-model: {e}") from None
         # the judge's own checks, with their messages
         judge_config(self)
 
@@ -226,6 +234,11 @@ def make_judge(settings: JudgeSettings, out_dir: str | os.PathLike[str] | None) 
     if model.startswith(("http://", "https://")):
         policy = load_policy(model, model=settings.served_model, timeout=settings.timeout,
                              max_retries=settings.retries, api_key_env=settings.api_key_env)
+        try:  # the name the server serves goes into verdicts and cache keys, not "auto"
+            settings = replace(settings, served_model=policy.served_model())
+        except BaseException:
+            policy.close()
+            raise
     else:
         policy = load_policy(model)
     cache_dir = str(Path(out_dir) / "judge_cache") if settings.cache and out_dir is not None else None

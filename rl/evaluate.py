@@ -86,6 +86,10 @@ class EvalConfig:
     """--agent model: a local model folder, a hub id, or an http(s):// OpenAI-compatible server URL"""
     backend: Literal["auto", "transformers", "vllm", "openai"] = "auto"
     """--agent model: which policy backend (auto: openai for URLs, else transformers)"""
+    served_model: str = "auto"
+    """--model URL: the model name requests carry (the server's --served-model-name); auto: the one model
+    the server lists at /v1/models (a server listing several needs the name; one that lists none is sent
+    "default")"""
     action_format: str = "auto"
     """--agent model: the action format the model speaks (json, uitars, uitars15, qwen_mobile, qwen_computer;
     auto: what the model folder's guiagent_agent.json says, else json)"""
@@ -116,6 +120,16 @@ class EvalConfig:
                              f"{self.max_steps}")
         if self.agent == "model" and not self.model:
             raise ValueError("--agent model needs --model DIR|HUB_ID|URL")
+        if self.served_model != "auto":
+            from guiagent.policy.openai_backend import check_model_name  # lazy: httpx, for servers only
+
+            try:
+                check_model_name(self.served_model)
+            except ValueError as e:
+                raise ValueError(f"--served-model: {e}") from None
+            if not _on_a_server(self):
+                raise ValueError("--served-model names the model on a server: give --model http(s)://HOST:PORT/v1 "
+                                 f"(--model {self.model or '(none)'} is not a server)")
         if self.mode == "semi-online" and (not self.data or self.agent != "model"):
             raise ValueError("--mode semi-online replays recorded episodes with a model: give --data RUN_DIR "
                              "and --agent model --model DIR")
@@ -169,6 +183,12 @@ def pick_tasks(suite: Any, cfg: EvalConfig) -> list[str]:
     return ids
 
 
+def _on_a_server(cfg: EvalConfig) -> bool:
+    """The agent is a model on an OpenAI-compatible server (a URL, or the openai backend)."""
+    return cfg.agent == "model" and (cfg.backend == "openai" or (cfg.backend == "auto" and bool(cfg.model)
+                                     and cfg.model.startswith(("http://", "https://"))))
+
+
 def make_policy(cfg: EvalConfig) -> Any:
     """The turn policy ``cfg.agent`` names."""
     if cfg.agent == "oracle":
@@ -179,8 +199,10 @@ def make_policy(cfg: EvalConfig) -> Any:
     if settings is None:
         settings = AgentSettings(action_format="json" if cfg.action_format == "auto" else cfg.action_format)
     s = cfg.sampling
+    server = {"model": cfg.served_model} if _on_a_server(cfg) else {}
     return load_agent(cfg.model, backend=cfg.backend, settings=settings, temperature=s.temperature, top_p=s.top_p,
-                      min_p=s.min_p, max_new_tokens=s.max_new_tokens, resample_unparseable=s.resample_unparseable)
+                      min_p=s.min_p, max_new_tokens=s.max_new_tokens, resample_unparseable=s.resample_unparseable,
+                      **server)
 
 
 def episode_plan(ids: list[str], episodes: int, seed: int, max_steps: int | None) -> list[Any]:

@@ -43,8 +43,9 @@ class JudgeEvalConfig:
     """a run directory (holding store.sqlite) or a folder of run directories (one or two levels deep)"""
     judge_model: str = ""
     """the judge: a local model folder, a hub id, or an http(s):// OpenAI-compatible server URL"""
-    served_model: str = "default"
-    """the model name sent to an OpenAI-compatible server"""
+    served_model: str = "auto"
+    """the model name sent to an OpenAI-compatible server (its --served-model-name); auto: the one model
+    the server lists at /v1/models"""
     api_key_env: str = "OPENAI_API_KEY"
     """environment variable holding the server's API key"""
     votes: int = 1

@@ -46,6 +46,11 @@ the model wrote them (``<think>...</think>`` before the content, each call as
 ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` after it), so action formats
 parse the same reply whether or not the server split it.
 
+Which model a request names: ``model`` (default ``"auto"``: the one model the server lists at
+``GET /v1/models``, so ``vllm serve Qwen/Qwen2.5-VL-3B-Instruct`` needs no more; a server listing
+several is an error asking for one by name; one that cannot list them is sent ``"default"``, with
+a warning).
+
 Example::
 
     >>> policy = OpenAIPolicy("http://127.0.0.1:8000/v1", model="Qwen/Qwen2.5-VL-3B-Instruct")  # doctest: +SKIP
@@ -57,6 +62,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import logging
 import math
 import os
 import random
@@ -73,7 +79,9 @@ from guiagent.policy.base import BackendError, Chat, Generation, SamplingParams,
 
 __all__ = ["OpenAIPolicy", "to_openai_messages", "data_url", "message_text", "DEFAULT_TIMEOUT",
            "DEFAULT_MAX_RETRIES", "DEFAULT_MAX_RESPONSE_BYTES", "ENV_TIMEOUT", "ENV_MAX_RETRIES", "ENV_MAX_BYTES",
-           "check_server_url", "options_from_env", "text_limit"]
+           "check_server_url", "options_from_env", "text_limit", "AUTO_MODEL", "FALLBACK_MODEL"]
+
+log = logging.getLogger(__name__)
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
@@ -89,6 +97,16 @@ MIN_TEXT_CHARS = 64 * 1024
 """the reply text kept is at least this long (characters) before it is cut ..."""
 TEXT_CHARS_PER_TOKEN = 16
 """... or this many characters per token of ``max_new_tokens``, whichever is more"""
+AUTO_MODEL = "auto"
+"""``model="auto"``: requests name the one model the server lists at ``GET {base_url}/models`` (vLLM
+and SGLang list what they serve under its ``--served-model-name``), asked once, at the first request"""
+FALLBACK_MODEL = "default"
+"""the name sent when the server lists no model or cannot list them (servers that serve one model and
+ignore the name, such as llama.cpp's, need no more)"""
+MODELS_TIMEOUT = 10.0
+"""the longest wait for the model list (seconds; the request deadline when that is shorter)"""
+MAX_MODEL_NAME = 256
+_MODELS_BYTES = 2**20  # the largest model list read
 _ERROR_BODY_BYTES = 4096  # what is read of an error reply (its start is shown)
 _SEND_PIECE = 64 * 1024  # the request body goes out in pieces of this size, the deadline checked between them
 _MAX_TOKEN_ID = 2**31
@@ -216,6 +234,38 @@ def text_limit(max_new_tokens: int) -> int:
     return max(MIN_TEXT_CHARS, TEXT_CHARS_PER_TOKEN * max_new_tokens)
 
 
+def check_model_name(model: Any) -> None:
+    """``model`` can be sent as a request's model name: text of 1..256 characters, no control
+    characters, not blank. Raises ``ValueError``."""
+    if not isinstance(model, str):
+        raise ValueError(f"the served model's name must be text, got {type(model).__name__}")
+    if not model.strip() or len(model) > MAX_MODEL_NAME or not model.isprintable():
+        raise ValueError(f"the served model's name {_short(model)} is not a name (1..{MAX_MODEL_NAME} printable "
+                         "characters, not blank)")
+
+
+def _listed_ids(raw: bytes) -> list[str] | str:
+    """The model names of a ``GET /models`` reply (OpenAI's ``{"data": [{"id": ...}, ...]}``), in order
+    and once each; or why there are none to be read (text)."""
+    try:
+        data = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        return "a model list that is not JSON"
+    entries = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return "a malformed model list"
+    ids: list[str] = []
+    for e in entries:
+        name = e.get("id") if isinstance(e, dict) else None
+        try:
+            check_model_name(name)
+        except ValueError:
+            return "a malformed model list"
+        if name not in ids:
+            ids.append(name)
+    return ids
+
+
 class _Overdue(Exception):
     """A request ran past its deadline (retried like a timeout)."""
 
@@ -232,14 +282,16 @@ class OpenAIPolicy:
     ``max_response_bytes``: the largest reply body read; ``max_text_chars``: the longest reply text
     kept (None: :func:`text_limit` of the request's ``max_new_tokens``). ``timeout``, ``max_retries``
     and ``max_response_bytes`` left at None take the environment's values (:func:`options_from_env`),
-    else the defaults."""
+    else the defaults. ``model``: the name requests carry (the server's ``--served-model-name``);
+    ``"auto"``: see :data:`AUTO_MODEL` and :meth:`served_model`."""
 
-    def __init__(self, base_url: str, *, model: str = "default", api_key: str | None = None,
+    def __init__(self, base_url: str, *, model: str = AUTO_MODEL, api_key: str | None = None,
                  api_key_env: str = "OPENAI_API_KEY", timeout: float | None = None, connect_timeout: float = 10.0,
                  max_retries: int | None = None, backoff: float = 0.5, max_backoff: float = 30.0,
                  max_concurrency: int = 8, logprobs: bool = True, extra_body: dict[str, Any] | None = None,
                  max_response_bytes: int | None = None, max_text_chars: int | None = None):
         check_server_url(base_url)
+        check_model_name(model)
         env = options_from_env()
         timeout = env.get("timeout", DEFAULT_TIMEOUT) if timeout is None else timeout
         max_retries = env.get("max_retries", DEFAULT_MAX_RETRIES) if max_retries is None else max_retries
@@ -260,6 +312,10 @@ class OpenAIPolicy:
         self.base_url = base_url.rstrip("/")
         self.url = f"{self.base_url}/chat/completions"
         self.model = model
+        """the model requests name as given (``"auto"``: asked of the server, :meth:`served_model`)"""
+        self._served: str | None = None if model == AUTO_MODEL else model
+        self._served_error: BackendError | None = None
+        self._model_lock = threading.Lock()
         self.timeout = float(timeout)
         self.max_retries = max_retries
         self.backoff = backoff
@@ -285,7 +341,7 @@ class OpenAIPolicy:
 
     def _body(self, chat: Chat, sampling: SamplingParams) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "model": self.model, "messages": to_openai_messages(chat),
+            "model": self.served_model(), "messages": to_openai_messages(chat),
             "max_tokens": sampling.max_new_tokens, "temperature": sampling.temperature,
             "top_p": sampling.top_p,
         }
@@ -337,10 +393,61 @@ class OpenAIPolicy:
             self._closed.wait(min(self.max_backoff, retry_after) if retry_after is not None else delay)
         raise self._fail(f"gave up after {self.max_retries + 1} attempts; last: {last}")
 
-    def _fetch(self, payload: bytes) -> tuple[int, httpx.Headers, bytes]:
+    def served_model(self) -> str:
+        """The model name requests carry: ``model`` as given; for ``"auto"``, the one model the server
+        lists at ``GET {base_url}/models``, asked once (later calls, from any thread, get the answer or
+        the error of that one question). Several listed models are a :class:`BackendError` naming
+        them; a server that cannot list its models (an error, no reply in time, not a list of names)
+        gets :data:`FALLBACK_MODEL` and a warning."""
+        with self._model_lock:
+            if self._served is None and self._served_error is None:
+                try:
+                    self._served = self._listed_model()
+                except BackendError as e:
+                    self._served_error = e
+            if self._served_error is not None:
+                raise self._served_error
+            assert self._served is not None
+            return self._served
+
+    def _listed_model(self) -> str:
+        try:
+            status, _, raw = self._fetch(b"", method="GET", url=f"{self.base_url}/models",
+                                         timeout=min(self.timeout, MODELS_TIMEOUT), limit=_MODELS_BYTES)
+        except _Closed:
+            raise self._fail("the policy was closed while a request was in flight") from None
+        except _Overdue:
+            why = f"no whole reply within {min(self.timeout, MODELS_TIMEOUT):g} s"
+        except BackendError:  # a list past the size limit
+            why = f"a model list over {_MODELS_BYTES:,} bytes"
+        except httpx.HTTPError as e:
+            why = f"{type(e).__name__}: {_clip(str(e), 120)}"
+        else:
+            ids = _listed_ids(raw) if status == 200 else None
+            if status != 200:
+                why = f"HTTP {status}"
+            elif isinstance(ids, str):
+                why = ids
+            elif len(ids) == 1:
+                log.info("model server %s serves %r: requests name it", self.server, ids[0])
+                return ids[0]
+            elif ids:
+                shown = ", ".join(repr(m) for m in ids[:5]) + (", ..." if len(ids) > 5 else "")
+                raise self._fail(f"serves {len(ids)} models ({shown}): name one with --served-model NAME "
+                                 "(model= in Python)")
+            else:
+                why = "an empty model list"
+        log.warning("model server %s: could not read which model it serves at %s/models (%s); requests name "
+                    "the model %r (--served-model NAME names one)", self.server, _display(self.base_url),
+                    _clip(why, 200), FALLBACK_MODEL)
+        return FALLBACK_MODEL
+
+    def _fetch(self, payload: bytes, *, method: str = "POST", url: str | None = None, timeout: float | None = None,
+               limit: int | None = None) -> tuple[int, httpx.Headers, bytes]:
         """One request: (status, headers, body), within the deadline and the size limit (raises
-        :class:`_Overdue` past the deadline; a 200 body over ``max_response_bytes`` is a BackendError)."""
-        deadline = time.monotonic() + self.timeout
+        :class:`_Overdue` past the deadline; a 200 body over ``max_response_bytes``, or ``limit``, is a
+        BackendError). The chat request by default; ``method``, ``url``, ``timeout`` for another."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
 
         def check() -> None:
             if self._closed.is_set():
@@ -353,11 +460,17 @@ class OpenAIPolicy:
                 check()
                 yield payload[i:i + _SEND_PIECE]
 
-        headers = {"Content-Type": "application/json", "Content-Length": str(len(payload))}
-        with self._client.stream("POST", self.url, content=pieces(), headers=headers) as r:
+        if method == "POST":
+            headers = {"Content-Type": "application/json", "Content-Length": str(len(payload))}
+            request = self._client.stream("POST", url or self.url, content=pieces(), headers=headers)
+        else:
+            request = self._client.stream(method, url or self.url, timeout=httpx.Timeout(
+                self.timeout if timeout is None else timeout))
+        ok_limit = self.max_response_bytes if limit is None else limit
+        with request as r:
             check()
             ok = r.status_code == 200
-            limit = self.max_response_bytes if ok else _ERROR_BODY_BYTES
+            limit = ok_limit if ok else _ERROR_BODY_BYTES
             declared = r.headers.get("content-length", "").strip()
             if ok and declared.isdigit() and int(declared) > limit:
                 raise self._too_large(f"announces {int(declared):,} bytes")
