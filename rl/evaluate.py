@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import sys
 import time
 from collections import defaultdict
@@ -90,6 +91,12 @@ class EvalConfig:
     """--model URL: the model name requests carry (the server's --served-model-name); auto: the one model
     the server lists at /v1/models (a server listing several needs the name; one that lists none is sent
     "default")"""
+    request_timeout: float | None = None
+    """--model URL: the seconds a request may take, from its start to the reply's last byte (default:
+    $GUIAGENT_OPENAI_TIMEOUT, else 120)"""
+    request_retries: int | None = None
+    """--model URL: retries of a request that timed out, lost its connection or got a 429 or 5xx (default:
+    $GUIAGENT_OPENAI_MAX_RETRIES, else 5)"""
     action_format: str = "auto"
     """--agent model: the action format the model speaks (json, uitars, uitars15, qwen_mobile, qwen_computer;
     auto: what the model folder's guiagent_agent.json says, else json)"""
@@ -120,6 +127,14 @@ class EvalConfig:
                              f"{self.max_steps}")
         if self.agent == "model" and not self.model:
             raise ValueError("--agent model needs --model DIR|HUB_ID|URL")
+        if self.request_timeout is not None and not (math.isfinite(self.request_timeout)
+                                                     and 0 < self.request_timeout <= 86_400):
+            raise ValueError(f"--request-timeout must lie in (0, 86400] seconds, got {self.request_timeout}")
+        if self.request_retries is not None and not 0 <= self.request_retries <= 100:
+            raise ValueError(f"--request-retries must lie in 0..100, got {self.request_retries}")
+        if (self.request_timeout is not None or self.request_retries is not None) and not _on_a_server(self):
+            raise ValueError("--request-timeout and --request-retries are for a model on a server: give --model "
+                             f"http(s)://HOST:PORT/v1 (--model {self.model or '(none)'} is not a server)")
         if self.served_model != "auto":
             from guiagent.policy.openai_backend import check_model_name  # lazy: httpx, for servers only
 
@@ -199,7 +214,8 @@ def make_policy(cfg: EvalConfig) -> Any:
     if settings is None:
         settings = AgentSettings(action_format="json" if cfg.action_format == "auto" else cfg.action_format)
     s = cfg.sampling
-    server = {"model": cfg.served_model} if _on_a_server(cfg) else {}
+    server = {"model": cfg.served_model, "timeout": cfg.request_timeout,
+              "max_retries": cfg.request_retries} if _on_a_server(cfg) else {}
     return load_agent(cfg.model, backend=cfg.backend, settings=settings, temperature=s.temperature, top_p=s.top_p,
                       min_p=s.min_p, max_new_tokens=s.max_new_tokens, resample_unparseable=s.resample_unparseable,
                       **server)

@@ -242,6 +242,26 @@ def test_eval_served_model_flag(srv, uis1_run, tmp_path, capsys, project_loggers
     assert set(srv.named) == {"other"} and srv.lists == 0
 
 
+def test_eval_request_flags_reach_the_backend(srv, uis1_run, tmp_path, capsys, project_loggers, monkeypatch):
+    """--request-timeout and --request-retries go to the policy, over the environment's values."""
+    import rl.evaluate as ev
+
+    monkeypatch.setenv("GUIAGENT_OPENAI_TIMEOUT", "99")
+    made = []
+    real = ev.load_agent
+
+    def spy(*args, **kw):
+        agent = real(*args, **kw)
+        made.append(agent.backend)
+        return agent
+
+    monkeypatch.setattr(ev, "load_agent", spy)
+    assert _eval(srv, uis1_run, tmp_path / "out", "--request-timeout", "7.5", "--request-retries", "2") == 0, \
+        capsys.readouterr().err
+    [p] = made
+    assert (p.timeout, p.max_retries) == (7.5, 2)
+
+
 def test_eval_with_several_models_and_no_flag_fails_in_one_line(srv, uis1_run, tmp_path, capsys, project_loggers):
     srv.reset(served=[SERVED, "other"])
     assert _eval(srv, uis1_run, tmp_path / "out") == 1
@@ -254,6 +274,10 @@ def test_eval_with_several_models_and_no_flag_fails_in_one_line(srv, uis1_run, t
 @pytest.mark.parametrize("argv, message", [
     (["--model", "runs/x", "--served-model", "m"], "--served-model names the model on a server"),
     (["--model", "http://127.0.0.1:9/v1", "--served-model", ""], "--served-model"),
+    (["--model", "runs/x", "--request-timeout", "5"], "--request-timeout and --request-retries are for a model on"),
+    (["--model", "http://127.0.0.1:9/v1", "--request-timeout", "0"], "--request-timeout must lie in (0, 86400]"),
+    (["--model", "http://127.0.0.1:9/v1", "--request-timeout", "nan"], "--request-timeout must lie in (0, 86400]"),
+    (["--model", "http://127.0.0.1:9/v1", "--request-retries", "-1"], "--request-retries must lie in 0..100"),
 ])
 def test_eval_refuses_a_served_model_it_cannot_use(tmp_path, capsys, argv, message):
     from guiagent.cli.main import main
