@@ -1,9 +1,10 @@
 """The OpenAI-compatible HTTP backend: vLLM serve, SGLang, hosted APIs.
 
 Each chat is one ``POST {base_url}/chat/completions``; images travel as base64
-``data:`` URLs of the bytes as captured (PNG stays PNG). Requests run on a
-thread pool of ``max_concurrency`` workers, so no more than that many are in
-flight. 429, 5xx, connection errors and timeouts are retried with exponential
+``data:`` URLs of the bytes as captured (PNG stays PNG). Requests run on
+``max_concurrency`` daemon threads, so no more than that many are in flight, and
+one blocked in a read never holds up the process's exit (Ctrl+C ends a command at
+once); ``close()`` ends every call waiting on a request at once. 429, 5xx, connection errors and timeouts are retried with exponential
 backoff and jitter (honouring ``Retry-After``); after ``max_retries`` a
 :class:`~guiagent.policy.base.BackendError` says what happened.
 
@@ -60,17 +61,19 @@ Example::
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
 import logging
 import math
 import os
+import queue
 import random
 import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 import httpx
@@ -266,6 +269,72 @@ def _listed_ids(raw: bytes) -> list[str] | str:
     return ids
 
 
+class _Requests:
+    """The threads that run a policy's requests, ``workers`` at most at once. They are daemon threads, so
+    a request blocked in a read never holds up the process's exit (Ctrl+C ends a command at once, not
+    at the request's deadline); :meth:`close` ends every call waiting on a request at once, with
+    ``closed()``'s error, without waiting for the reads (a request in flight ends at its next read)."""
+
+    def __init__(self, workers: int, closed: Any):
+        self._workers = workers
+        self._closed_error = closed
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._pending: set[Future] = set()
+        self._started = False
+        self._closed = False
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fut, fn, args = item
+            if fut.done():  # ended by close() while it waited: nothing is sent
+                continue
+            try:
+                result = fn(*args)
+            except BaseException as e:  # handed to the caller, as a thread pool's future does
+                with contextlib.suppress(InvalidStateError):
+                    fut.set_exception(e)
+            else:
+                with contextlib.suppress(InvalidStateError):
+                    fut.set_result(result)
+            finally:
+                with self._lock:
+                    self._pending.discard(fut)
+
+    def map(self, fn: Any, *iterables: Any) -> list[Any]:
+        """``[fn(*args) for args in zip(*iterables)]``, run on the threads; the first error raised, in order."""
+        futures = []
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            if not self._started:
+                for i in range(self._workers):
+                    threading.Thread(target=self._work, name=f"openai-policy-{i}", daemon=True).start()
+                self._started = True
+            for args in zip(*iterables):
+                fut: Future = Future()
+                self._pending.add(fut)
+                futures.append(fut)
+                self._queue.put((fut, fn, args))
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            pending, self._pending = list(self._pending), set()
+            started = self._started
+        for fut in pending:
+            with contextlib.suppress(InvalidStateError):
+                fut.set_exception(self._closed_error())
+        for _ in range(self._workers if started else 0):
+            self._queue.put(None)
+
+
 class _Overdue(Exception):
     """A request ran past its deadline (retried like a timeout)."""
 
@@ -334,7 +403,7 @@ class OpenAIPolicy:
         self._client = httpx.Client(
             headers=headers, timeout=httpx.Timeout(self.timeout, connect=min(connect_timeout, self.timeout)),
             limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency))
-        self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="openai-policy")
+        self._pool = _Requests(max_concurrency, lambda: self._fail("the policy was closed while a request was in flight"))
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self.stats = {"requests": 0, "retries": 0}
@@ -573,12 +642,12 @@ class OpenAIPolicy:
         per = [dataclasses.replace(sampling, seed=rows[i], seeds=None) if rows is not None else
                sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + i)
                for i in range(len(chats))]
-        return list(self._pool.map(self._one, chats, per))
+        return self._pool.map(self._one, chats, per)
 
     def close(self) -> None:
         """Stop: requests in flight end at their next read (a retry's wait ends at once)."""
         self._closed.set()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.close()
         self._client.close()
 
     def __enter__(self) -> "OpenAIPolicy":

@@ -446,13 +446,14 @@ def _run_row(out: Path):
     return row[0] if row else None
 
 
-def _terminate(argv, ready, out, seconds=90):
-    """Start ``guiagent *argv``, send it SIGTERM once ``ready()``; (exit status, stderr)."""
+def _terminate(argv, ready, out, seconds=90, sig=signal.SIGTERM, env=()):
+    """Start ``guiagent *argv``, send it ``sig`` once ``ready()``; (exit status, stderr)."""
     proc = subprocess.Popen([sys.executable, "-m", "guiagent", *argv], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "GUIAGENT_OPENAI_MAX_RETRIES": "0"})
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "GUIAGENT_OPENAI_MAX_RETRIES": "0", **dict(env)})
     try:
         _wait_for(ready, proc, seconds, "not started")
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         code = proc.wait(60)
     finally:
         if proc.poll() is None:
@@ -476,6 +477,53 @@ def test_sigterm_stores_the_eval_as_interrupted(srv, uis1_run, tmp_path):
     assert code == 143, err[-2000:]
     assert err.strip().splitlines()[-1] == "guiagent eval: terminated (SIGTERM)"
     assert _status(out) == "interrupted"
+
+
+def test_ctrl_c_ends_the_eval_at_once_while_a_request_waits_on_a_silent_server(srv, uis1_run, tmp_path):
+    """Before: "guiagent eval: interrupted" was printed, then the process waited for the request in flight
+    (its deadline, then each retry's: minutes) before it exited. Now the request threads hold up nothing."""
+    srv.answer = lambda h: time.sleep(30)
+    out = tmp_path / "out"
+    sent = []
+    code, err = _terminate(["eval", "--mode", "offline", "--agent", "model", "--model", srv.url, "--data", uis1_run,
+                            "--out", str(out), "--episodes", "1", "--level", "high"],
+                           lambda: srv.requests > 0 and not sent.append(time.monotonic()), out, sig=signal.SIGINT,
+                           env={"GUIAGENT_OPENAI_TIMEOUT": "120", "GUIAGENT_OPENAI_MAX_RETRIES": "5"})
+    assert time.monotonic() - sent[-1] < 15  # the signal to the exit (was the deadline and every retry's)
+    assert code == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == "guiagent eval: interrupted"
+    assert _status(out) == "interrupted"
+
+
+def test_close_ends_a_call_waiting_on_a_silent_server_at_once(srv):
+    """close() from another thread: the waiting generate() raises at once (not at the 120 s deadline),
+    and the request threads are daemon threads, so nothing holds up the process's exit."""
+    srv.answer = lambda h: time.sleep(30)
+    p = policy(srv, timeout=120)
+    got = []
+    t = threading.Thread(target=lambda: got.append(_raises(lambda: p.generate([chat()]))))
+    t.start()
+    deadline = time.monotonic() + 10
+    while srv.requests == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    p.close()
+    t.join(5)
+    assert not t.is_alive() and time.monotonic() - t0 < 2
+    [e] = got
+    assert isinstance(e, BackendError) and "closed while a request was in flight" in str(e)
+    workers = [th for th in threading.enumerate() if th.name.startswith("openai-policy")]
+    assert workers and all(th.daemon for th in workers)
+    with pytest.raises(BackendError, match="closed"):
+        p.generate([chat()])
+
+
+def _raises(fn):
+    try:
+        fn()
+    except Exception as e:  # the error is what the test looks at
+        return e
+    return None
 
 
 @pytest.mark.slow  # ~15-25 s: a subprocess loads torch and a tiny model, trains on recorded screens until the signal
