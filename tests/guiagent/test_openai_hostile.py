@@ -448,9 +448,12 @@ def _run_row(out: Path):
 
 def _terminate(argv, ready, out, seconds=90, sig=signal.SIGTERM, env=()):
     """Start ``guiagent *argv``, send it ``sig`` once ``ready()``; (exit status, stderr)."""
+    # SIGINT as a terminal delivers it, whatever the test runner's own disposition (a job started in the
+    # background of a non-interactive shell ignores SIGINT, and a child would inherit that)
     proc = subprocess.Popen([sys.executable, "-m", "guiagent", *argv], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "GUIAGENT_OPENAI_MAX_RETRIES": "0", **dict(env)})
+                            env={**os.environ, "GUIAGENT_OPENAI_MAX_RETRIES": "0", **dict(env)},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         _wait_for(ready, proc, seconds, "not started")
         proc.send_signal(sig)
