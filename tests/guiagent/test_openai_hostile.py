@@ -25,6 +25,7 @@ import pytest
 from guiagent.policy import BackendError, SamplingParams, message
 from guiagent.policy.openai_backend import OpenAIPolicy, options_from_env
 from guiagent.store import EpisodeFilter, StoreReader
+from tests.http_servers import serving
 
 
 class Hostile(ThreadingHTTPServer):
@@ -109,12 +110,8 @@ def endless(h):
 
 @pytest.fixture(scope="module")
 def server():
-    srv = Hostile()
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with serving(Hostile()) as srv:
+        yield srv
 
 
 @pytest.fixture

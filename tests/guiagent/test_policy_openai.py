@@ -25,6 +25,7 @@ from guiagent.policy import BackendError, SamplingParams, load_policy, message
 from guiagent.policy.hf import load_transformers
 from guiagent.policy.openai_backend import OpenAIPolicy
 from guiagent.policy.tiny import TinyModelSpec, build_tiny_model
+from tests.http_servers import serving
 
 API_KEY = "test-key-123"
 
@@ -176,12 +177,8 @@ def local_policy(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(local_policy):
-    srv = Server(local_policy)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with serving(Server(local_policy)) as srv:
+        yield srv
 
 
 @pytest.fixture

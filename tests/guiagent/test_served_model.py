@@ -20,6 +20,7 @@ import pytest
 from guiagent.policy import BackendError, SamplingParams, message
 from guiagent.policy.openai_backend import AUTO_MODEL, OpenAIPolicy
 from guiagent.store import StoreReader
+from tests.http_servers import serving
 
 SERVED = "Qwen/Qwen2.5-VL-3B-Instruct"
 
@@ -87,12 +88,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def server():
-    srv = VLLMLike()
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with serving(VLLMLike()) as srv:
+        yield srv
 
 
 @pytest.fixture
