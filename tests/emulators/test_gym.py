@@ -13,12 +13,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import warnings
 
 import gymnasium
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env as gym_check_env
 
 import emulators  # noqa: F401  (registers the envs)
 from emulators.base import ActionText, GuiEnv, UnicodeText, parse_action
@@ -26,6 +24,7 @@ from emulators.suites import registration
 from emulators.suites.miniwob import SUITE as MINIWOB
 from emulators.suites.webapps import SUITE as WEBAPPS
 from guiagent.types import Click, Observation, ParseError, Scroll, action_to_dict
+from tests.emulators.gym_checks import checked_env
 
 pytestmark = pytest.mark.browser
 
@@ -158,13 +157,7 @@ def _center(env, selector: str) -> dict[str, float]:
 # --- Gymnasium's check_env and an oracle episode through the Gymnasium face -------------------------
 
 def _gym_check(env_id: str) -> None:
-    env = gymnasium.make(env_id, render_mode="rgb_array")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            gym_check_env(env.unwrapped)
-        problems = [str(w.message) for w in caught]  # no warning at all (render_fps declared too)
-        assert not problems, problems
+    with checked_env(env_id) as env:
         # the oracle solves the task with JSON actions, as a Gymnasium agent sends them
         obs, info = env.reset(seed=0)
         for _ in range(env.unwrapped.max_steps):
@@ -177,8 +170,6 @@ def _gym_check(env_id: str) -> None:
         assert reward == 1.0, f"{env_id}: the oracle did not solve {info['observation']}"
         frame = env.render()
         assert frame.dtype == np.uint8 and np.array_equal(frame, obs["screenshot"])
-    finally:
-        env.close()
 
 
 @pytest.mark.parametrize("task_id", WEBAPPS_DEFAULT)

@@ -29,7 +29,6 @@ import gymnasium
 import numpy as np
 import pytest
 from gymnasium.spaces import utils as space_utils
-from gymnasium.utils.env_checker import check_env as gym_check_env
 from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
 
 import emulators  # noqa: F401  (registers the envs)
@@ -41,6 +40,7 @@ from emulators.suites.miniwob.tasks import NONDETERMINISTIC
 from emulators.suites.webapps import SUITE as WEBAPPS
 from emulators.suites.webapps.server import shared_server, stop_shared_server
 from guiagent.types import action_to_dict
+from tests.emulators.gym_checks import checked_env
 
 TEXTS = ["", "a", "line one\nline two\ttab", "é → 日本語", "emoji 😀👍🏽", "nul \0 inside", "\ud800 lone surrogate",
          "x" * 32]
@@ -281,14 +281,8 @@ def test_tasks_that_cannot_reset_deterministically_are_registered_so():
 
 
 def _check_env_passes(env_id: str) -> None:
-    env = gymnasium.make(env_id, render_mode="rgb_array")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            gym_check_env(env.unwrapped)
-        assert not [str(w.message) for w in caught]
-    finally:
-        env.close()
+    with checked_env(env_id):
+        pass
 
 
 @pytest.mark.browser

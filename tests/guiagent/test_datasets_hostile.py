@@ -431,10 +431,8 @@ def test_a_damaged_guiodyssey_screenshot_is_refused(tmp_path, capsys):
     assert _nothing_written(tmp_path)
 
 
-def test_a_damaged_screenshot_in_our_export_is_refused(tmp_path, capsys):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+def _export_one_step(tmp_path, to):
+    """A stored run of one one-step episode (a real screenshot), exported to the Parquet file ``to``."""
     from guiagent.store import Store
     from guiagent.store.export import export_parquet
     from guiagent.types import Click, Observation, Step, TaskSpec, Trajectory
@@ -443,7 +441,14 @@ def test_a_damaged_screenshot_in_our_export_is_refused(tmp_path, capsys):
         run = s.create_run("r")
         s.write_trajectory(run, Trajectory("ep", TaskSpec("webapps", "t", 0, "g"), (
             Step(0, Observation(noisy_png(), 60, 120), Click(0.5, 0.5)),), success=1.0))
-    export_parquet(tmp_path / "run", tmp_path / "x.parquet")
+    export_parquet(tmp_path / "run", to)
+
+
+def test_a_damaged_screenshot_in_our_export_is_refused(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _export_one_step(tmp_path, tmp_path / "x.parquet")
     table = pq.read_table(tmp_path / "x.parquet")
     cut = pa.array([noisy_png()[:-200]], type=table.schema.field("screenshot").type)
     pq.write_table(table.set_column(table.schema.get_field_index("screenshot"), "screenshot", cut),
@@ -545,16 +550,8 @@ def test_guiodyssey_and_androidcontrol_read_only_from_inside_their_folder(tmp_pa
 
 
 def test_a_parquet_export_folder_reads_only_its_own_files(tmp_path, capsys):
-    from guiagent.store import Store
-    from guiagent.store.export import export_parquet
-    from guiagent.types import Click, Observation, Step, TaskSpec, Trajectory
-
-    with Store.open(tmp_path / "run") as s:
-        run = s.create_run("r")
-        s.write_trajectory(run, Trajectory("ep", TaskSpec("webapps", "t", 0, "g"), (
-            Step(0, Observation(noisy_png(), 60, 120), Click(0.5, 0.5)),), success=1.0))
     (tmp_path / "outside").mkdir()
-    export_parquet(tmp_path / "run", tmp_path / "outside" / "x.parquet")
+    _export_one_step(tmp_path, tmp_path / "outside" / "x.parquet")
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "x.parquet").symlink_to(tmp_path / "outside" / "x.parquet")
     rc, lines = _cli(capsys, "--format", "parquet", str(tmp_path / "src"), "--out", str(tmp_path / "out"))
