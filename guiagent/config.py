@@ -925,9 +925,12 @@ def hub_offline() -> bool:
 
 def looks_local(model: str) -> bool:
     """A path rather than a hub id: absolute, ``./``/``../``/``~``, a trailing slash, more than one
-    ``/`` (hub ids are ``name`` or ``org/name``), or an existing file system entry."""
+    ``/`` (hub ids are ``name`` or ``org/name``), an existing file system entry, or ``dir/name`` whose
+    ``dir`` is a folder here (``runs/sft`` mistyped as ``runs/stf`` is a missing folder, not a hub
+    id to look up: with no network that lookup retries for ~40 s before it fails)."""
     return (model.startswith(("/", "./", "../", "~", ".\\")) or model in (".", "..") or model.endswith("/")
-            or model.count("/") > 1 or os.sep != "/" and os.sep in model or Path(model).exists())
+            or model.count("/") > 1 or os.sep != "/" and os.sep in model or Path(model).exists()
+            or model.count("/") == 1 and Path(model.split("/", 1)[0]).is_dir())
 
 
 def _check_pickled_weights(folder: Path, what: str) -> None:

@@ -465,13 +465,32 @@ def test_model_path_checks_are_immediate(tmp_path, monkeypatch):
     assert main(["eval", "--agent", "model", "--model", "someone/not-cached-model-xyz", "--out",
                  str(tmp_path / "e")]) == 2
     assert not (tmp_path / "e").exists()
-    assert time.perf_counter() - t0 < 2.0  # no hub lookups
+    assert time.perf_counter() - t0 < 15.0  # no hub lookups (offline, those retry for ~40 s); eval's imports ~2-4 s
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
     check_model_path(str(tmp_path / "m"))
     check_model_path("http://127.0.0.1:8000/v1")
     assert validate_out_dir(tmp_path / "new" / "deeper") == tmp_path / "new" / "deeper"
     assert not (tmp_path / "new").exists()
+
+
+def test_a_missing_folder_under_a_folder_here_is_not_looked_up_on_the_hub(tmp_path, monkeypatch):
+    """``runs/stf`` for ``runs/sft``: a folder ``runs/`` here makes it a path (a missing model folder
+    at once), not a hub id that an offline machine retries for ~40 s; ``org/name`` without such a
+    folder stays a hub id."""
+    from guiagent.cli._common import CLIError, check_model_path
+    from guiagent.config import looks_local
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    (tmp_path / "runs").mkdir()
+    assert looks_local("runs/stf") and not looks_local("Qwen/Qwen2.5-VL-3B-Instruct")
+    with pytest.raises(CLIError, match="--model runs/stf: no such model folder"):
+        check_model_path("runs/stf")
+    (tmp_path / "runs" / "notes.txt").write_text("x")
+    assert looks_local("runs/notes.txt")
+    (tmp_path / "afile").write_text("x")  # a file, not a folder: org/name stays a hub id
+    assert not looks_local("afile/name")
 
 
 def test_ui_on_a_busy_port_is_one_line(tmp_path, capsys):
