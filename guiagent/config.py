@@ -80,7 +80,7 @@ import yaml
 T = TypeVar("T")
 
 __all__ = ["Flat", "KeyValues", "build", "flat_values", "parse_config", "from_mapping", "to_mapping", "load_yaml", "read_yaml", "check_value", "ConfigError",
-           "check_numbers", "validate_out_dir", "check_model_path", "hub_offline", "looks_local", "MAX_CONFIG_BYTES",
+           "check_numbers", "validate_out_dir", "check_out_free", "check_model_path", "hub_offline", "looks_local", "MAX_CONFIG_BYTES",
            "INT_RANGE", "SEED_RANGE"]
 
 #: the largest config file read (a command's config is a few kB; this bounds parse time and memory:
@@ -890,6 +890,15 @@ def _one_line_parse_errors() -> Any:
 
 
 # -- checks of path-valued settings, made before anything is created ----------------------------
+
+def check_out_free(path: str | Path, *, overwrite: bool, flag: str = "--out") -> None:
+    """Refuse an output folder that already holds files (an earlier model or run) unless
+    ``overwrite``: writing into it would mix the new files with the old ones."""
+    p = Path(path).expanduser()
+    if not overwrite and p.is_dir() and any(p.iterdir()):
+        raise ConfigError(f"{flag} {path}: holds files already (an earlier model or run); give a new or empty "
+                          "folder, or --overwrite to write over it")
+
 
 def validate_out_dir(path: str | Path, *, flag: str = "--out") -> Path:
     """Check that ``path`` is, or can be created as, a writable directory; create nothing.

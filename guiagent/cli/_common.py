@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from guiagent.config import (  # the path checks, re-exported for the commands
-    ConfigError, check_model_path, hub_offline, looks_local, validate_out_dir,
+    ConfigError, check_model_path, check_out_free, hub_offline, looks_local, validate_out_dir,
 )
 from guiagent.store import StoreError, StoreReader
 
-__all__ = ["emit_json", "log", "not_built", "CLIError", "validate_out_dir", "check_model_path", "hub_offline",
+__all__ = ["emit_json", "log", "not_built", "CLIError", "validate_out_dir", "check_out_free", "check_model_path", "hub_offline",
            "looks_local", "check_run_dirs", "check_suite_tasks", "quiet_library_bars", "printable",
            "one_line", "fail", "Terminated", "TERMINATED_EXIT", "sigterm_interrupts", "check_server_model"]
 

@@ -1,6 +1,6 @@
 """``guiagent model init``: build a tiny random-initialised Qwen-VL model offline.
 
-    guiagent model init --size tiny --out runs/tiny [--family qwen2_5_vl|qwen3_vl] [--seed 0] [--json]
+    guiagent model init --size tiny --out runs/tiny [--family qwen2_5_vl|qwen3_vl] [--seed 0] [--overwrite] [--json]
 
 The folder loads with the same ``from_pretrained`` path as a real checkpoint
 (``guiagent eval --agent model --model runs/tiny``).
@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 
 from PIL import Image
 
-from guiagent.cli._common import emit_json, log, validate_out_dir
+from guiagent.cli._common import check_out_free, emit_json, log, validate_out_dir
 from guiagent.config import Flat, parse_config
 from guiagent.policy.base import SamplingParams, message
 from guiagent.policy.tiny import TinyModelSpec, build_tiny_model
 
-USAGE = """usage: guiagent model init --size tiny|small --out DIR [--family qwen2_5_vl|qwen3_vl] [--seed N] [--json]
+USAGE = """usage: guiagent model init --size tiny|small --out DIR [--family qwen2_5_vl|qwen3_vl] [--seed N] [--overwrite] [--json]
 
 subcommands:
   init   build a tiny random-initialised Qwen2.5-VL/Qwen3-VL-architecture model offline"""
@@ -32,7 +32,9 @@ class ModelInitConfig:
     """Build a tiny random-initialised Qwen-VL-architecture model, its tokenizer and processor, offline."""
 
     out: str = ""
-    """folder to write the model to (created; files in it are overwritten)"""
+    """folder to write the model to (created; a new or empty one)"""
+    overwrite: bool = False
+    """write into an --out that holds files already (an earlier model's are replaced, others stay)"""
     spec: Flat[TinyModelSpec] = field(default_factory=TinyModelSpec)
     """what to build (its fields are this command's --size, --family, --seed, --vocab-size,
     --min-pixels, --max-pixels, --words, --copy-steps)"""
@@ -78,6 +80,7 @@ def main(argv: list[str]) -> int:
 
     cfg = parse_config(ModelInitConfig, rest, prog="guiagent model init")
     validate_out_dir(cfg.out)  # before minutes of building
+    check_out_free(cfg.out, overwrite=cfg.overwrite)
     info = init(cfg)
     print(f"model written to {info['out']} ({info['family']}, {info['size']}, {info['params']:,} parameters)")
     if cfg.json:

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from guiagent.cli._common import (
-    check_model_path, check_run_dirs, emit_json, log, quiet_library_bars, validate_out_dir,
+    CLIError, check_model_path, check_out_free, check_run_dirs, emit_json, log, quiet_library_bars, validate_out_dir,
 )
 from guiagent.config import Flat, parse_config
 from guiagent.policy import load_policy
@@ -30,7 +30,9 @@ class SFTCommandConfig:
     model: str = ""
     """base model: a local folder or a hub id"""
     out: str = "runs/sft"
-    """where the fine-tuned model is saved (loadable with the same from_pretrained path)"""
+    """where the fine-tuned model is saved (loadable with the same from_pretrained path); a new or empty folder"""
+    overwrite: bool = False
+    """write into an --out that holds files already (an earlier model's are replaced, others stay)"""
     agent: Flat[AgentSettings] = field(default_factory=AgentSettings)
     """how the model is prompted and its replies parsed (--action-format, --coord-decimals,
     --history-images, --max-history, --system-prompt); saved beside the model"""
@@ -64,14 +66,22 @@ def main(argv: list[str]) -> int:
     check_run_dirs(cfg.data)  # every check before any model loads or file is written
     check_model_path(cfg.model)
     validate_out_dir(cfg.out)
+    check_out_free(cfg.out, overwrite=cfg.overwrite)
     quiet_library_bars()
     trajs = load_trajectories(cfg.data, successful_only=not cfg.include_failures, tasks=cfg.tasks)
+    if not trajs:
+        which = "completed" if cfg.include_failures else "successful"
+        raise CLIError(f"--data {' '.join(cfg.data)}: no {which} episodes"
+                       + (f" of --tasks {' '.join(cfg.tasks)}" if cfg.tasks else "")
+                       + ("" if cfg.include_failures else " (--include-failures also imitates the others)"))
     log(f"sft: {len(trajs)} episodes from {', '.join(cfg.data)}")
     policy = load_policy(cfg.model, backend="transformers", threads=cfg.threads or None)
     settings = (dataclasses.replace(cfg.agent, system_prompt=compact_prompt(cfg.agent.action_format,
                                                                             cfg.agent.mark_refer))
                 if cfg.compact_prompt else cfg.agent)
     examples = load_examples(trajs, policy, settings.format(), settings.prompt_config(), cfg.train)
+    if not examples:
+        raise CLIError(f"--data {' '.join(cfg.data)}: the episodes hold no steps with actions to imitate")
     log(f"sft: {len(examples)} examples; training {cfg.train.steps} steps")
     figures = train_sft(policy, examples, cfg.train, out_dir=cfg.out, settings=settings)
     figures.update(out=cfg.out, episodes=len(trajs), action_format=settings.action_format)

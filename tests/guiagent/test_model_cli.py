@@ -128,3 +128,20 @@ def test_copy_warmup_forms_the_copy_circuit(tmp_path):
     info = model_cli.init(model_cli.ModelInitConfig(out=str(tmp_path / "m"), spec=TinyModelSpec(copy_steps=1000),
                                                     check=False))
     assert info["copy_warmup"]["copy_accuracy"] > 0.9, info["copy_warmup"]
+
+
+def test_init_refuses_a_folder_holding_files_unless_overwrite(tmp_path, capsys):
+    """An --out holding an earlier model or run is refused before anything is built (one line, exit
+    2, the folder as it was); --overwrite writes over it."""
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "config.yaml").write_text("iterations: 3\n")
+    from guiagent.cli.main import main
+
+    assert main(["model", "init", "--size", "tiny", "--out", str(out), "--no-check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"guiagent model: --out {out}: holds files already (an earlier model or run); give a new or "
+                   "empty folder, or --overwrite to write over it"), err
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml"]
+    assert main(["model", "init", "--size", "tiny", "--out", str(out), "--no-check", "--overwrite"]) == 0
+    assert (out / "config.json").is_file() and (out / "config.yaml").read_text() == "iterations: 3\n"

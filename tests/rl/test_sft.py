@@ -39,6 +39,17 @@ def test_sft_cli_trains_and_saves_a_loadable_model(tmp_path, tiny_model_dir, cap
     from guiagent.policy.hf import load_transformers
 
     assert load_transformers(str(out)).version == 0
+    # the same --out again: refused before the model loads (one line, exit 2); no episodes to imitate: one line
+    capsys.readouterr()
+    again = ["sft", "--data", str(demos), "--model", tiny_model_dir, "--train.steps", "1"]
+    assert main([*again, "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (f"guiagent sft: --out {out}: holds files already (an earlier model or "
+                                               "run); give a new or empty folder, or --overwrite to write over it")
+    assert main([*again, "--out", str(tmp_path / "none"), "--tasks", "go_home"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"guiagent sft: --data {demos}: no successful episodes of --tasks go_home (--include-failures "
+                   "also imitates the others)"), err
+    assert not (tmp_path / "none").exists()
 
 
 class _Tok:
