@@ -871,7 +871,10 @@ def _parse_error_as_config_error(event: Any) -> None:
     if isinstance(event, te.UnrecognizedArgs):  # the words as typed: not read as settings of this command
         raise _AsTyped(f"unrecognized option(s) {' '.join(event.tokens)} (see {event.prog} --help)")
     if isinstance(event, te.InvalidChoice):
-        raise ConfigError(f"{_flag_name(event.argument)} {event.value!r}: choose one of {', '.join(event.choices)}")
+        choices = list(event.choices)
+        if "None" in choices:  # an optional field's unset value is no choice to type (its choices come unordered)
+            choices = sorted(c for c in choices if c != "None")
+        raise ConfigError(f"{_flag_name(event.argument)} {event.value!r}: choose one of {', '.join(choices)}")
     if isinstance(event, te.BadValue):
         what = f"does not take {event.offending_value!r}" if event.offending_value is not None else "needs a value"
         raise ConfigError(f"{_flag_name(event.argument)} {what} (see {event.prog} --help)")

@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("guiagent.cli.train", "RL (GRPO family): online, semi-online on recorded trajectories, or both"),
     "export": ("guiagent.cli.export", "export a run's steps as a Hugging Face dataset or Parquet"),
     "ui": ("guiagent.cli.ui", "web UI: trajectory replay and training dashboards"),
-    "farm": ("guiagent.cli.farm", "Android emulator farm: up, down, status"),
+    "farm": ("guiagent.cli.farm", "Android emulator farm: up, down, status, heal"),
     "data": ("guiagent.cli.data", "import recorded trajectories (AndroidControl, UI-S1, GUI-Odyssey)"),
     "judge": ("guiagent.cli.judge", "score a VLM judge on stored episodes against their rule outcomes"),
 }
@@ -51,7 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"guiagent: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        import difflib  # lazy: only for a mistyped command
+
+        near = {"webui": "ui", "web": "ui", "serve": "ui", "import": "data", "list": "tasks", "init": "model"}.get(
+            name.lower()) or next(iter(difflib.get_close_matches(name, COMMANDS, n=1)), None)
+        hint = f" (did you mean {near!r}?)" if near else ""
+        print(f"guiagent: unknown command {name!r}{hint}\n\n{usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[name][0])
     # lazy: `guiagent --help` and `--version` load none of these (the store alone takes 0.1 s)
@@ -80,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"guiagent {name}: trajectory store: {one_line(e)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away (`guiagent tasks list | head`): nothing more to say, as other command-line tools do
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the interpreter's last flush is quiet
+        return 141
     except (OSError, OverflowError) as e:
         # what no check foresaw: a path the file system refuses ([Errno ...]: a folder that refuses
         # files, a full disk), a number past what a library takes. As the README promises for bad

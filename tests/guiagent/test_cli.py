@@ -627,3 +627,24 @@ def test_file_system_errors_no_check_foresaw_are_one_line_exit_2(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("guiagent train: [Errno") and "/proc/guiagent-no-such-run" in err[0]
     assert not Path("/proc/guiagent-no-such-run").exists()
+
+
+def test_a_mistyped_command_names_the_near_one(capsys):
+    for typed, near in (("webui", "ui"), ("trian", "train"), ("evl", "eval")):
+        assert main([typed]) == 2
+        assert capsys.readouterr().err.splitlines()[0] == f"guiagent: unknown command {typed!r} (did you mean {near!r}?)"
+    assert main(["zzzz"]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == "guiagent: unknown command 'zzzz'"
+
+
+def test_an_optional_choice_lists_only_what_one_can_type(capsys):
+    assert main(["tasks", "list", "--env", "webapps", "--difficulty", "nope"]) == 2
+    assert capsys.readouterr().err.strip() == "guiagent tasks: --difficulty 'nope': choose one of easy, hard, medium"
+
+
+def test_a_reader_that_goes_away_is_no_error():
+    """``guiagent tasks list | head -1``: the pipe closes early; no "Broken pipe" line, exit 141 as other tools."""
+    p = subprocess.run(f"{sys.executable} -m guiagent tasks list --env webapps | head -1; exit ${{PIPESTATUS[0]}}",
+                       shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120)
+    assert p.stdout.startswith("task") and p.stdout.count("\n") == 1
+    assert p.stderr == "" and p.returncode in (0, 141), (p.returncode, p.stderr)  # 0 when all fitted the pipe first
