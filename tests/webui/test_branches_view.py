@@ -37,7 +37,8 @@ def test_trunk_and_branch_pages_show_the_branches_side_by_side(tmp_path):
     html = client.get("/episodes/trunk1").get_data(as_text=True)
     assert "Branches" in html and html.count('class="branch-point"') == 2
     assert html.count('<div class="branch">') == 6  # 3 siblings at each of the trunk's two states
-    assert "from step 0" in html and "from step 1" in html and "(this one)" in html
+    # the labels count steps from 1, as the player does (the trunk's ?step= link keeps the store's index)
+    assert "from step 1" in html and "from step 2" in html and "from step 0" not in html and "(this one)" in html
     assert "click x=0.4" in html and "compare?a=trunk1" in html  # each branch's first action, a compare link
     page = client.get("/episodes/b11")
     assert page.status_code == 200
@@ -45,6 +46,11 @@ def test_trunk_and_branch_pages_show_the_branches_side_by_side(tmp_path):
     assert 'class="branch current"' in branch and "open the trunk" in branch and "/episodes/trunk1" in branch
     # an episode of no tree has no branches section
     assert "Branches" not in client.get("/episodes/plain").get_data(as_text=True)
+    # the JSON API carries the same tree
+    tree = client.get("/api/episodes/b11").get_json()["branches"]
+    assert tree["trunk"]["episode_id"] == "trunk1" and [pt["step"] for pt in tree["points"]] == [0, 1]
+    assert [len(pt["branches"]) for pt in tree["points"]] == [3, 3]
+    assert client.get("/api/episodes/plain").get_json()["branches"] is None
 
 
 def test_a_hand_written_branch_group_without_its_trunk_still_renders(tmp_path):

@@ -17,7 +17,7 @@ from flask import Blueprint, current_app, jsonify, request
 from guiagent.store import EpisodeFilter, InvalidCursor, StoreError
 from guiagent.store.records import EpisodeSummary
 from webui.data import (
-    BadQuery, ListQuery, broken_json, chart_groups, credit_by_step, int_arg, detail_json, metrics_json, parse_list_query, run_json, step_json,
+    BadQuery, ListQuery, branches_json, broken_json, chart_groups, credit_by_step, int_arg, detail_json, metrics_json, parse_list_query, run_json, step_json,
     summary_json, task_stats_json,
 )
 from webui.registry import NotFound, RunRef
@@ -117,10 +117,13 @@ def episodes(run: str):
 
 @bp.get("/episodes/<eid:episode_id>", merge_slashes=False)
 def episode(episode_id: str):
-    reader, _, key = registry().find_episode(episode_id)
+    reader, summary, key = registry().find_episode(episode_id)
     detail = reader.get_episode(episode_id)
     out = detail_json(detail, key, lambda ref: blob_url(key, ref))
     out["step_credit"] = {str(k): v for k, v in credit_by_step(reader.step_credit(episode_id)).items()}
+    # the branch tree the page shows (trunk, branch points, each branch's first action and outcome); null
+    # for an episode of no tree
+    out["branches"] = branches_json(reader, summary, lambda ref: blob_url(key, ref))
     return jsonify(out)
 
 
