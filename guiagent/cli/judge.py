@@ -192,6 +192,12 @@ def main(argv: list[str]) -> int:
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(report, indent=2, default=str))
     tmp.replace(out)
+    reasons = report["missing_reasons"]
+    if report["episodes"] and not report["judged"] and set(reasons) <= {"backend", "timeout"}:
+        # the judge never answered (a server down, a wrong URL): a failure of the run, not figures
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(reasons.items()))
+        return fail("judge eval", f"no verdict on any of the {report['episodes']} episodes: the judge failed on "
+                    f"each ({counts}; the first: {report['missing_episodes'][0]['error']}); report: {out}", 1)
     c = report["calibration"]
     log(f"judged {report['judged']} of {report['episodes']} episodes ({report['missing']} missing, "
         f"{report['calls']} calls, {report['seconds']:.1f} s)")

@@ -67,6 +67,26 @@ def test_judge_eval_writes_a_report_with_figures_and_disagreements(judge_server,
     assert summary["disagreements"] == 2 and summary["report"] == str(out)
 
 
+def test_a_judge_that_never_answers_fails_the_command(tmp_path):
+    """No verdict at all because the server is down (connection refused): exit 1 with one line naming the
+    failure, not figures of nothing with exit 0; the report is still written for the record."""
+    import socket
+
+    _store(tmp_path / "runs" / "a", [1.0, 0.0])
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "report.json"
+    r = _cli("--runs", str(tmp_path / "runs"), "--judge-model", f"http://127.0.0.1:{port}/v1", "--served-model",
+             "x", "--timeout", "2", "--out", str(out))
+    assert r.returncode == 1, r.stderr
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith("guiagent judge eval: no verdict on any of the 2 episodes: the judge failed on each "
+                           "(2 backend; the first: backend error: "), line
+    assert "Connection refused" in line and line.endswith(f"report: {out}") and r.stdout == ""
+    assert json.loads(out.read_text())["missing_reasons"] == {"backend": 2}
+
+
 def test_judge_eval_records_garbage_as_missing(judge_server, tmp_path):
     _store(tmp_path, [1.0, 0.0])
     r = _cli("--runs", str(tmp_path), "--judge-model", judge_server.url, "--served-model", "garbage",
