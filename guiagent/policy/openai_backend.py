@@ -343,6 +343,10 @@ class _Closed(Exception):
     """The policy was closed while a request was in flight."""
 
 
+class _NobodyThere(Exception):
+    """Nothing listens at the server's address (connection refused): the model list is asked again later."""
+
+
 class OpenAIPolicy:
     """A policy served by an OpenAI-compatible chat-completions endpoint (inference only).
 
@@ -472,6 +476,10 @@ class OpenAIPolicy:
             if self._served is None and self._served_error is None:
                 try:
                     self._served = self._listed_model()
+                except _NobodyThere:
+                    # nothing listens (yet): no answer to keep and nothing to warn of; this request goes out
+                    # under the fallback name and fails (or not) on its own, and the next one asks again
+                    return FALLBACK_MODEL
                 except BackendError as e:
                     self._served_error = e
             if self._served_error is not None:
@@ -489,6 +497,8 @@ class OpenAIPolicy:
             why = f"no whole reply within {min(self.timeout, MODELS_TIMEOUT):g} s"
         except BackendError:  # a list past the size limit
             why = f"a model list over {_MODELS_BYTES:,} bytes"
+        except httpx.ConnectError as e:
+            raise _NobodyThere from e
         except httpx.HTTPError as e:
             why = f"{type(e).__name__}: {_clip(str(e), 120)}"
         else:

@@ -181,6 +181,28 @@ def test_a_server_that_cannot_list_its_models_is_sent_default_with_a_warning(srv
         p.close()
 
 
+def test_nothing_listening_is_asked_again_and_warns_of_nothing(srv, caplog):
+    """Connection refused at the model list (a server not up yet, a wrong port): no answer is kept and
+    no warning printed (the request's own failure is the one line a user sees); once the server
+    answers, the list is read and its model named."""
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    p = OpenAIPolicy(f"http://127.0.0.1:{dead}/v1", max_retries=0)
+    try:
+        with caplog.at_level(logging.WARNING, logger="guiagent.policy.openai_backend"):
+            assert p.served_model() == "default"
+            with pytest.raises(BackendError, match="Connection refused"):
+                p.generate(_chats())
+        assert not [r for r in caplog.records if "could not read which model" in r.getMessage()]
+        p.base_url = srv.url  # the same policy once a server answers there
+        assert p.served_model() == SERVED and srv.lists == 1
+    finally:
+        p.close()
+
+
 @pytest.mark.parametrize("bad", ["", " ", "a\nb", "x" * 300, 5])
 def test_a_bad_model_name_is_refused_at_once(srv, bad):
     with pytest.raises(ValueError, match="model"):
