@@ -865,6 +865,12 @@ def _parse_error_as_config_error(event: Any) -> None:
 
     if isinstance(event, te.InstantiationFailure):  # __post_init__ checks, values of the wrong type
         name = _flag_name(event.argument) if event.argument is not None else ""
+        typed = re.fullmatch(r"invalid literal for int\(\) with base 10: (.*)", event.message.strip())
+        if name and typed:  # Python's words for "2.5" as a count
+            raise ConfigError(f"{name}: {typed.group(1)} is not a whole number")
+        typed = re.fullmatch(r"could not convert string to float: (.*)", event.message.strip())
+        if name and typed:
+            raise ConfigError(f"{name}: {typed.group(1)} is not a number")
         if not name and not _FLAG.search(event.message):  # a section's check that names no flag: its section
             name = _refusing_section()
         raise ConfigError(" ".join(f"{name + ': ' if name else ''}{event.message}".split()))

@@ -89,7 +89,9 @@ def main(argv: list[str]) -> int:
         print(f"guiagent ui: {why}", file=sys.stderr)
         return 2
     if not Path(cfg.runs).is_dir():
-        print(f"guiagent ui: --runs {cfg.runs}: no such directory", file=sys.stderr)
+        what = ("is a file; give the folder of runs (or one run's folder)" if Path(cfg.runs).exists()
+                else "no such directory")
+        print(f"guiagent ui: --runs {cfg.runs}: {what}", file=sys.stderr)
         return 2
 
     # lazy: the web UI loads Flask (0.3 s with werkzeug's server); `guiagent ui --help` need not

@@ -342,7 +342,8 @@ def connect_ro(run_dir: str | Path) -> sqlite3.Connection:
     """Open the run's database read-only (``mode=ro``): a reader can never write."""
     path = db_path(run_dir)
     if not path.is_file():
-        raise StoreError(f"no trajectory store at {path} (open it once with Store.open to create it)")
+        raise StoreError(f"no trajectory store at {path} (not a run folder: guiagent eval, train and data import "
+                         "make one; Store.open in Python)")
     uri = f"{path.resolve().as_uri()}?mode=ro"
     try:
         con = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,

@@ -294,7 +294,7 @@ CASES = [
     (["ui", "--config", "{t}/bad.yaml"], "allow_remote: 'no' is not valid (expected true or false)", 2),
     (["ui", "--config", "{t}/notutf8.yaml"], "is not UTF-8 text", 2),
     (["ui", "--config", "{t}/missing.yaml"], "does not exist", 2),
-    (["ui", "--runs", "{t}/file.txt"], "no such directory", 2),
+    (["ui", "--runs", "{t}/file.txt"], "is a file; give the folder of runs", 2),
     (["tasks", "list", "--env", "nosuch"], "unknown suite 'nosuch'", 2),
     (["tasks", "frobnicate"], "unknown subcommand", 2),
     (["model", "init", "--out", "{t}/file.txt"], "exists and is not a directory", 2),
@@ -648,3 +648,14 @@ def test_a_reader_that_goes_away_is_no_error():
                        shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120)
     assert p.stdout.startswith("task") and p.stdout.count("\n") == 1
     assert p.stderr == "" and p.returncode in (0, 141), (p.returncode, p.stderr)  # 0 when all fitted the pipe first
+
+
+def test_a_number_of_the_wrong_kind_is_said_in_the_flag_s_words(tmp_path, capsys):
+    assert main(["eval", "--episodes", "2.5", "--out", str(tmp_path / "e")]) == 2
+    assert capsys.readouterr().err.strip() == "guiagent eval: --episodes: '2.5' is not a whole number"
+    assert main(["train", "--lr", "abc", "--out", str(tmp_path / "t")]) == 2
+    assert capsys.readouterr().err.strip() == "guiagent train: --lr: 'abc' is not a number"
+    (tmp_path / "f.sqlite").write_text("")
+    assert main(["ui", "--runs", str(tmp_path / "f.sqlite")]) == 2
+    assert capsys.readouterr().err.strip().endswith("is a file; give the folder of runs (or one run's folder)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.sqlite"]
