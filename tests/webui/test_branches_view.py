@@ -63,3 +63,16 @@ def test_a_hand_written_branch_group_without_its_trunk_still_renders(tmp_path):
     client = create_app(AppConfig(runs=tmp_path, refresh_s=0.5)).test_client()
     html = client.get("/episodes/lonely").get_data(as_text=True)
     assert "Branches" in html and html.count('class="branch current"') == 1
+
+
+def test_the_episode_list_tags_trunks_and_branches_and_filters_a_branch_point(tmp_path):
+    import re
+
+    client = _tree(tmp_path)
+    key = client.get("/api/runs").get_json()["runs"][0]["key"]
+    html = client.get(f"/runs/{key}/episodes").get_data(as_text=True)
+    assert html.count(">trunk</span>") == 1
+    assert html.count(">branch from step 1</a>") == 3 and html.count(">branch from step 2</a>") == 3
+    href = re.search(r'href="([^"]*group=[^"]*@0)"', html).group(1)
+    point = client.get(href).get_data(as_text=True)
+    assert point.count("<tr><td>") == 3 and 'name="group" size="14" value="' in point  # the filter shows in the form
