@@ -16,7 +16,8 @@ advantage compares actions taken from exactly the same screen and task state::
                least certain (highest mean surprisal per sampled token)
 
 A branch episode is a new episode in the store: its steps are the continuation only, the trunk's
-steps before the branch point are its history (what the policy sees), and its metadata names the
+steps before the branch point are its history (what the policy sees: its prompts number the
+branch's steps on from the trunk's, as a plain rollout's would), and its metadata names the
 trunk (``branch_of``, ``branch_step``), so the store keeps the tree and the web UI shows an
 episode's branches side by side. Its reward starts from the trunk's milestones at the branch
 point, so progress is not paid twice. A state that cannot be captured (an env that cannot

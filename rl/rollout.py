@@ -14,6 +14,7 @@ acting on batches up to ``max_lag`` versions old (see :class:`AsyncRollout`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import queue
 import threading
 import uuid
@@ -184,7 +185,10 @@ class LiveSide:
                     action_error=info.action_error, reward=reward, reward_parts=parts, milestones=info.milestones,
                     terminated=out.terminated, truncated=out.truncated, policy_version=turn.policy_version,
                     latency_ms=info.elapsed_ms, metadata=step_metadata(info.target_box, turn.rejected))
-        res = StepOutcome(step, seen=step, next_observation=out.observation, final_observation=out.observation,
+        # the policy's history numbers on from what it already holds (a branch's trunk prefix), so a
+        # branch's prompts read as a plain rollout's would at that step; the stored step keeps its own index
+        seen = step if step.index == len(ep.history) else dataclasses.replace(step, index=len(ep.history))
+        res = StepOutcome(step, seen=seen, next_observation=out.observation, final_observation=out.observation,
                           metadata=meta)
         if info.device_error is not None:
             res.end, res.reason = "aborted", f"device error: {info.device_error}"
