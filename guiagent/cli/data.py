@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from dataclasses import dataclass
 
@@ -9,6 +10,7 @@ import tyro
 
 from guiagent.cli._common import emit_json, log, one_line
 from guiagent.config import parse_config
+from guiagent.runlock import run_lock
 from guiagent.store.errors import StoreError
 
 USAGE = (
@@ -66,8 +68,9 @@ def main(argv: list[str]) -> int:
         print("guiagent data import: --out RUN_DIR is required", file=sys.stderr)
         return 2
     try:
-        res = import_dataset(cfg.format, cfg.src, cfg.out, run_name=cfg.run_name, images_dir=cfg.images,
-                             placeholders=cfg.placeholders, swipe_convention=cfg.swipe_convention)
+        with run_lock(cfg.out, "guiagent data " + shlex.join(argv)):  # one writer per run folder
+            res = import_dataset(cfg.format, cfg.src, cfg.out, run_name=cfg.run_name, images_dir=cfg.images,
+                                 placeholders=cfg.placeholders, swipe_convention=cfg.swipe_convention)
     except DatasetError as e:  # bad input: one line, nothing written
         print(f"guiagent data import: {one_line(e)}", file=sys.stderr)
         return 2

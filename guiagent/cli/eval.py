@@ -20,6 +20,8 @@ Evaluation seeds start at 1,000,000 by default, a range training never samples
 
 from __future__ import annotations
 
+import shlex
+
 from guiagent.cli._common import (
     check_device_options,
     check_server_model,
@@ -30,6 +32,7 @@ from guiagent.cli._common import (
 )
 from guiagent.config import ConfigError, parse_config
 from guiagent.logs import show_progress
+from guiagent.runlock import run_lock
 from rl.evaluate import EvalConfig, NoEpisodeStarted, run_eval
 
 __all__ = ["EvalConfig", "main"]
@@ -48,7 +51,8 @@ def main(argv: list[str]) -> int:
     show_progress()
     quiet_library_bars()
     try:
-        r = run_eval(cfg)
+        with run_lock(cfg.out, "guiagent eval " + shlex.join(argv)):  # one writer per run folder
+            r = run_eval(cfg)
     except (KeyError, ValueError) as e:  # an unknown suite or task, a malformed env id: bad input
         if isinstance(e, ConfigError):
             raise

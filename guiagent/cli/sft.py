@@ -10,6 +10,7 @@ Example (oracle demonstrations of the easy webapps tasks, then SFT of a tiny mod
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from dataclasses import dataclass, field
 
 from guiagent.cli._common import (
@@ -17,6 +18,7 @@ from guiagent.cli._common import (
 )
 from guiagent.config import Flat, parse_config
 from guiagent.policy import load_policy
+from guiagent.runlock import run_lock
 from rl.agents import AgentSettings, compact_prompt
 from rl.sft import SFTConfig, load_examples, load_trajectories, train_sft
 
@@ -83,7 +85,9 @@ def main(argv: list[str]) -> int:
     if not examples:
         raise CLIError(f"--data {' '.join(cfg.data)}: the episodes hold no steps with actions to imitate")
     log(f"sft: {len(examples)} examples; training {cfg.train.steps} steps")
-    figures = train_sft(policy, examples, cfg.train, out_dir=cfg.out, settings=settings)
+    with run_lock(cfg.out, "guiagent sft " + shlex.join(argv)):  # one writer per output folder
+        check_out_free(cfg.out, overwrite=cfg.overwrite)  # again: what another command wrote meanwhile
+        figures = train_sft(policy, examples, cfg.train, out_dir=cfg.out, settings=settings)
     figures.update(out=cfg.out, episodes=len(trajs), action_format=settings.action_format)
     print(f"sft: loss {figures['loss_first']:.3f} -> {figures['loss_last']:.3f} over {figures['steps']} steps "
           f"({figures['examples']} examples, {figures['seconds']} s) -> {cfg.out}")

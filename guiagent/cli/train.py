@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 from pathlib import Path
 
 from guiagent.cli._common import (
@@ -31,6 +32,7 @@ from guiagent.cli._common import (
 )
 from guiagent.config import parse_config
 from guiagent.logs import show_progress
+from guiagent.runlock import run_lock
 
 
 def preflight(cfg) -> None:
@@ -207,18 +209,20 @@ def main(argv: list[str]) -> int:
     preflight(cfg)
     show_progress()
     quiet_library_bars()
-    before = None if cfg.resume else _entries(Path(cfg.out))
-    try:
-        result = train(cfg)
-    except (KeyError, CheckpointError) as e:  # an unknown task, a torn checkpoint: bad input
-        _undo_failed_start(cfg, before)
-        return fail("train", e)
-    except NoEpisodeStarted as e:  # no browser (or device) would start: the run is stored as failed
-        return fail("train", e, 1)
-    except BaseException:
-        _undo_failed_start(cfg, before)
-        raise
-    write_summary(result)
+    # one writer per run folder: a second train, eval --out, sft --out or import into it is refused
+    with run_lock(cfg.resume or cfg.out, "guiagent train " + shlex.join(argv)):
+        before = None if cfg.resume else _entries(Path(cfg.out))
+        try:
+            result = train(cfg)
+        except (KeyError, CheckpointError) as e:  # an unknown task, a torn checkpoint: bad input
+            _undo_failed_start(cfg, before)
+            return fail("train", e)
+        except NoEpisodeStarted as e:  # no browser (or device) would start: the run is stored as failed
+            return fail("train", e, 1)
+        except BaseException:
+            _undo_failed_start(cfg, before)
+            raise
+        write_summary(result)
     best = (f"; best {result.best_success:.1%} at iteration {result.best_iteration} -> {result.best_model}"
             if result.best_model else "")
     stopped = f"; stopped early: {result.stopped_by}" if result.stopped_by else ""
