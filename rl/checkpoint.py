@@ -442,7 +442,10 @@ def save_config(out: Path, cfg: Any) -> None:
         def ignore_aliases(self, data: Any) -> bool:
             return True
 
-    (out / "config.yaml").write_text(yaml.dump(to_mapping(cfg), Dumper=Dumper, sort_keys=False))
+    # whole or not at all: a kill mid-write never leaves a torn config.yaml that a resume refuses
+    tmp = out / "config.yaml.tmp"
+    tmp.write_text(yaml.dump(to_mapping(cfg), Dumper=Dumper, sort_keys=False))
+    os.replace(tmp, out / "config.yaml")
 
 
 def load_config(cls: type, run_dir: Path, **overrides: Any) -> Any:

@@ -15,6 +15,7 @@ not load) leaves nothing behind. SIGTERM stops a run as Ctrl+C does: stored ``in
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shlex
@@ -30,7 +31,7 @@ from guiagent.cli._common import (
     quiet_library_bars,
     validate_out_dir,
 )
-from guiagent.config import parse_config
+from guiagent.config import parse_config, read_yaml
 from guiagent.logs import show_progress
 from guiagent.runlock import run_lock
 
@@ -160,6 +161,37 @@ def _undo_failed_start(cfg, before: set[str] | None) -> None:
         pass
 
 
+def _gives_iterations(argv: list[str]) -> bool:
+    """``--iterations`` on the command line or in its ``--config`` file: a resumed run then trains to that
+    total; without it, to the total the run was started with (its saved config.yaml)."""
+    if any(a == "--iterations" or a.startswith("--iterations=") for a in argv):
+        return True
+    for i, a in enumerate(argv):
+        path = a.split("=", 1)[1] if a.startswith("--config=") else argv[i + 1] if a == "--config" and i + 1 < len(
+            argv) else None
+        if path is not None:
+            data = read_yaml(path)  # read (and checked) by parse_args already
+            if isinstance(data, dict) and "iterations" in data:
+                return True
+    return False
+
+
+def _resume_budget(cfg, *, given: bool):
+    """A resumed run's total of iterations: the one its config.yaml holds (what it was started with, or
+    the last --iterations a resume gave) unless ``given`` (--iterations on this command line or in its
+    --config file); a given total that differs is saved, so that a later resume without it goes on to it."""
+    from rl.checkpoint import load_config, save_config  # lazy: the trainer loads torch (2 s); --help does not
+    from rl.config import TrainConfig  # lazy: as above
+
+    run_dir = Path(cfg.resume)
+    saved = load_config(TrainConfig, run_dir)  # checked by preflight
+    if not given:
+        return dataclasses.replace(cfg, iterations=saved.iterations)
+    if saved.iterations != cfg.iterations:
+        save_config(run_dir, dataclasses.replace(saved, iterations=cfg.iterations))
+    return cfg
+
+
 def _names_a_start(argv: list[str]) -> bool:
     """A model, a run to resume or a config file on the command line: the class defaults apply; without
     any of them (or with --help) the embedded default's recipe does (rl.config.EMBEDDED_RECIPE)."""
@@ -211,6 +243,8 @@ def main(argv: list[str]) -> int:
     quiet_library_bars()
     # one writer per run folder: a second train, eval --out, sft --out or import into it is refused
     with run_lock(cfg.resume or cfg.out, "guiagent train " + shlex.join(argv)):
+        if cfg.resume:  # the total the run was started with (or last given), unless --iterations names another
+            cfg = _resume_budget(cfg, given=_gives_iterations(argv))
         before = None if cfg.resume else _entries(Path(cfg.out))
         try:
             result = train(cfg)

@@ -1,0 +1,151 @@
+"""A training run's life as a user lives it: one owner per run folder, resume to the run's own budget,
+--overwrite that never deletes a user's file. Real `guiagent train` processes, real Chromium, real stores."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from guiagent.runlock import lock_path
+from guiagent.store import EpisodeFilter, StoreReader
+
+pytestmark = pytest.mark.browser
+
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def _tiny_cfg(tiny_model_dir, out, **kw):
+    from rl.trainer import TrainConfig
+
+    base = dict(model=tiny_model_dir, tasks=("go_home",), iterations=1, groups_per_iteration=1, group_size=2,
+                slots=2, pool="inprocess", max_new_tokens=8, eval_episodes=0, filter_zero_variance=False,
+                out=str(out), seed=1)
+    return TrainConfig.build(**{**base, **kw})
+
+
+def _train(*args):
+    return [sys.executable, "-m", "guiagent", "train", *args]
+
+
+def _kill_group(proc):
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(10)
+
+
+def _wait_for(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no {what} within {timeout} s")
+
+
+def _lock_holder(run: Path) -> int | None:
+    try:
+        return json.loads(lock_path(run).read_text())["pid"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _completed(run: Path) -> int:
+    reader = StoreReader(run)
+    [r] = reader.list_runs()
+    return reader.count_episodes(EpisodeFilter(run_id=r.run_id, status="completed"))
+
+
+def _set_budget(run: Path, *, saved: int, at: int) -> None:
+    """The run as one started with ``--iterations saved`` and killed after its iteration ``at`` looks on disk."""
+    import dataclasses
+
+    from rl.checkpoint import STATE_FILE, load_config, save_config
+    from rl.config import TrainConfig
+
+    save_config(run, dataclasses.replace(load_config(TrainConfig, run), iterations=saved))
+    state_file = run / "checkpoint" / STATE_FILE
+    raw = json.loads(state_file.read_text())
+    raw["state"]["iteration"] = at
+    state_file.write_text(json.dumps(raw))
+
+
+def test_resume_without_iterations_trains_to_the_runs_saved_total(tiny_model_dir, tmp_path, capsys):
+    """A run started with --iterations 4 and killed after its third: `train --resume` alone trained on to the
+    class default, 8 (and a run saved with 20 and killed at 12 would have stopped at once); now it goes on to
+    4. An --iterations given on a resume still wins, and is saved for the next resume."""
+    from guiagent.cli.main import main
+    from rl.trainer import train
+
+    run = tmp_path / "run"
+    train(_tiny_cfg(tiny_model_dir, run))
+    _set_budget(run, saved=4, at=3)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--json"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["iterations"] == 4
+    assert "iterations: 4" in (run / "config.yaml").read_text()
+    # an explicit total on a resume overrides the saved one, and a later bare resume keeps to it
+    assert main(["train", "--resume", str(run), "--iterations", "5", "--json"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["iterations"] == 5
+    assert "iterations: 5" in (run / "config.yaml").read_text()
+    assert main(["train", "--resume", str(run), "--json"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["iterations"] == 5  # nothing more to do
+    # the other saved settings stay the run's own
+    assert "seed: 1" in (run / "config.yaml").read_text() and not lock_path(run).exists()
+
+
+@pytest.mark.slow  # ~60-90 s on a quiet machine: three real trainer processes
+@pytest.mark.timeout(1200)
+def test_two_resumes_of_one_run_one_is_refused_and_a_killed_owner_is_taken_over(tiny_model_dir, tmp_path):
+    """Two `guiagent train --resume` on one run folder both trained, both wrote checkpoint/ and model/, and
+    stored their rollouts twice (42 -> 50 completed episodes). Now the second meets one line naming the
+    first (exit 2, nothing written) and the episodes are the first's alone; a SIGKILLed owner's lock is
+    stale: the next resume takes it over with a warning and finishes the run."""
+    from rl.trainer import train
+
+    run = tmp_path / "run"
+    train(_tiny_cfg(tiny_model_dir, run))  # one iteration: 2 completed episodes
+    assert _completed(run) == 2
+    first = subprocess.Popen(_train("--resume", str(run), "--iterations", "3"), env=ENV, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_for(lambda: _lock_holder(run) == first.pid, 60, "lock taken by the first resume")
+        second = subprocess.run(_train("--resume", str(run), "--iterations", "3"), env=ENV, capture_output=True,
+                                text=True, timeout=120)
+        assert second.returncode == 2, second.stderr[-2000:]
+        [line] = second.stderr.strip().splitlines()
+        assert line.startswith(f"guiagent train: {run} is in use by pid {first.pid} (guiagent train --resume {run} "
+                               "--iterations 3, since ")
+        assert first.wait(300) == 0, first.stderr.read()[-2000:]
+    finally:
+        _kill_group(first)
+    assert _completed(run) == 3 * 2  # each iteration's group once: not doubled
+    assert not lock_path(run).exists()
+
+    owner = subprocess.Popen(_train("--resume", str(run), "--iterations", "5"), env=ENV, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_for(lambda: _lock_holder(run) == owner.pid, 60, "lock taken by the resume")
+        for line in owner.stderr:  # an iteration under way, then the owner is SIGKILLed (with its browser)
+            if line.startswith("[4/5]"):
+                break
+        _kill_group(owner)
+    finally:
+        _kill_group(owner)
+    assert lock_path(run).is_file()  # left behind, with the dead owner's record
+    last = subprocess.run(_train("--resume", str(run), "--json"), env=ENV, capture_output=True, text=True, timeout=300)
+    assert last.returncode == 0, last.stderr[-2000:]
+    assert f"taking over the run folder from pid {owner.pid} (guiagent train --resume" in last.stderr
+    assert json.loads(last.stdout.strip().splitlines()[-1])["iterations"] == 5
+    reader = StoreReader(run)
+    [r] = reader.list_runs()
+    assert r.status == "finished" and not lock_path(run).exists()
+
