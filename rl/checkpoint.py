@@ -40,6 +40,7 @@ import random
 import re
 import shutil
 import signal
+import time
 import typing
 import warnings
 from dataclasses import dataclass
@@ -51,10 +52,12 @@ import yaml
 
 from guiagent import __version__
 from guiagent.config import ConfigError, from_mapping, load_yaml, read_yaml, to_mapping
+from guiagent.written import entries, foreign, shown
 
 __all__ = ["TrainerState", "CheckpointError", "checkpoint_dir", "save_checkpoint", "find_checkpoint",
            "load_checkpoint", "restore_optimizer", "read_state", "save_config", "load_config", "check_out",
-           "clear_previous_run", "mark_run", "holds_run", "RUN_MARKER", "RUN_OUTPUTS"]
+           "clear_previous_run", "mark_run", "holds_run", "begin_session", "end_session", "not_written",
+           "RUN_MARKER", "RUN_OUTPUTS"]
 
 log = logging.getLogger(__name__)
 
@@ -465,30 +468,157 @@ _MARKED_BY = "guiagent train"
 #: what a training run writes in its folder (besides the trajectory store, which it shares with
 #: other runs and which keeps every run's episodes, and its held-out evaluations' ``eval-<tag>``
 #: folders): ``--overwrite`` deletes these, nothing else
-RUN_OUTPUTS = (RUN_MARKER, "config.yaml", "summary.json", "checkpoint", "checkpoint.tmp", "checkpoint.old",
+RUN_OUTPUTS = (RUN_MARKER, RUN_MARKER + ".tmp", "config.yaml", "config.yaml.tmp", "summary.json", "checkpoint",
+               "checkpoint.tmp", "checkpoint.old",
                "model", "model-best", "model-best.tmp", "reference", "reference.tmp", "base", "sft", "demos",
                "tensorboard", "wandb")
 #: the held-out evaluations a run writes (Trainer.evaluate's tags)
 _EVAL_DIR = re.compile(r"eval-(before|after|after-semi-online|iter-[0-9]+)")
 
 
+#: the marker's size limit (it holds the record of the run's outputs: a path per file it wrote)
+_MARKER_MAX = 64 * 2**20
+#: the run's own plain files at the top of its folder (every other output is a folder)
+_TOP_FILES = frozenset({RUN_MARKER, RUN_MARKER + ".tmp", "config.yaml", "config.yaml.tmp", "summary.json"})
+#: slack under a session's start time: the file system stamps files from a coarser clock than time.time()
+_CLOCK_SLACK_S = 1.0
+
+
+def _write_marker(out: Path, record: dict[str, Any]) -> None:
+    tmp = out / (RUN_MARKER + ".tmp")
+    tmp.write_text(json.dumps(record) + "\n")
+    os.replace(tmp, out / RUN_MARKER)  # whole or not at all: a torn marker would disown the run
+
+
 def mark_run(out: Path) -> None:
     """Write :data:`RUN_MARKER` in ``out`` (a new run, before anything else of it; a resumed run from
     before the marker): the evidence ``--overwrite`` later asks for before it deletes anything."""
+    if not (out / RUN_MARKER).is_file():
+        _write_marker(out, {"written_by": _MARKED_BY, "version": __version__, "outputs": {}})
+
+
+def _read_marker(out: Path) -> dict[str, Any] | None:
     marker = out / RUN_MARKER
-    if not marker.is_file():
-        marker.write_text(json.dumps({"written_by": _MARKED_BY, "version": __version__}) + "\n")
+    try:
+        if not marker.is_file() or marker.is_symlink() or marker.stat().st_size > _MARKER_MAX:
+            return None
+        raw = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return raw if isinstance(raw, dict) and raw.get("written_by") == _MARKED_BY else None
 
 
 def _marked(out: Path) -> bool:
-    marker = out / RUN_MARKER
-    try:
-        if not marker.is_file() or marker.is_symlink() or marker.stat().st_size > 4096:
-            return False
-        raw = json.loads(marker.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(raw, dict) and raw.get("written_by") == _MARKED_BY
+    return _read_marker(out) is not None
+
+
+# ---- what the run wrote: --overwrite deletes that and nothing else ------------------------------------
+# The marker records, per output folder, the entries the run wrote there ("outputs": {name: [paths]}).
+# A session of the run (a start or a resume) sets "session_since" as it begins: until it ends, what was
+# created or changed in the run's output folders since then (the file system's ctime, which no user tool
+# sets back) is the run's too; as it ends (however, but a SIGKILL) :func:`end_session` adds those entries to
+# the record and clears "session_since". A file of the user's in an output folder (base/mynotes.txt) is
+# in no record: --overwrite refuses the run folder, naming it, and deletes nothing.
+
+
+def _output_names(out: Path) -> list[str]:
+    """The output folders of the run in ``out``, present now (:data:`RUN_OUTPUTS` folders, ``eval-<tag>``)."""
+    return [n for n in _run_outputs(out) if n not in _TOP_FILES]
+
+
+def _since_entries(folder: Path, since: float) -> list[str]:
+    """The entries under ``folder`` (relative) created or changed at ``since`` or later."""
+    got = []
+    for e in entries(folder, folders=True):
+        try:
+            if os.lstat(folder / e).st_ctime >= since:
+                got.append(e)
+        except OSError:
+            pass
+    return got
+
+
+def _record(out: Path) -> dict[str, Any] | None:
+    """The marker's record of the run's outputs, with ``outputs`` (name -> entries) and ``session_since``;
+    None for a run that keeps none (marked by an earlier guiagent, or from before the marker: every entry of
+    its output folders counts as the run's)."""
+    raw = _read_marker(out)
+    outputs = raw.get("outputs") if raw is not None else None
+    if not isinstance(outputs, dict) or not all(
+            isinstance(k, str) and isinstance(v, list) and all(isinstance(x, str) for x in v)
+            for k, v in outputs.items()):
+        return None
+    since = raw.get("session_since")
+    return {**raw, "outputs": outputs,
+            "session_since": float(since) if isinstance(since, (int, float)) and math.isfinite(since) else None}
+
+
+def begin_session(out: Path) -> None:
+    """A session of the run in ``out`` begins writing (after :func:`mark_run`): what changes in its output
+    folders from now on is the run's (see above). A run whose marker keeps no record yet (an earlier
+    guiagent's) gets one holding everything its output folders hold now."""
+    record = _record(out)
+    if record is None:
+        raw = _read_marker(out) or {"written_by": _MARKED_BY}
+        record = {**raw, "outputs": {n: entries(out / n, folders=True) if (out / n).is_dir() else []
+                                     for n in _output_names(out)}, "session_since": None}
+    if record["session_since"] is None:  # a session killed before it ended keeps its earlier, wider start
+        record["session_since"] = time.time() - _CLOCK_SLACK_S
+    record["version"] = __version__
+    _write_marker(out, record)
+
+
+def end_session(out: Path) -> None:
+    """The session ends (a finished, failed or interrupted run): what it created or changed in the output
+    folders joins the record; later entries there are not the run's."""
+    record = _record(out)
+    if record is None or record["session_since"] is None:
+        return
+    since, outputs = record["session_since"], record["outputs"]
+    for name in _output_names(out):
+        folder = out / name
+        mine = name in outputs or os.lstat(folder).st_ctime >= since
+        if mine:
+            fresh = _since_entries(folder, since) if folder.is_dir() and not folder.is_symlink() else []
+            outputs[name] = sorted(set(outputs.get(name, [])) | set(fresh))
+    record["session_since"] = None
+    _write_marker(out, record)
+
+
+def not_written(out: Path, keep: tuple[str, ...] = ()) -> list[str]:
+    """The entries in the run's output folders of ``out`` that the run did not write (paths relative to
+    ``out``): an output folder no session wrote, or an entry in one that no record holds. Folders that hold
+    a path in ``keep`` are not looked into (--overwrite keeps them)."""
+    record = _record(out)
+    if record is None:  # an earlier guiagent's run: its output folders hold nothing else, as it recorded none
+        return []
+    kept = [Path(k).resolve() for k in keep if k]
+    since, outputs = record["session_since"], record["outputs"]
+    found: list[str] = []
+    for name in _output_names(out):
+        folder = out / name
+        if any(k == folder.resolve() or folder.resolve() in k.parents for k in kept):
+            continue
+        try:
+            fresh = since is not None and os.lstat(folder).st_ctime >= since
+        except OSError:
+            continue
+        if name not in outputs and not fresh:
+            found.append(name)
+            continue
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        written = set(outputs.get(name, []))
+        if since is not None:
+            written |= set(_since_entries(folder, since))
+        found += [f"{name}/{e}" for e in foreign(folder, written, sqlite_companions=True)]
+    return found
+
+
+def _not_written_error(out: str, names: list[str]) -> ConfigError:
+    return ConfigError(f"--out {out}: --overwrite deletes what the earlier run wrote, and its folders hold what it "
+                       f"did not write ({shown(names)}): nothing was deleted; move those away, or give another "
+                       "--out")
 
 
 def _saved_train_config(path: Path) -> bool:
@@ -529,10 +659,11 @@ def _foreign(out: str, names: list[str]) -> ConfigError:
                        "over, even with --overwrite; move them away or give another --out")
 
 
-def check_out(out: str, *, resume: str | None, overwrite: bool) -> None:
-    """A new run's ``--out`` is missing or empty, or ``--overwrite`` is given over an earlier run or over a
-    folder that holds nothing a run writes; a ConfigError (one line, saying how to go on) otherwise.
-    Creates and deletes nothing; ``--resume`` runs are not checked."""
+def check_out(out: str, *, resume: str | None, overwrite: bool, keep: tuple[str, ...] = ()) -> None:
+    """A new run's ``--out`` is missing or empty, or ``--overwrite`` is given over an earlier run whose output
+    folders hold only what it wrote (:func:`not_written`; ``keep``: the new run's --model and --data, kept)
+    or over a folder that holds nothing a run writes; a ConfigError (one line, saying how to go on)
+    otherwise. Creates and deletes nothing; ``--resume`` runs are not checked."""
     p = Path(out)
     if resume or not p.is_dir():
         return
@@ -544,6 +675,9 @@ def check_out(out: str, *, resume: str | None, overwrite: bool) -> None:
         return
     if holds_run(p):
         if overwrite:
+            foreign_here = not_written(p, keep)
+            if foreign_here:
+                raise _not_written_error(out, foreign_here)
             return
         raise ConfigError(f"--out {out} holds a training run: continue it with --resume {out}, start it "
                           f"again with --overwrite, or give another --out")
@@ -560,7 +694,8 @@ def clear_previous_run(out: Path, keep: tuple[str, ...] = ()) -> list[str]:
     """``--overwrite``: delete what an earlier training run wrote in ``out`` (:data:`RUN_OUTPUTS` and
     its ``eval-<tag>`` stores) when ``out`` holds one (:func:`holds_run`); the store and anything else
     stay. Entries that hold a path in ``keep`` (the new run's --model or --data) stay too. A folder
-    that holds a run's names but no run is refused (:func:`check_out`'s ConfigError), nothing deleted.
+    that holds a run's names but no run, or a run whose output folders hold what it did not write
+    (:func:`not_written`: a file of the user's in ``base/``), is refused (a ConfigError), nothing deleted.
     Returns the names deleted."""
     if not out.is_dir():
         return []
@@ -569,6 +704,9 @@ def clear_previous_run(out: Path, keep: tuple[str, ...] = ()) -> list[str]:
         if names:
             raise _foreign(str(out), names)
         return []
+    foreign_here = not_written(out, keep)
+    if foreign_here:  # checked before the first deletion: all or nothing
+        raise _not_written_error(str(out), foreign_here)
     kept = [Path(k).resolve() for k in keep if k]
     gone = []
     for name in names:

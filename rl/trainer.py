@@ -38,8 +38,8 @@ from judge.calibration import rollout_judge_metrics
 from judge.settings import make_judge
 from rl.agents import AgentSettings, load_agent
 from rl.checkpoint import (
-    TrainerState, check_out, clear_previous_run, find_checkpoint, load_checkpoint, load_config, mark_run,
-    save_checkpoint, save_config,
+    TrainerState, begin_session, check_out, clear_previous_run, end_session, find_checkpoint, load_checkpoint,
+    load_config, mark_run, save_checkpoint, save_config,
 )
 from rl.config import TINY_MAX_PIXELS, TrainConfig
 from rl.engine import RolloutEngine
@@ -192,11 +192,13 @@ class Trainer:
                            "give --eval-episodes 0, or --tasks of the suite")
         self.out = out = Path(cfg.out)
         if not cfg.resume:  # a new run: an --out holding another is refused, or (--overwrite) cleared first
-            check_out(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite)
+            check_out(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite, keep=(cfg.model, *cfg.data))
             if cfg.overwrite:
                 clear_previous_run(out, keep=(cfg.model, *cfg.data))
         out.mkdir(parents=True, exist_ok=True)
         mark_run(out)  # before anything else of the run: what a later --overwrite takes as evidence of it
+        begin_session(out)  # what this session writes in the run's folders is recorded as the run's (--overwrite)
+        self.session_out = out
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.stopped_by: str | None = None
@@ -427,3 +429,9 @@ class Trainer:
         for part in (self.async_rollout, self.judge, self.loggers, self.pool, self.engine, self.store):
             if part is not None:
                 part.close()
+        if getattr(self, "session_out", None) is not None:
+            try:
+                end_session(self.session_out)  # what the run wrote, recorded: --overwrite deletes that alone
+            except OSError as e:  # a full disk: the record keeps this session's start, which covers the same
+                log.warning("%s: the record of the run's outputs was not updated (%s)", self.session_out,
+                            e.strerror or e)

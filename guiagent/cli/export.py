@@ -41,6 +41,8 @@ from guiagent.store.errors import StoreError
 from guiagent.store.export import STEP_ROW_FIELDS, export_hf_dataset, export_parquet
 from guiagent.store.reader import StoreReader
 from guiagent.store.records import SUCCESS_THRESHOLD, EpisodeFilter
+from guiagent.written import entries, foreign
+from guiagent.written import shown as shown_names
 
 PARQUET_FILE = "steps.parquet"
 #: written last into every export: the files the export wrote (``--overwrite`` deletes these only)
@@ -199,17 +201,6 @@ def _created_parents(out: Path) -> list[Path]:
     return missing
 
 
-def _files(folder: Path, *, folders: bool = False) -> list[str]:
-    """Every entry under ``folder`` that is not a folder (files, links), relative, sorted; with
-    ``folders``, the folders under it too."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        base = Path(dirpath)
-        out += [(base / n).relative_to(folder).as_posix() for n in filenames]
-        out += [(base / n).relative_to(folder).as_posix() for n in dirnames if folders or (base / n).is_symlink()]
-    return sorted(out)
-
-
 def _check_replaceable(out: Path, shown: str) -> None:
     """``--overwrite`` replaces ``out`` only when it holds an earlier export and nothing else."""
     try:
@@ -221,12 +212,10 @@ def _check_replaceable(out: Path, shown: str) -> None:
         raise ExportError(f"--out {shown} holds no {RECORD_FILE} (it was not written by guiagent export); "
                           "--overwrite only replaces an earlier export: give another --out")
     # the folders an export writes are those its files lie in; any other (an empty one included) is not ours
-    folders = {p.as_posix() for f in listed if isinstance(f, str) for p in Path(f).parents if p != Path(".")}
-    foreign = [f for f in _files(out, folders=True) if f != RECORD_FILE and f not in listed and f not in folders]
-    if foreign:
-        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+    not_ours = foreign(out, {f for f in listed if isinstance(f, str)} | {RECORD_FILE})
+    if not_ours:
         raise ExportError(f"--out {shown} holds files or folders guiagent export did not write "
-                          f"({', '.join(foreign[:3])}{more}); --overwrite never deletes those: move them or give "
+                          f"({shown_names(not_ours)}); --overwrite never deletes those: move them or give "
                           "another --out")
 
 
@@ -329,7 +318,7 @@ def _export(cfg: ExportConfig, filt: EpisodeFilter, out: Path) -> int:
         except StoreError as e:  # a blob missing from the store (either format: the same line)
             raise ExportError(f"{cfg.run_dir}: {e.args[0] if e.args else e}; nothing was written") from None
         (ds / RECORD_FILE).write_text(json.dumps({"format": cfg.format, "source": str(Path(cfg.run_dir).resolve()),
-                                                  "rows": rows, "files": _files(ds)}, indent=1))
+                                                  "rows": rows, "files": entries(ds)}, indent=1))
         if out.exists():  # checked above: empty, or an earlier export (--overwrite); kept until the new one is in
             out.rename(tmp / "old")
         try:

@@ -67,7 +67,7 @@ def preflight(cfg) -> None:
             raise CLIError(f"--resume {cfg.resume}: {e}") from None
     else:
         validate_out_dir(cfg.out)
-        check_out(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite)
+        check_out(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite, keep=(cfg.model, *cfg.data))
     if "androidworld" in suite_names(cfg.env):  # the model, adb, the emulators, android_world: one line each
         check_android(cfg)
     # in --mode semi-online, --tasks may name tasks of imported data that the suite lacks

@@ -149,3 +149,48 @@ def test_two_resumes_of_one_run_one_is_refused_and_a_killed_owner_is_taken_over(
     [r] = reader.list_runs()
     assert r.status == "finished" and not lock_path(run).exists()
 
+
+def _tree(folder: Path) -> dict[str, bytes | None]:
+    return {p.relative_to(folder).as_posix(): (p.read_bytes() if p.is_file() else None)
+            for p in sorted(folder.rglob("*")) if "store.sqlite" not in p.name}
+
+
+def test_overwrite_refuses_a_run_folder_holding_a_users_file_and_deletes_nothing(tiny_model_dir, tmp_path, capsys):
+    """`train --overwrite` deleted a user's file inside a folder the earlier run wrote (base/mynotes.txt) without
+    a word, where `export --overwrite` refuses. Now the run records what it wrote, and --overwrite refuses
+    (one line naming the file, exit 2, nothing deleted) while its folders hold anything else; a folder no
+    run wrote (the user's wandb/) likewise. Once they are gone, --overwrite replaces the run."""
+    from guiagent.cli.main import main
+    from rl.trainer import train
+
+    out = tmp_path / "run"
+    train(_tiny_cfg(tiny_model_dir, out, iterations=0))
+    (out / "model" / "mynotes.txt").write_text("mine")
+    (out / "model" / "drafts").mkdir()
+    (out / "notes.txt").write_text("mine, beside the run: never touched")
+    before = _tree(out)
+    argv = ["train", "--overwrite", "--model", tiny_model_dir, "--tasks", "go_home", "--iterations", "0",
+            "--eval-episodes", "0", "--seed", "2", "--out", str(out)]
+    capsys.readouterr()
+    assert main(argv) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"guiagent train: --out {out}: --overwrite deletes what the earlier run wrote, and its folders "
+                    "hold what it did not write (model/drafts, model/mynotes.txt): nothing was deleted; move those "
+                    "away, or give another --out")
+    assert _tree(out) == before
+    (out / "model" / "mynotes.txt").unlink()
+    (out / "model" / "drafts").rmdir()
+    (out / "wandb").mkdir()  # an output folder's name, but no session of the run wrote it
+    (out / "wandb" / "settings").write_text("mine")
+    before = _tree(out)
+    assert main(argv) == 2
+    assert "hold what it did not write (wandb)" in capsys.readouterr().err
+    assert _tree(out) == before
+    (out / "wandb" / "settings").unlink()
+    (out / "wandb").rmdir()
+    assert main(argv) == 0, capsys.readouterr().err
+    assert "seed: 2" in (out / "config.yaml").read_text() and (out / "notes.txt").is_file()
+    # the new run's own record: a store reader's -shm/-wal beside a store it wrote is not a stranger
+    from rl.checkpoint import not_written
+
+    assert not_written(out) == []
