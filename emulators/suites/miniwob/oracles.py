@@ -35,12 +35,14 @@ def oracle(*names: str) -> Callable[[Callable[[Any, str], Plan]], Callable[[Any,
     return register
 
 
-# The centre of the element, or, when another element covers the centre (some pages place
+# The centre of the element (of its first line's box when it wraps), or, when another element covers the centre (some pages place
 # buttons at random and let them overlap), the point nearest the centre that hits it.
 _CENTER_JS = """(a) => {
     const el = (%s);
     if (!el) return null;
-    const r = el.getBoundingClientRect();
+    // a link wrapped over two lines: its first line's box (the element list's box for it)
+    const rects = el.getClientRects();
+    const r = rects.length > 1 && rects[0].width > 0 ? rects[0] : el.getBoundingClientRect();
     if (r.width === 0 || r.height === 0) return null;
     const cx = (r.left + r.right) / 2, cy = (r.top + r.bottom) / 2;
     let best = [cx, cy], bestD = Infinity;
@@ -213,17 +215,10 @@ def _focus_text_2(dev: Any, utt: str) -> Plan:
 @oracle("choose-list")
 def _choose_list(dev: Any, utt: str) -> Plan:
     target = re.match(r"Select (.*) from the list and click Submit\.", utt).group(1)
-    # focus the <select> (its native popup does not draw headless), then move with the keyboard
-    yield from _click(dev, "document.querySelector('#options')")
-    yield Key("Escape")
-    for _ in range(12):
-        current = dev.evaluate("() => { const s = document.querySelector('#options');"
-                               " return [s.selectedIndex, [...s.options].map(o => o.textContent)]; }")
-        index, options = current
-        goal = options.index(target)
-        if index == goal:
-            break
-        yield Key("ArrowDown" if goal > index else "ArrowUp")
+    # type the option's text into the <select>: the tap focuses it and the keys select the option
+    # whose text they spell (its native popup does not draw headless); an action on a listed
+    # element, as the marks format writes it (type into the list, by the option's name)
+    yield from _type_into(dev, "document.querySelector('#options')", target)
     yield from _click(dev, "document.querySelector('#area button')")
 
 
@@ -295,3 +290,52 @@ def _identify_shape(dev: Any, utt: str) -> Plan:
         return {rect: 'rectangle', circle: 'circle', polygon: 'triangle'}[tag];
     }""")
     yield from _click(dev, "document.querySelector(`#area-buttons button[data-type=\"${a}\"]`)", kind)
+
+
+#: JS: whether a ``.alink`` whose text is ``a`` is visible now (in the open tab or section)
+_LINK_SHOWN = ("[...document.querySelectorAll('#area .alink')]"
+               ".find(e => e.textContent.trim() === a && e.getClientRects().length > 0)")
+
+
+@oracle("click-tab-2", "click-tab-2-hard", "click-tab-2-easy", "click-tab-2-medium")
+def _click_tab_2(dev: Any, utt: str) -> Plan:
+    """What a person without the page's source does: look in the open tab; if the link is not
+    there, open the tabs one after the other, from the left, until it shows."""
+    target = _quoted(utt)[0]
+    tabs = dev.evaluate("() => [...document.querySelectorAll('#area ul li a')].map(a => a.textContent.trim())")
+    for tab in [None, *tabs]:
+        if tab is not None:
+            if dev.evaluate("(t) => [...document.querySelectorAll('#area ul li')].find("
+                            "li => li.textContent.trim() === t)?.getAttribute('aria-selected') === 'true'", tab):
+                continue  # the tab already open was looked at first
+            yield from _click(dev, _by_text("#area ul li a"), tab)
+        if dev.evaluate(f"(a) => !!({_LINK_SHOWN})", target):
+            yield from _click(dev, _LINK_SHOWN, target)
+            return
+    raise LookupError(f"oracle: no tab shows the link {target!r}")
+
+
+@oracle("click-collapsible-2", "click-collapsible-2-nodelay")
+def _click_collapsible_2(dev: Any, utt: str) -> Plan:
+    """Open the sections one after the other, from the top, until the link shows; click it."""
+    target = _quoted(utt)[0]
+    sections = dev.evaluate("() => [...document.querySelectorAll('#area h3')].map(h => h.textContent.trim())")
+    for section in sections:
+        yield from _click(dev, _by_text("#area h3"), section)
+        if dev.evaluate(f"(a) => !!({_LINK_SHOWN})", target):
+            yield from _click(dev, _LINK_SHOWN, target)
+            return
+    raise LookupError(f"oracle: no section shows the link {target!r}")
+
+
+@oracle("login-user-popup")
+def _login_user_popup(dev: Any, utt: str) -> Plan:
+    """As ``login-user``; a field may open a popup when it takes focus (the typing then fails: the
+    popup disables the form): dismiss it with Cancel and type again."""
+    user, password = _quoted(utt)[:2]
+    for field, text in (("#username", user), ("#password", password)):
+        yield from _type_into(dev, f"document.querySelector('{field}')", text)
+        if dev.evaluate("() => !!document.querySelector('#popup-cancel')"):
+            yield from _click(dev, "document.querySelector('#popup-cancel')")
+            yield from _type_into(dev, f"document.querySelector('{field}')", text)
+    yield from _click(dev, SUBMIT)

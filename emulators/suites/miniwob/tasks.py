@@ -8,6 +8,8 @@ and load from ``file://``. Each episode:
 2. lifts the page's 10 s episode timer (``core.EPISODE_MAX_TIME``) to about 11 days
    and silences the on-page countdown: the environment's step budget bounds an
    episode instead, so a slow agent (a model on a CPU) is not cut off by wall time;
+   jQuery animations (an accordion opening) jump to their end (``jQuery.fx.off``), so
+   the screen after an action is the one it led to, not a frame from the middle;
 3. seeds the page's random generator with ``Math.seedrandom(seed)`` and starts the
    episode with ``core.startEpisodeReal()``, then waits for ``WOB_TASK_READY``;
 4. returns ``core.getUtterance()`` as the goal.
@@ -57,6 +59,9 @@ def page_names() -> tuple[str, ...]:
 
 
 # Episode timer: setTimeout accepts at most 2**31-1 ms; 1e9 ms is ~11.6 days.
+# jQuery animations (an accordion opening, a dialog showing) jump to their end: the settle after an
+# action cannot see jQuery's animation loop, so without this the screen (and the element list) an agent
+# got could be one from the middle of the animation, the elements not yet where a tap would find them.
 # The reward display sits right of the task area; hidden, it can neither be scrolled into
 # sight (jQuery UI dialogs scroll the page sideways when they take focus) nor show in the tree.
 _START_JS = """(seed) => {
@@ -64,6 +69,7 @@ _START_JS = """(seed) => {
     core.countdownTimer = function () {};
     const display = document.getElementById('reward-display');
     if (display) display.style.display = 'none';
+    if (window.jQuery) jQuery.fx.off = true;
     Math.seedrandom(seed);
     core.startEpisodeReal();
     window.scrollTo(0, 0);
@@ -71,8 +77,8 @@ _START_JS = """(seed) => {
 }"""
 
 #: pages whose screen moves on its own (a target that runs, prices that tick): no snapshots. Pages
-#: with jQuery animations (``click-collapsible``, ``email-inbox``, ``drag-cube``) snapshot, but a state
-#: taken while an animation ran restores as a SnapshotError (the settle cannot see jQuery's timers).
+#: with jQuery animations (``click-collapsible``, ``email-inbox``, ``drag-cube``) snapshot; their
+#: animations jump to their end (``jQuery.fx.off``, set at each reset), so no state is taken mid-way.
 #: Measured: ``python bench/snapshot.py --miniwob-survey`` (docs/gymnasium.md)
 MOVES_WITH_TIME: frozenset[str] = frozenset({"chase-circle", "moving-items", "stock-market"})
 
