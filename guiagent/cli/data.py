@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import tyro
 
-from guiagent.cli._common import emit_json, log, one_line
+from guiagent.cli._common import emit_json, log, one_line, sigterm_interrupts
 from guiagent.config import parse_config
 from guiagent.runlock import run_lock
 from guiagent.store.errors import StoreError
@@ -68,7 +68,8 @@ def main(argv: list[str]) -> int:
         print("guiagent data import: --out RUN_DIR is required", file=sys.stderr)
         return 2
     try:
-        with run_lock(cfg.out, "guiagent data " + shlex.join(argv)):  # one writer per run folder
+        # SIGTERM stops it as Ctrl+C does (exit 143): the hidden staging folder is removed on the way out
+        with sigterm_interrupts(), run_lock(cfg.out, "guiagent data " + shlex.join(argv)):  # one writer per run folder
             res = import_dataset(cfg.format, cfg.src, cfg.out, run_name=cfg.run_name, images_dir=cfg.images,
                                  placeholders=cfg.placeholders, swipe_convention=cfg.swipe_convention)
     except DatasetError as e:  # bad input: one line, nothing written

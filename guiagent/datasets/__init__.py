@@ -14,7 +14,6 @@ Formats: ``androidcontrol`` (TFRecord), ``uis1`` (UI-S1's JSONL), ``guiodyssey``
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from guiagent.datasets._common import (
@@ -22,7 +21,9 @@ from guiagent.datasets._common import (
     ImportNotes,
     ImportResult,
     check_episode_id,
+    json_error,
     parse_size,
+    source_kind,
     write_atomically,
 )
 from guiagent.datasets.androidcontrol import read_androidcontrol
@@ -71,8 +72,7 @@ SWIPE_CONVENTIONS: dict[str, str] = {
 
 def read_dataset(fmt: str, src: str | os.PathLike[str], **options: Any) -> Iterator[Trajectory]:
     """The episodes of ``src`` in format ``fmt`` (raises :class:`DatasetError` on bad data, and only that)."""
-    if not Path(src).exists():
-        raise DatasetError(f"{src}: no such file or directory")
+    source_kind(src)  # nothing there, a FIFO, a device: said at once
     return _guarded(_reader(fmt)(src, **options), str(src))
 
 
@@ -94,7 +94,7 @@ def _guarded(episodes: Iterator[Trajectory], src: str) -> Iterator[Trajectory]:
         raise
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError, RecursionError,
             UnicodeError) as e:
-        raise DatasetError(f"{src}: episode {n + 1} cannot be read ({type(e).__name__}: {str(e)[:200]})") from None
+        raise DatasetError(f"{src}: episode {n + 1} cannot be read ({type(e).__name__}: {json_error(e)})") from None
 
 
 def import_dataset(
@@ -115,8 +115,7 @@ def import_dataset(
     the importer's warnings and its check of swipes against step instructions.
     """
     reader = _reader(fmt)
-    if not Path(src).exists():
-        raise DatasetError(f"{src}: no such file or directory")
+    source_kind(src)  # nothing there, a FIFO, a device (/dev/null): said at once, before anything is written
     opts: dict[str, Any] = {"images_dir": images_dir} if images_dir else {}
     if placeholders:
         if fmt not in ("uis1", "guiodyssey"):

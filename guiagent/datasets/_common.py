@@ -4,29 +4,36 @@ import."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fnmatch
 import functools
 import io
 import json
 import os
 import re
 import shutil
+import signal
 import stat
+import threading
 import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 from PIL import Image, UnidentifiedImageError
 
-from guiagent.store import Store
+from guiagent.store import Store, StoreError
+from guiagent.store._proc import HOST, process_start, writer_alive
 from guiagent.types import Trajectory
 
 __all__ = ["DatasetError", "ImportResult", "ImportNotes", "SwipeCheck", "unit", "image_size", "write_atomically",
            "box_unit", "boxes_unit", "placeholder_png", "parse_size", "json_record", "MAX_SCREENSHOT_PIXELS",
            "MAX_RECORD_BYTES", "MAX_EPISODE_ID", "MAX_SCREENSHOT_BYTES", "SCREENSHOT_FORMATS",
-           "check_episode_id", "read_inside", "lies_inside"]
+           "check_episode_id", "read_inside", "lies_inside", "open_inside", "open_source_file", "source_kind",
+           "kind_of", "iter_files", "iter_lines", "MAX_JSON_VALUES", "MAX_EPISODE_STEPS", "MAX_EPISODE_SCREENSHOT_BYTES",
+           "EpisodeBudget", "clean_stale_staging", "json_error"]
 
 #: the largest screenshot an import takes, in pixels (40 Mpx: an 8K screen is 33 Mpx, a phone 2-5 Mpx).
 #: A larger image is refused with one line: decoding it later (the web UI, a model's processor) would
@@ -34,6 +41,18 @@ __all__ = ["DatasetError", "ImportResult", "ImportNotes", "SwipeCheck", "unit", 
 MAX_SCREENSHOT_PIXELS = 40_000_000
 #: the longest JSON record (a JSONL line, a JSON annotation file) an import reads: 64 MiB
 MAX_RECORD_BYTES = 64 * 1024 * 1024
+#: the most JSON values one record may hold, counted from its bytes (every ``,``, ``[`` and ``{``, in strings
+#: too: an upper bound) before it is parsed. Python builds an object for each value (a list or dict of 56-230
+#: bytes for 2-3 bytes of text: ``[[],[],...]`` would turn 64 MiB into 1.4 GB); a million of them stay
+#: under ~100 MB. A UI-S1 line of 20 steps holds ~600, a GUI-Odyssey annotation a few thousand.
+MAX_JSON_VALUES = 1_000_000
+#: the most steps one imported episode may have, in every format (AndroidControl's longest episodes have
+#: tens, GUI-Odyssey's about a hundred; an episode is held whole in memory until it is written)
+MAX_EPISODE_STEPS = 10_000
+#: the most screenshot bytes one imported episode may hold in all (its steps' files or cells, a
+#: placeholder counted once): an episode is held whole in memory until it is written. A 40-step
+#: AndroidControl episode of 1080x2400 PNGs holds 20-60 MB.
+MAX_EPISODE_SCREENSHOT_BYTES = 256 * 1024 * 1024
 #: the largest screenshot file an import reads: 64 MiB (a phone screenshot is 0.1-5 MB). A larger file
 #: is refused on its size, before it is read.
 MAX_SCREENSHOT_BYTES = 64 * 1024 * 1024
@@ -243,8 +262,11 @@ def image_size(data: bytes, where: str, *, decode: bool = True) -> tuple[int, in
         except Image.DecompressionBombError as e:
             raise DatasetError(f"{where}: the screenshot declares {_pixels_in(str(e))} pixels, more than the "
                                f"{MAX_SCREENSHOT_PIXELS // 1_000_000} Mpx a screenshot may have") from None
-        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
-            raise DatasetError(f"{where}: the screenshot is not a readable image ({e})") from None
+        except UnidentifiedImageError:
+            raise DatasetError(f"{where}: the screenshot is not a readable image (not {', '.join(SCREENSHOT_FORMATS)} "
+                               "data)") from None
+        except (OSError, ValueError, SyntaxError) as e:
+            raise DatasetError(f"{where}: the screenshot is not a readable image ({json_error(e)})") from None
         with im:
             w, h = im.size
             if w * h > MAX_SCREENSHOT_PIXELS:
@@ -291,7 +313,13 @@ def placeholder_png(w: int, h: int) -> bytes:
 
 def json_record(raw: bytes, where: str, what: str = "") -> Any:
     """One JSON record from bytes: one line naming the problem for bytes that are not UTF-8, not JSON,
-    or nested deeper than the parser goes (never a traceback)."""
+    nested deeper than the parser goes, or holding more than :data:`MAX_JSON_VALUES` values (counted
+    before parsing), never a traceback."""
+    values = raw.count(b",") + raw.count(b"[") + raw.count(b"{") + 1
+    if values > MAX_JSON_VALUES:
+        raise DatasetError(f"{where}: {what + ' ' if what else ''}holds up to {values:,} JSON values (its commas and "
+                           f"brackets, counted before parsing); an import reads at most {MAX_JSON_VALUES:,} in one "
+                           "record")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -300,9 +328,22 @@ def json_record(raw: bytes, where: str, what: str = "") -> Any:
     try:
         return json.loads(text)
     except ValueError as e:  # JSONDecodeError, and integers longer than Python reads (4300 digits)
-        raise DatasetError(f"{where}: {what + ' is ' if what else ''}not JSON ({str(e)[:200]})") from None
+        raise DatasetError(f"{where}: {what + ' is ' if what else ''}not JSON ({json_error(e)})") from None
     except RecursionError:
         raise DatasetError(f"{where}: {what + ' is ' if what else ''}JSON nested too deeply to read") from None
+
+
+_OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
+
+
+def json_error(e: BaseException) -> str:
+    """Why a text did not parse, in our words: Python's own advice for long integers
+    (``sys.set_int_max_str_digits()``) and object reprs (``<_io.BytesIO object at 0x...>``) never reach a
+    user."""
+    text = str(e)
+    if "int_max_str_digits" in text or "integer string conversion" in text:
+        return "a number of more than 4300 digits"
+    return _OBJECT_REPR.sub("the data", text)[:200] or type(e).__name__
 
 
 def lies_inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> bool:
@@ -312,85 +353,276 @@ def lies_inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> b
     return p == r or p.startswith(r.rstrip(os.sep) + os.sep)
 
 
-#: how a file is opened: not through a last link (links are resolved and checked first), not waiting
-#: on a pipe
+def kind_of(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, in words (``a FIFO (named pipe)``, ``a character device``)."""
+    for test, words in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"),
+                        (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                        (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return words
+    return "not a regular file"
+
+
+#: how a file is opened: never through a link at its last component (every other component under the
+#: data folder is checked first), never waiting on a pipe (a FIFO swapped in after the check opens at once
+#: and is refused on its type)
 _O_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
             | getattr(os, "O_CLOEXEC", 0))
 
+_NO_LINKS = ("an import reads only the regular files inside the folder it is given and follows no link, "
+             "inside it or out")
 
-def read_inside(path: Path, root: Path, where: str, *, what: str = "screenshot",
-                limit: int = MAX_SCREENSHOT_BYTES) -> bytes | None:
-    """The bytes of ``path``, a regular file of at most ``limit`` bytes lying inside the folder
-    ``root`` once links are followed; ``None`` where there is no file (nothing there, or a folder).
 
-    Anything else is one :class:`DatasetError` naming ``where``, and nothing of it is read: a path
-    that leads outside ``root`` (``..``, an absolute path, a link pointing outside), something not a
-    regular file (a pipe, a device), a file larger than ``limit`` (judged by its size, and the read
-    stops at the limit), a file that cannot be opened.
-    """
+def _link_target(path: str) -> str:
+    try:
+        return _short(os.readlink(path), 160)
+    except OSError:
+        return "?"
+
+
+def _walk_inside(path: Path, root: Path, where: str, what: str) -> tuple[str, os.stat_result] | None:
+    """``(the path under root's real path, its lstat)`` when ``path`` names a regular file inside ``root``
+    reached through no link; ``None`` where there is nothing (or a folder); :class:`DatasetError` for a
+    path leading outside ``root``, a link anywhere below ``root``, or something not a regular file."""
     shown = _short(str(path), 160)
-    outside = (f"{where}: {what} {shown} leads outside {_short(str(root), 160)}; an import reads files "
-               "only from inside the folder it is given")
     if not lies_inside(path, root):
-        raise DatasetError(outside)
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(path)
-    if not lies_inside(real, real_root):
-        raise DatasetError(outside + f" (a link to {_short(real, 160)})")
+        raise DatasetError(f"{where}: {what} {shown} leads outside {_short(str(root), 160)}; an import reads "
+                           "files only from inside the folder it is given")
+    real_root = os.path.realpath(root)  # the folder as the user named it: a link there is the user's choice
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
+    parts = [] if rel == "." else rel.split(os.sep)
+    cur = real_root
+    st = None
+    for i, part in enumerate(parts):
+        cur = os.path.join(cur, part)
+        try:
+            st = os.lstat(cur)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as e:
+            if e.errno == errno.ENAMETOOLONG:
+                return None
+            raise DatasetError(f"{where}: {what} {shown} cannot be read ({e.strerror or e})") from None
+        if stat.S_ISLNK(st.st_mode):
+            at = "is" if i == len(parts) - 1 else f"lies under {_short(os.path.join(*parts[:i + 1]), 80)}, which is"
+            raise DatasetError(f"{where}: {what} {shown} {at} a symbolic link (to {_link_target(cur)}); {_NO_LINKS}")
+        if i < len(parts) - 1 and not stat.S_ISDIR(st.st_mode):
+            return None
+    if st is None or stat.S_ISDIR(st.st_mode):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise DatasetError(f"{where}: {what} {shown} is {kind_of(st.st_mode)}, not a regular file")
+    return cur, st
+
+
+def open_inside(path: Path, root: Path, where: str, *, what: str = "the file",
+                limit: int | None = None) -> BinaryIO | None:
+    """``path`` opened for reading when it is a regular file inside the folder ``root``, reached
+    through no symbolic link below ``root`` and at most ``limit`` bytes (judged by its size before
+    anything is read); ``None`` where there is no file (nothing there, or a folder).
+
+    The one gate every importer reads its inputs through. Anything else is one :class:`DatasetError`
+    naming ``where`` and the path, and nothing of it is opened: a path that leads outside ``root``
+    (``..``, an absolute path), a link (to anywhere, inside ``root`` or out), something that is not a
+    regular file (a FIFO, a device, a socket: judged with ``lstat`` before opening, so a pipe never
+    blocks the import), a file larger than ``limit``. The opened descriptor is checked again (the
+    same file, still regular, at the same real path), so nothing swapped in after the check is read.
+    """
+    found = _walk_inside(path, root, where, what)
+    if found is None:
+        return None
+    real, st0 = found
+    shown = _short(str(path), 160)
     try:
         fd = os.open(real, _O_FLAGS)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as e:
-        if e.errno == errno.ENAMETOOLONG:
-            return None
+        if e.errno == errno.ELOOP:
+            raise DatasetError(f"{where}: {what} {shown} is a symbolic link; {_NO_LINKS}") from None
         raise DatasetError(f"{where}: {what} {shown} cannot be read ({e.strerror or e})") from None
     try:
         st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            return None
         if not stat.S_ISREG(st.st_mode):
-            raise DatasetError(f"{where}: {what} {shown} is not a regular file")
-        try:  # what was really opened (Linux): a link swapped in after the check above is caught here
+            raise DatasetError(f"{where}: {what} {shown} is {kind_of(st.st_mode)}, not a regular file")
+        try:  # what was really opened (Linux): a folder above swapped for a link after the check is caught
             opened = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             opened = real
-        if not lies_inside(opened, real_root):
-            raise DatasetError(outside + f" (a link to {_short(opened, 160)})")
-        if st.st_size > limit:
+        if (st.st_dev, st.st_ino) != (st0.st_dev, st0.st_ino) or opened != real:
+            raise DatasetError(f"{where}: {what} {shown} changed while it was being opened (a link swapped in?); "
+                               f"{_NO_LINKS}")
+        if limit is not None and st.st_size > limit:
             raise DatasetError(f"{where}: {what} {shown} is {st.st_size:,} bytes, more than the "
                                f"{limit // 2**20} MiB an import reads")
-        with os.fdopen(fd, "rb") as f:
-            fd = -1  # closed with f
-            try:
-                data = f.read(limit + 1)
-            except OSError as e:
-                raise DatasetError(f"{where}: {what} {shown} cannot be read ({e.strerror or e})") from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    return f
+
+
+def read_inside(path: Path, root: Path, where: str, *, what: str = "screenshot",
+                limit: int = MAX_SCREENSHOT_BYTES) -> bytes | None:
+    """The bytes of ``path`` through :func:`open_inside` (a regular file inside ``root``, no link, at
+    most ``limit`` bytes: the read stops at the limit); ``None`` where there is no file."""
+    f = open_inside(path, root, where, what=what, limit=limit)
+    if f is None:
+        return None
+    shown = _short(str(path), 160)
+    with f:
+        try:
+            data = f.read(limit + 1)
+        except OSError as e:
+            raise DatasetError(f"{where}: {what} {shown} cannot be read ({e.strerror or e})") from None
     if len(data) > limit:
         raise DatasetError(f"{where}: {what} {shown} is more than the {limit // 2**20} MiB an import reads")
     return data
 
 
-def iter_lines(path: Path, limit: int = MAX_RECORD_BYTES) -> Iterator[tuple[int, bytes]]:
-    """``(line number, bytes)`` of a text file, each line at most ``limit`` bytes (a longer one is one
-    clear error, read no further than the limit)."""
+def source_kind(src: str | os.PathLike[str]) -> str:
+    """``"file"`` or ``"folder"``: what the source an import was given is (the path as the user typed
+    it, a link there followed); :class:`DatasetError` saying what it is otherwise (nothing there, a FIFO,
+    a device such as ``/dev/null``)."""
     try:
-        f = open(path, "rb")
+        st = os.stat(src)
+    except FileNotFoundError:
+        raise DatasetError(f"{src}: no such file or folder") from None
     except OSError as e:
-        raise DatasetError(f"{path}: cannot read ({e.strerror or e})") from None
+        raise DatasetError(f"{src}: cannot be read ({e.strerror or e})") from None
+    if stat.S_ISDIR(st.st_mode):
+        return "folder"
+    if stat.S_ISREG(st.st_mode):
+        return "file"
+    raise DatasetError(f"{src} is {kind_of(st.st_mode)}, not a file or folder to import")
+
+
+def open_source_file(path: Path, src: Path, *, limit: int | None = None) -> BinaryIO:
+    """A data file :func:`iter_files` listed for the source ``src``, opened through :func:`open_inside`
+    (the source file itself: its folder as the user named it)."""
+    p, root = (Path(os.path.realpath(path)), Path(os.path.realpath(path)).parent) if path == src else (path, src)
+    f = open_inside(p, root, str(path), what="the file", limit=limit)
+    if f is None:
+        raise DatasetError(f"{path}: no such file (it went away while the import ran)")
+    return f
+
+
+def iter_lines(path: Path, limit: int = MAX_RECORD_BYTES, *, src: Path | None = None) -> Iterator[tuple[int, bytes]]:
+    """``(line number, bytes)`` of a text file, each line at most ``limit`` bytes (a longer one is one
+    clear error, read no further than the limit). ``src``: the source the file was listed from
+    (:func:`open_source_file`); by default the file alone."""
+    f = open_source_file(Path(path), Path(src) if src is not None else Path(path))
     with f:
         n = 0
         while True:
-            line = f.readline(limit + 1)
+            try:
+                line = f.readline(limit + 1)
+            except OSError as e:
+                raise DatasetError(f"{path}: cannot read ({e.strerror or e})") from None
             if not line:
                 return
             n += 1
             if len(line) > limit:
                 raise DatasetError(f"{path}: line {n} is longer than {limit // 2**20} MiB")
             yield n, line
+
+
+class EpisodeBudget:
+    """An episode's size as a reader builds it: at most :data:`MAX_EPISODE_STEPS` steps and
+    :data:`MAX_EPISODE_SCREENSHOT_BYTES` of screenshots (one bytes object counted once: a placeholder
+    shared by many steps); past either, one :class:`DatasetError` before more is read."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.steps = 0
+        self.bytes = 0
+        self._seen: set[int] = set()
+
+    def steps_declared(self, n: int) -> None:
+        """A format that knows the count up front (a JSON list, a record's features): refused before any
+        step is built."""
+        if n > MAX_EPISODE_STEPS:
+            raise DatasetError(f"{self.where}: the episode has {n:,} steps; an import takes at most "
+                               f"{MAX_EPISODE_STEPS:,} in one episode")
+
+    def step(self, screenshot: bytes | None = None) -> None:
+        self.steps += 1
+        if self.steps > MAX_EPISODE_STEPS:
+            raise DatasetError(f"{self.where}: the episode has more than {MAX_EPISODE_STEPS:,} steps; an import "
+                               f"takes at most that many in one episode")
+        if screenshot is not None:
+            self.screenshot(screenshot)
+
+    def screenshot(self, data: bytes) -> None:
+        if id(data) in self._seen:
+            return
+        self._seen.add(id(data))
+        self.bytes += len(data)
+        if self.bytes > MAX_EPISODE_SCREENSHOT_BYTES:
+            raise DatasetError(f"{self.where}: the episode's screenshots hold more than "
+                               f"{MAX_EPISODE_SCREENSHOT_BYTES // 2**20} MiB; an import holds at most that much of "
+                               "one episode in memory")
+
+
+#: the hidden folder an import builds its run in, beside ``--out``: ``.<out name>.importing-<hex>``
+STAGING_INFIX = ".importing-"
+#: inside a staging folder while its import runs: who builds it (host, pid, process start time)
+STAGING_OWNER = ".import-owner.json"
+
+
+def _staging_owner(folder: Path) -> tuple[str | None, int | None, int | None] | None:
+    """The owner a staging folder records, ``None`` when it records none (or not readably)."""
+    try:
+        with open(folder / STAGING_OWNER, "rb") as f:  # our own small file: a link or pipe here is not ours
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
+            d = json.loads(f.read(4096))
+        return str(d["host"]), int(d["pid"]), None if d.get("start") is None else int(d["start"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def clean_stale_staging(parent: str | os.PathLike[str]) -> list[Path]:
+    """Remove the staging folders in ``parent`` that imports killed on this host left behind (their
+    recorded owner process is gone, or its pid now names a later process); returns those removed.
+    A staging folder that records no owner, or one on another host, is left alone."""
+    removed = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not (entry.name.startswith(".") and STAGING_INFIX in entry.name) or not entry.is_dir(follow_symlinks=False):
+            continue
+        owner = _staging_owner(Path(entry.path))
+        if owner is not None and writer_alive(*owner) is False:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(Path(entry.path))
+    return removed
+
+
+@contextlib.contextmanager
+def _removed_on_hangup(path: Path) -> Iterator[None]:
+    """SIGHUP (a closed terminal) within the block raises, so the staging folder is removed as on any
+    other error (SIGINT raises KeyboardInterrupt already; the command turns SIGTERM into one too).
+    Main thread only; the handler before the block is put back."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGHUP"):
+        yield
+        return
+
+    def on_hup(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt("hangup")
+
+    try:
+        previous = signal.signal(signal.SIGHUP, on_hup)
+    except (ValueError, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous if previous is not None else signal.SIG_DFL)
 
 
 def write_atomically(
@@ -403,32 +635,45 @@ def write_atomically(
 ) -> ImportResult:
     """Write ``episodes()`` as completed episodes of a new run in ``out_dir``, all or nothing.
 
-    The store is built in a hidden sibling directory and renamed into place at the
-    end, so a bad record anywhere leaves nothing behind; an ``out_dir`` that exists
-    and is not empty is refused (never clobbered).
+    The store is built in a hidden sibling directory (``.<name>.importing-<hex>``, recording its owner
+    process) and renamed into place at the end, so a bad record anywhere leaves nothing behind; so do
+    Ctrl+C, SIGTERM (turned into an exception by the command) and SIGHUP. A staging folder that a
+    killed import (SIGKILL) left is removed by the next import into the same folder once its owner is
+    gone. An ``out_dir`` that exists and is not empty is refused (never clobbered).
     """
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise DatasetError(f"{out} already exists and is not empty; choose a new --out")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.importing-{uuid.uuid4().hex[:8]}"
+    clean_stale_staging(out.parent)
+    tmp = out.parent / f".{out.name}{STAGING_INFIX}{uuid.uuid4().hex[:8]}"
     n_ep = n_steps = 0
     try:
-        store = Store.open(tmp)
-        try:
-            run_id = store.create_run(run_name, env=fmt, algo="import", config=config)
-            for traj in episodes():
-                store.write_trajectory(run_id, traj)
-                n_ep += 1
-                n_steps += traj.num_steps
-            if n_ep == 0:
-                raise DatasetError(f"no episodes found in {config.get('source')}")
-            store.set_run_status(run_id, "finished")
-        finally:
-            store.close()
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        os.replace(tmp, out)
+        with _removed_on_hangup(tmp):
+            tmp.mkdir()
+            (tmp / STAGING_OWNER).write_text(json.dumps({"host": HOST, "pid": os.getpid(),
+                                                         "start": process_start(os.getpid())}))
+            store = Store.open(tmp)
+            try:
+                run_id = store.create_run(run_name, env=fmt, algo="import", config=config)
+                for traj in episodes():
+                    try:
+                        store.write_trajectory(run_id, traj)
+                    except StoreError as e:  # the store's own check of a value the reader let through
+                        msg = str(e).replace(str(tmp), str(out))
+                        raise DatasetError(f"{config.get('source')}: episode {n_ep + 1} "
+                                           f"({_short(traj.episode_id, 80)}): {msg}") from None
+                    n_ep += 1
+                    n_steps += traj.num_steps
+                if n_ep == 0:
+                    raise DatasetError(f"no episodes found in {config.get('source')}")
+                store.set_run_status(run_id, "finished")
+            finally:
+                store.close()
+            (tmp / STAGING_OWNER).unlink()
+            if out.exists():
+                out.rmdir()  # empty (checked above)
+            os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -436,18 +681,33 @@ def write_atomically(
 
 
 def iter_files(src: Path, patterns: tuple[str, ...]) -> Iterator[Path]:
-    """``src`` itself, or the files under it matching ``patterns``, sorted."""
-    if src.is_file():
+    """``src`` itself (a file), or the regular files directly inside the folder ``src`` whose names match
+    ``patterns``, sorted. Every entry is judged before the first is read, by ``lstat``: a matching link
+    (to anywhere) or a matching FIFO, device or socket is one :class:`DatasetError` naming it; folders
+    are passed over."""
+    if source_kind(src) == "file":
         yield src
         return
-    if not src.is_dir():
-        raise DatasetError(f"{src}: no such file or directory")
-    found = sorted({p for pat in patterns for p in src.glob(pat) if p.is_file()})
+    found = []
+    try:
+        entries = sorted(os.scandir(src), key=lambda e: e.name)
+    except OSError as e:
+        raise DatasetError(f"{src}: cannot be read ({e.strerror or e})") from None
+    for entry in entries:
+        if not any(fnmatch.fnmatchcase(entry.name, pat) for pat in patterns):
+            continue
+        p = Path(src) / entry.name
+        try:
+            mode = entry.stat(follow_symlinks=False).st_mode
+        except OSError:
+            continue  # gone meanwhile
+        if stat.S_ISLNK(mode):
+            raise DatasetError(f"{p}: a symbolic link (to {_link_target(str(p))}); {_NO_LINKS}")
+        if stat.S_ISDIR(mode):
+            continue
+        if not stat.S_ISREG(mode):
+            raise DatasetError(f"{p} is {kind_of(mode)}, not a regular file")
+        found.append(p)
     if not found:
         raise DatasetError(f"{src}: no files matching {', '.join(patterns)}")
-    real_src = os.path.realpath(src)
-    for p in found:  # all checked before the first is read
-        if not lies_inside(os.path.realpath(p), real_src):
-            raise DatasetError(f"{p}: a link to {_short(os.path.realpath(p), 160)}, outside {src}; an import "
-                               "reads files only from inside the folder it is given")
     yield from found

@@ -29,13 +29,16 @@ from google.protobuf.message import DecodeError
 
 from guiagent.datasets._common import (
     DatasetError,
+    EpisodeBudget,
     ImportNotes,
     image_size,
     iter_files,
     json_record,
+    json_error,
+    open_source_file,
     unit,
 )
-from guiagent.datasets.tfrecord import TFRecordError, iter_records, parse_example
+from guiagent.datasets.tfrecord import TFRecordError, count_values, iter_records, parse_example
 from guiagent.types import (
     STEP_TARGET_KEY,
     Action,
@@ -99,7 +102,7 @@ def androidcontrol_action(a: Any, w: int, h: int, where: str) -> Action:
     except (TypeError, ValueError, OverflowError) as e:
         if isinstance(e, DatasetError):
             raise
-        raise DatasetError(f"{where}: bad {t} action {_s(a)}: {e}") from None
+        raise DatasetError(f"{where}: bad {t} action {_s(a)}: {json_error(e)}") from None
     raise DatasetError(f"{where}: unknown action_type {_s(t)}")
 
 
@@ -139,9 +142,10 @@ def target_box(tree: bytes, x: float, y: float, w: int, h: int) -> list[float] |
         from android_env.proto.a11y import android_accessibility_forest_pb2 as forest_pb2
     except ImportError:
         return None
-    try:
+    try:  # walked first: a forest of a million empty nodes would take gigabytes parsed
+        count_values(tree, forest_pb2.AndroidAccessibilityForest.DESCRIPTOR)
         forest = forest_pb2.AndroidAccessibilityForest.FromString(tree)
-    except (DecodeError, RecursionError, ValueError):
+    except (DecodeError, RecursionError, ValueError):  # TFRecordError is a ValueError
         return None
     best: tuple[int, int, Any] | None = None
     for win in forest.windows:
@@ -164,7 +168,10 @@ def target_box(tree: bytes, x: float, y: float, w: int, h: int) -> list[float] |
     return [clamp(b.left, w), clamp(b.top, h), clamp(b.right, w), clamp(b.bottom, h)]
 
 
-def _episode(ex: Any, where: str, notes: ImportNotes) -> Trajectory:
+def _episode(parsed: list, where: str, notes: ImportNotes) -> Trajectory:
+    """The episode of a parsed record (``parsed``: a one-item list, emptied here so that the parsed
+    message is freed once its lists are read: one copy of the screenshots in memory, not two)."""
+    ex = parsed.pop()
     ids = _feature(ex, "episode_id", "int64_list", where)
     if len(ids) != 1:
         raise DatasetError(f"{where}: episode_id must hold one integer, got {ids!r}")
@@ -184,6 +191,7 @@ def _episode(ex: Any, where: str, notes: ImportNotes) -> Trajectory:
     )
     feats = ex.features.feature
     trees = list(feats["accessibility_trees"].bytes_list.value) if "accessibility_trees" in feats else []
+    del ex, feats
     if not (len(shots) == len(widths) == len(heights)):
         raise DatasetError(
             f"{where}: {len(shots)} screenshots but {len(widths)} widths and {len(heights)} heights"
@@ -194,6 +202,8 @@ def _episode(ex: Any, where: str, notes: ImportNotes) -> Trajectory:
         )
     if instr and len(instr) != len(actions):
         raise DatasetError(f"{where}: {len(instr)} step instructions for {len(actions)} actions")
+    budget = EpisodeBudget(where)
+    budget.steps_declared(len(actions))  # the record's size bounds its screenshots' (MAX_RECORD_BYTES)
     for i, shot in enumerate(shots):  # every screenshot decoded, the final observation's included
         at = f"{where} step {i}" if i < len(actions) else f"{where} final observation (screenshot {i})"
         got = image_size(shot, at)  # at most MAX_SCREENSHOT_PIXELS, judged from the header before decoding
@@ -240,22 +250,24 @@ def read_androidcontrol(src: str | Path, *, notes: ImportNotes | None = None, **
     """Every episode in ``src``: a TFRecord file, or a folder of ``android_control*`` / ``*.tfrecord*``."""
     notes = notes if notes is not None else ImportNotes()
     seen: dict[str, str] = {}  # episode id -> where it was first
-    for path in iter_files(Path(src), ("android_control*", "*.tfrecord*")):
-        records = iter_records(path)
+    src = Path(src)
+    for path in iter_files(src, ("android_control*", "*.tfrecord*")):
+        records = iter_records(path, open_source_file(path, src))
         n = 0
         while True:
             try:
                 rec = next(records, None)
                 if rec is None:
                     break
-                ex = parse_example(rec)
+                parsed = [parse_example(rec)]
+                del rec  # the parsed example holds what is needed: one copy of the record, not two
             except TFRecordError as e:
                 msg = str(e)
                 raise DatasetError(
                     f"{path}: {msg if msg.startswith('record') else f'record {n}: {msg}'}"
                 ) from None
             where = f"{path}: record {n}"
-            t = _episode(ex, where, notes)
+            t = _episode(parsed, where, notes)
             if t.episode_id in seen:
                 raise DatasetError(f"{where}: episode_id {t.metadata['episode_id']} is also the episode_id "
                                    f"of {seen[t.episode_id]}; an id may name one episode only")

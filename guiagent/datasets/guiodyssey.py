@@ -16,8 +16,8 @@ button; the episode id goes in each step's metadata. ``placeholders`` (``WxH``, 
 annotation's ``device_info`` size) stands blank screenshots in for missing files.
 
 A screenshot is looked up by its file name alone in ``screenshots/`` (or ``images_dir``) and must be a
-regular file of at most 64 MiB lying inside the source folder (or ``images_dir``) once links are
-followed; annotations too. Every screenshot is decoded whole: a damaged one is one line naming the
+regular file of at most 64 MiB lying inside the source folder (or ``images_dir``), reached through no
+symbolic link; annotations too. Every screenshot is decoded whole: a damaged one is one line naming the
 annotation and step. Two annotations with the same ``episode_id`` are refused.
 """
 
@@ -29,6 +29,7 @@ from typing import Any, Iterator
 from guiagent.datasets._common import (
     MAX_RECORD_BYTES,
     DatasetError,
+    EpisodeBudget,
     ImportNotes,
     check_episode_id,
     image_size,
@@ -36,6 +37,7 @@ from guiagent.datasets._common import (
     parse_size,
     placeholder_png,
     read_inside,
+    source_kind,
     unit,
 )
 from guiagent.types import (
@@ -128,9 +130,11 @@ def read_guiodyssey(
     notes = notes if notes is not None else ImportNotes()
     fixed = None if placeholders in (None, "", "auto") else parse_size(placeholders, "--placeholders")
     src = Path(src)
+    if source_kind(src) != "folder":
+        raise DatasetError(f"{src}: a GUI-Odyssey source is a folder (annotations/*.json and screenshots/)")
     ann = src / "annotations" if (src / "annotations").is_dir() else src
     shots_dir = Path(images_dir) if images_dir else src / "screenshots"
-    shots_root = Path(images_dir) if images_dir else src  # what a screenshot must lie inside, links followed
+    shots_root = Path(images_dir) if images_dir else src  # what a screenshot must lie inside, through no link
     files = sorted(ann.glob("*.json")) if ann.is_dir() else []
     if not files:
         raise DatasetError(f"{src}: no annotations/*.json files")
@@ -163,6 +167,8 @@ def read_guiodyssey(
         if not isinstance(goal, str):
             raise DatasetError(f"{where}: task_info has no instruction or task text")
         device = d.get("device_info") if isinstance(d.get("device_info"), dict) else {}
+        budget = EpisodeBudget(where)
+        budget.steps_declared(len(steps_in))
         steps = []
         for i, s in enumerate(steps_in):
             at = f"{where} step {i}"
@@ -182,6 +188,7 @@ def read_guiodyssey(
                 size = fixed or _device_size(device, at)
                 data, meta["placeholder"] = placeholder_png(*size), True
                 notes.placeholders += 1
+            budget.step(data)
             w, h = image_size(data, at, decode=not placeholder)  # placeholders are our own blank PNGs
             action = guiodyssey_action(s["action"], s.get("info", ""), at)
             target = guiodyssey_target(action)

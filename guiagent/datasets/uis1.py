@@ -35,9 +35,9 @@ evaluation file's left/right finger paths go against both their instructions and
 
 Screenshots are read only from inside the JSONL file's folder (and ``images_dir``): a path is
 looked up under that folder (an absolute one as written when it lies inside the folder, else with its
-leading ``/`` dropped), then as ``images_dir/<file name>``. A path that leads outside its folder, ``..``
-or a link pointing outside (links are followed, then checked), something not a regular file, or a
-file over :data:`~guiagent.datasets._common.MAX_SCREENSHOT_BYTES` (64 MiB, judged by its size before
+leading ``/`` dropped), then as ``images_dir/<file name>``. A path that leads outside its folder
+(``..``), a symbolic link (to anywhere: no link below the folder is followed), something not a regular
+file, or a file over :data:`~guiagent.datasets._common.MAX_SCREENSHOT_BYTES` (64 MiB, judged by its size before
 it is read) is refused with one line; every screenshot is decoded whole, so a damaged one is refused
 too, naming its line and step. The published files ship no screenshots: ``placeholders`` (``WxH`` or
 ``auto``) stands a blank screenshot of that size in for each missing one (``auto``: the size the
@@ -51,11 +51,13 @@ from typing import Any, Iterator
 
 from guiagent.datasets._common import (
     DatasetError,
+    EpisodeBudget,
     ImportNotes,
     boxes_unit,
     image_size,
     iter_files,
     iter_lines,
+    json_error,
     json_record,
     lies_inside,
     parse_size,
@@ -179,7 +181,7 @@ def uis1_action(a: Any, w: int, h: int, where: str, convention: str = "scroll") 
     except (TypeError, ValueError, OverflowError) as e:
         if isinstance(e, DatasetError):
             raise
-        raise DatasetError(f"{where}: bad {t} action {_s(a)}: {e}") from None
+        raise DatasetError(f"{where}: bad {t} action {_s(a)}: {json_error(e)}") from None
     raise DatasetError(f"{where}: unknown action {_s(t)}")
 
 
@@ -232,7 +234,7 @@ def uis1_target(a: Any, w: int, h: int, where: str, convention: str, *, checked:
     except (TypeError, ValueError, OverflowError) as e:
         if isinstance(e, DatasetError):
             raise
-        raise DatasetError(f"{where}: bad {what} {_s(a)}: {e}") from None
+        raise DatasetError(f"{where}: bad {what} {_s(a)}: {json_error(e)}") from None
     raise DatasetError(f"{where}: unknown action {_s(t)} in {what}")
 
 
@@ -322,9 +324,10 @@ def read_uis1(
         raise DatasetError(f"swipe convention must be one of {', '.join(_CONVENTIONS)}, got {swipe_convention!r}")
     notes = notes if notes is not None else ImportNotes()
     imgs = Path(images_dir) if images_dir else None
-    for path in iter_files(Path(src), ("*.jsonl",)):
+    src = Path(src)
+    for path in iter_files(src, ("*.jsonl",)):
         shots = _Shots(path.parent, imgs, placeholders, notes)
-        for n, raw in iter_lines(path):
+        for n, raw in iter_lines(path, src=src):
             if not raw.strip():
                 continue
             where = f"{path}: line {n}"
@@ -355,12 +358,15 @@ def _episode(d: dict, path: Path, n: int, where: str, shots: _Shots, convention:
             size_cache.append(infer_screen(d["steps"], where))
         return size_cache[0]
 
+    budget = EpisodeBudget(where)
+    budget.steps_declared(len(d["steps"]))
     steps = []
     for i, s in enumerate(d["steps"]):
         at = f"{where} step {i}"
         if not isinstance(s, dict):
             raise DatasetError(f"{at}: a step must be an object")
         shot, placeholder = shots.get(s.get("screenshot"), at, episode_size)
+        budget.step(shot)
         w, h = image_size(shot, at, decode=not placeholder)  # placeholders are our own blank PNGs
         check = s.get("check_options")
         if check is not None and not isinstance(check, dict):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Mapping
 
 from guiagent.store.blobs import BlobStore, check_hash
@@ -48,9 +49,29 @@ def screenshot_ref(obs: Observation, blobs: BlobStore) -> str | None:
 
 
 def number(value: Any, what: str) -> float:
+    """``value`` as a float when it is a finite number; :class:`StoreError` otherwise (SQLite would store a
+    NaN as NULL, and JSON functions refuse NaN and infinities)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise StoreError(f"{what} must be a number, got {value!r}")
-    return float(value)
+    try:
+        f = float(value)
+    except OverflowError:
+        f = math.inf
+    if not math.isfinite(f):
+        raise StoreError(f"{what} must be a finite number, got {value!r:.40}")
+    return f
+
+
+#: what an SQLite INTEGER holds
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def integer(value: Any, what: str) -> int:
+    """``value`` as an int when it fits a 64-bit integer (SQLite's INTEGER); :class:`StoreError` otherwise."""
+    v = int(value)
+    if not INT64[0] <= v <= INT64[1]:
+        raise StoreError(f"{what} must fit a 64-bit integer, got one of {v.bit_length()} bits")
+    return v
 
 
 def step_row(step: Step, blobs: BlobStore) -> tuple[Any, ...]:
@@ -60,13 +81,14 @@ def step_row(step: Step, blobs: BlobStore) -> tuple[Any, ...]:
     obs = step.observation
     parts = {str(k): number(v, f"reward_parts[{k!r}]") for k, v in dict(step.reward_parts).items()}
     return (
-        int(step.index), screenshot_ref(obs, blobs), obs.width, obs.height, obs.tree, obs.url,
+        integer(step.index, "step index"), screenshot_ref(obs, blobs), integer(obs.width, "observation width"),
+        integer(obs.height, "observation height"), obs.tree, obs.url,
         obs.last_action_error, step.response, step.thought,
         None if step.action is None else dumps(action_to_dict(step.action), "action"),
         None if step.parse_error is None else dumps(step.parse_error.to_dict(), "parse_error"),
         step.action_error, number(step.reward, "reward"), dumps(parts, "reward_parts"),
         dumps([bool(m) for m in step.milestones], "milestones"), int(bool(step.terminated)),
-        int(bool(step.truncated)), int(step.policy_version), number(step.latency_ms, "latency_ms"),
+        int(bool(step.truncated)), integer(step.policy_version, "policy_version"), number(step.latency_ms, "latency_ms"),
         json_mapping(step.metadata, "step metadata"), marks_json(obs),
     )
 

@@ -260,7 +260,8 @@ def _migrate(con: sqlite3.Connection, path: Path) -> None:
         con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        if con.in_transaction:  # SQLite may have rolled it back itself (an interrupted statement)
+            con.execute("ROLLBACK")
         raise
 
 
@@ -307,7 +308,8 @@ def _migrate_steps_metadata(con: sqlite3.Connection) -> None:
             con.execute("ALTER TABLE steps ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}'")
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        if con.in_transaction:  # SQLite may have rolled it back itself (an interrupted statement)
+            con.execute("ROLLBACK")
         raise
 
 
@@ -328,7 +330,8 @@ def _ensure_step_credit(con: sqlite3.Connection) -> None:
                     con.execute(stmt)
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        if con.in_transaction:  # SQLite may have rolled it back itself (an interrupted statement)
+            con.execute("ROLLBACK")
         raise
 
 

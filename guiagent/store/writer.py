@@ -140,7 +140,8 @@ class Store:
             try:
                 yield self._con
             except BaseException:
-                self._con.execute("ROLLBACK")
+                if self._con.in_transaction:  # SQLite may have rolled it back itself (an interrupted statement)
+                    self._con.execute("ROLLBACK")
                 raise
             self._con.execute("COMMIT")
 
@@ -217,8 +218,9 @@ class Store:
                 "INSERT INTO episodes (id, run_id, group_id, suite, task_id, seed, goal, max_steps, params, "
                 "agent, status, started_at, updated_at, writer_host, writer_pid, writer_start, metadata) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'in_progress', ?, ?, ?, ?, ?, ?)",
-                (episode_id, run_id, group_id, spec.suite, spec.task_id, int(spec.seed), spec.goal,
-                 int(spec.max_steps), _codec.json_mapping(spec.params, "task params"), agent, started_at,
+                (episode_id, run_id, group_id, spec.suite, spec.task_id, _codec.integer(spec.seed, "task seed"),
+                 spec.goal, _codec.integer(spec.max_steps, "task max_steps"),
+                 _codec.json_mapping(spec.params, "task params"), agent, started_at,
                  now, self._host, self._pid, self._start, _codec.json_mapping(metadata, "metadata")))
         except sqlite3.IntegrityError:
             raise StoreError(f"an episode with id {episode_id!r} already exists") from None
@@ -227,7 +229,7 @@ class Store:
 
     def _finalize(self, con: sqlite3.Connection, pk: int, status: str, *, success: float,
                   reason: str | None, final_obs: str | None, metadata: Mapping[str, Any]) -> None:
-        cur = con.execute(_FINALIZE, {"status": status, "reason": reason, "success": float(success),
+        cur = con.execute(_FINALIZE, {"status": status, "reason": reason, "success": _codec.number(success, "success"),
                                       "now": time.time(), "final_obs": final_obs, "pk": pk,
                                       "metadata": _codec.json_mapping(metadata, "metadata")})
         if cur.rowcount != 1:
@@ -250,6 +252,7 @@ class Store:
             if traj.status not in ("completed", "aborted"):
                 raise StoreError(f"trajectory status must be 'completed' or 'aborted', got {traj.status!r}")
             _check_indices(s.index for s in traj.steps)
+            _codec.number(traj.success, "success")
             rows = [_codec.step_row(s, self.blobs) for s in traj.steps]
             prepared.append((traj, rows, _codec.obs_json(traj.final_observation, self.blobs)))
         with self._tx() as con:
