@@ -55,13 +55,21 @@ class RolloutEngine:
         folder's), and the sync that hands memory over."""
         from guiagent.policy.vllm_backend import ColocatedSync, VLLMPolicy  # lazy: vllm is an optional extra
 
+        from guiagent.policy.vllm_backend import on_cpu
+
         v = cfg.vllm
         g = self.learner.image_geometry()
+        cpu = on_cpu()
+        # vLLM's CPU build: the learner's fp32 on CPU, so the engine's too (its "auto" would pick bf16)
+        dtype = "float32" if cpu and v.dtype == "auto" else v.dtype
+        # the learner's own encoder: one encoding a turn serves the engine (its token ids) and the update
         engine = VLLMPolicy(model_dir, colocate=True, enable_sleep_mode=v.sleep_level > 0,
                             gpu_memory_utilization=v.gpu_memory_utilization, max_model_len=v.max_model_len,
-                            enforce_eager=v.enforce_eager, dtype=v.dtype, seed=cfg.seed,
-                            min_pixels=g.min_pixels, max_pixels=g.max_pixels, max_images=max_images)
-        sync = ColocatedSync(engine, self.learner, dtype=engine_dtype(v.dtype, self.learner), level=v.sleep_level)
+                            enforce_eager=v.enforce_eager or cpu, dtype=dtype, seed=cfg.seed,
+                            min_pixels=g.min_pixels, max_pixels=g.max_pixels, max_images=max_images,
+                            encoder=self.learner.encoder)
+        level = v.sleep_level if engine.sleep_mode else 0  # the CPU build has none (said once by the engine)
+        sync = ColocatedSync(engine, self.learner, dtype=engine_dtype(dtype, self.learner), level=level)
         sync.push()
         return engine, sync
 

@@ -92,6 +92,11 @@ def guard_tripped(g: "GuardSettings", m: dict[str, float]) -> str | None:
     """The first stability guard ``m`` trips (None: all within bounds); alarms go into ``m`` either way."""
     if g.min_entropy and m.get("entropy", math.inf) < g.min_entropy:
         m["alarm/entropy"] = 1.0
+    gap = m.get("mismatch_mean_abs")
+    if g.max_engine_gap and gap is not None and gap > g.max_engine_gap:
+        m["alarm/engine_gap"] = 1.0  # the trainer stops on this one: a rollback cannot mend the engine
+        return (f"the rollout engine's log-probs are {gap:.3f} nats a token from the learner's (mean |diff| > "
+                f"--max-engine-gap {g.max_engine_gap}): stale weights in the engine")
     if g.max_parse_error_rate and m["parse_error_rate"] > g.max_parse_error_rate:
         m["alarm/parse_error_rate"] = 1.0
         return f"parse-error rate {m['parse_error_rate']:.2f} > --max-parse-error-rate {g.max_parse_error_rate}"

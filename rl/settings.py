@@ -343,9 +343,13 @@ class GuardSettings:
     min_entropy: float = 0.0
     """alarm (logged, stored as the metric alarm/entropy) when the sampled entropy per token falls
     below this (0: off)"""
+    max_engine_gap: float = 0.1
+    """stale-weights guard: when the rollout engine's log-probs of its own samples are further than this
+    from the learner's (mean |diff| a token, measured with --rescore on, as on --rollout-engine vllm),
+    the run stops whatever --guard-action says (0: off)"""
 
     def __post_init__(self) -> None:
-        for name in ("max_parse_error_rate", "max_kl_ref", "min_entropy"):
+        for name in ("max_parse_error_rate", "max_kl_ref", "min_entropy", "max_engine_gap"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0 (0 turns it off)")
 

@@ -339,14 +339,15 @@ class Trainer:
         """The stability guards: roll back (or stop) when one trips."""
         g, state = self.cfg.guards, self.state
         tripped = guard_tripped(g, metrics)
-        if tripped and g.guard_action == "rollback" and state.rollbacks < MAX_CONSECUTIVE_ROLLBACKS:
+        stale = bool(metrics.get("alarm/engine_gap"))  # the engine's weights, not the learner's: stop
+        if tripped and g.guard_action == "rollback" and state.rollbacks < MAX_CONSECUTIVE_ROLLBACKS and not stale:
             self.learner.rollback(tripped)
             metrics["guard/rollback"] = 1.0
         elif tripped:
             self.stopped_by = tripped
             metrics["guard/stop"] = 1.0
             log.warning("stability guard: %s; stopping the run", tripped)
-            if g.guard_action == "rollback":  # rolled back too often in a row: keep the last good weights
+            if g.guard_action == "rollback" and not stale:  # rolled back too often in a row: keep the last good weights
                 self.learner.rollback(tripped)
         else:
             state.rollbacks = 0

@@ -131,7 +131,7 @@ def rescore(policy: Any, turns: list[Any], micro_batch_size: int, *,
     if micro_batch_size < len(turns):
         perm = _cluster(perm, turns)
     rows: list[tuple[float, ...]] = []
-    kl = clip = wmean = max_abs = 0.0
+    kl = clip = wmean = max_abs = sum_abs = 0.0
     tokens = 0
     for i in range(0, len(turns), micro_batch_size):
         mb = [turns[j] for j in perm[i:i + micro_batch_size]]
@@ -151,10 +151,11 @@ def rescore(policy: Any, turns: list[Any], micro_batch_size: int, *,
             wmean += st.tis_weight_mean * n
         tokens += n
     back = [()] * len(turns)  # rows in the turns' order
+        sum_abs += float(((lp - roll).abs() * sb.mask).sum())
     for j, r in zip(perm, rows):
         back[j] = r
     rows = back
-    stats = {"mismatch_kl": kl / max(tokens, 1), "mismatch_max_abs": max_abs}
+    stats = {"mismatch_kl": kl / max(tokens, 1), "mismatch_max_abs": max_abs, "mismatch_mean_abs": sum_abs / max(tokens, 1)}
     if tis_cap > 0:
         stats.update(tis_clip_frac=clip / max(tokens, 1), tis_weight_mean=wmean / max(tokens, 1))
     return rows, stats

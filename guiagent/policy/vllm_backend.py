@@ -532,7 +532,12 @@ class ColocatedSync:
 
     @contextlib.contextmanager
     def update_phase(self) -> Iterator[None]:
-        """Engine asleep while the body (the update) runs; then new weights in, KV cache back."""
+        """Engine asleep while the body (the update) runs; then new weights in, KV cache back. Level 0 (or an
+        engine without sleep mode, as vLLM's CPU build): awake throughout, the weights pushed after."""
+        if self.level == 0 or not self.engine.sleep_mode:
+            yield
+            self.push()
+            return
         self.engine.sleep(level=self.level)
         _empty_cuda_cache()
         try:

@@ -317,7 +317,8 @@ def test_engine_arguments_and_environment_per_release(tiny_model_dir, monkeypatc
 
         def _generate(self, prompts, params):
             self.params = params
-            return [self.output([1, 2], "ok", [5], [-0.1], "stop") for _ in prompts]
+            self.prompts = prompts
+            return [self.output(self.expand(p), "ok", [5], [-0.1], "stop") for p in prompts]
 
     install(monkeypatch, version, Engine)
     eng = VLLMPolicy(str(tiny_model_dir), max_images=2, max_model_len=1024, gpu_memory_utilization=0.3,
@@ -334,6 +335,11 @@ def test_engine_arguments_and_environment_per_release(tiny_model_dir, monkeypatc
     gens = eng.generate([[message("user", png(56, 56, 1), "Goal: go home.")]] * 2,
                         SamplingParams(max_new_tokens=6, temperature=0.7, seed=10, stop=("<|im_end|>",)))
     assert [g.text for g in gens] == ["ok", "ok"] and gens[0].logprobs == (-0.1,)
+    # token in: the engine is given the learner's encoding (each image's pads collapsed to one), not text
+    (p0, _) = llm.prompts
+    pad = eng.encoder.image_token_id
+    assert set(p0) == {"prompt_token_ids", "multi_modal_data"} and p0["prompt_token_ids"].count(pad) == 1
+    assert len(p0["multi_modal_data"]["image"]) == 1
     assert [p.seed for p in llm.params] == [10, 11] and {p.logprobs for p in llm.params} == {0}
     assert llm.params[0].stop == ["<|im_end|>"] and llm.params[0].max_tokens == 6
 
@@ -363,3 +369,21 @@ def test_the_extra_allows_the_checked_releases():
     assert SpecifierSet(spec) == SpecifierSet(SUPPORTED)
     assert all(v in SpecifierSet(SUPPORTED) for v in VERSIONS)
     assert min(VERSIONS, key=lambda v: [int(x) for x in v.split(".")]).startswith("0.10")
+
+
+def test_an_engine_prompt_other_than_the_learners_encoding_is_one_line(tiny_model_dir, monkeypatch):
+    """The engine reports the prompt ids it expanded; ids other than the learner's encoding (another image
+    geometry) stop generation with PromptMismatch instead of letting the learner score another prompt."""
+    from guiagent.policy import SamplingParams, message
+    from guiagent.policy.vllm_backend import PromptMismatch, VLLMPolicy
+    from tests.guiagent.vllm_standin import RecordedLLM, install
+
+    class Engine(RecordedLLM):
+        def _generate(self, prompts, params):  # one image token short: as an engine at other pixel limits
+            return [self.output(self.expand(p)[:-3] + self.expand(p)[-2:], "ok", [5], [-0.1], "stop") for p in prompts]
+
+    install(monkeypatch, VERSIONS[-1], Engine)
+    eng = VLLMPolicy(str(tiny_model_dir), max_images=1, min_pixels=3136, max_pixels=50176)
+    with pytest.raises(PromptMismatch) as e:
+        eng.generate([[message("user", png(56, 56, 1), "Goal: go home.")]], SamplingParams(max_new_tokens=2))
+    assert "\n" not in str(e.value) and "differs from the learner's encoding" in str(e.value)

@@ -22,6 +22,9 @@ from typing import Any
 
 API: dict[str, dict[str, Any]] = json.loads(Path(__file__).with_name("vllm_api.json").read_text())
 VERSIONS = list(API)
+#: ``TokensPrompt``'s keys where a release's record has none (the releases recorded before the backend
+#: sent token prompts; vLLM has had them since 0.4)
+TOKENS_PROMPT = ("prompt_token_ids", "multi_modal_data")
 
 
 def signature(row: list[str]) -> inspect.Signature:
@@ -75,8 +78,10 @@ class RecordedLLM:
 
     def generate(self, *a: Any, **k: Any) -> list:
         args = self._bind("generate", *a, **k)
-        keys = set(API[self.version]["TextPrompt"])
-        assert all(set(p) <= keys for p in args["prompts"]), "a prompt key vLLM's TextPrompt lacks"
+        text_keys = set(API[self.version]["TextPrompt"])
+        token_keys = set(API[self.version].get("TokensPrompt", TOKENS_PROMPT))
+        assert all(set(p) <= (token_keys if "prompt_token_ids" in p else text_keys) for p in args["prompts"]), \
+            "a prompt key vLLM's TextPrompt / TokensPrompt lacks"
         assert not self.asleep, f"generate while {sorted(self.asleep)} sleep"
         self.calls.append(("generate", len(args["prompts"])))
         return self._generate(args["prompts"], args["sampling_params"])
@@ -103,6 +108,29 @@ class RecordedLLM:
         payload = tuple(args.get("args") or ())
         self.calls.append(("rpc", len(payload[0]) if payload else 0))
         return [args["method"](self.worker, *payload, **(args.get("kwargs") or {}))]
+
+    def expand(self, prompt: dict[str, Any]) -> list[int]:
+        """A token prompt's ids as vLLM reports them back: each image's one ``<|image_pad|>`` expanded to its
+        grid's number of tokens by the model folder's image processor at the engine's pixel limits (what
+        vLLM's multimodal processor does with ``mm_processor_kwargs``)."""
+        ids, images = prompt["prompt_token_ids"], prompt.get("multi_modal_data", {}).get("image", [])
+        if not images:
+            return list(ids)
+        from transformers import AutoTokenizer
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+        model = self.kwargs["model"]
+        proc = Qwen2VLImageProcessorPil.from_pretrained(model, **(self.kwargs.get("mm_processor_kwargs") or {}))
+        pad = AutoTokenizer.from_pretrained(model).convert_tokens_to_ids("<|image_pad|>")
+        out: list[int] = []
+        left = list(images)
+        for t in ids:
+            if t == pad:
+                grid = proc(images=[left.pop(0)], return_tensors="pt")["image_grid_thw"][0]
+                out += [pad] * (int(grid.prod()) // proc.merge_size ** 2)
+            else:
+                out.append(t)
+        return out
 
     @classmethod
     def output(cls, prompt_token_ids: list[int], text: str, token_ids: list[int], logprobs: list[float],

@@ -77,6 +77,7 @@ def test_mismatch_kl_and_tis_weights_by_hand(learner_and_turns, delta, clip_frac
     # d = log π_rollout − log π_learner = delta for every token; k3 = e^{−d} + d − 1
     assert st["mismatch_kl"] == pytest.approx(math.exp(-delta) + delta - 1, abs=1e-4)
     assert st["mismatch_max_abs"] == pytest.approx(abs(delta), abs=1e-3)
+    assert st["mismatch_mean_abs"] == pytest.approx(abs(delta), abs=1e-3)
     assert st["tis_clip_frac"] == clip_frac
     assert st["tis_weight_mean"] == pytest.approx(weight, abs=1e-3)
     _, no_cap = rescore(pol, _shifted(turns, delta), micro_batch_size=2, tis_cap=0.0)
@@ -109,6 +110,21 @@ def test_rescored_update_uses_the_learners_ratio_and_tis_weights_the_advantages(
     assert tis["tis_weight_mean"] == pytest.approx(math.exp(0.5), abs=1e-3)
     moved = [k for k in w_exact if not torch.equal(w_exact[k], pol.model.state_dict()[k])]
     assert moved and all(torch.allclose(w_tis[k], w_scaled[k], atol=1e-6) for k in w_tis)
+
+
+def test_a_stale_engine_stops_the_run_with_one_line():
+    """The gap between the engine's log-probs and the learner's (mean |diff| a token) over
+    --max-engine-gap trips the stale-weights guard, whatever --guard-action; under it, nothing."""
+    from rl.metrics import guard_tripped
+    from rl.settings import GuardSettings
+
+    m = {"parse_error_rate": 0.0, "mismatch_mean_abs": 0.2}
+    line = guard_tripped(GuardSettings(), m)
+    assert line and "\n" not in line and "stale weights" in line and "0.200" in line and m["alarm/engine_gap"] == 1.0
+    ok = {"parse_error_rate": 0.0, "mismatch_mean_abs": 0.015}
+    assert guard_tripped(GuardSettings(), ok) is None and "alarm/engine_gap" not in ok
+    assert guard_tripped(GuardSettings(max_engine_gap=0.0), dict(m)) is None  # 0: off
+    assert guard_tripped(GuardSettings(), {"parse_error_rate": 0.0}) is None  # not measured (no rescore)
 
 
 def test_rescore_config():
@@ -155,7 +171,9 @@ class _StandInEngine(RecordedLLM):
     def _generate(self, prompts, params):
         from guiagent.policy import SamplingParams
 
-        encs = [self.pol.encoder.encode_rendered(p["prompt"], p.get("multi_modal_data", {}).get("image", []))
+        # a token prompt (what the backend sends, its images' pads collapsed) read back as vLLM would
+        encs = [self.pol.encoder.encode_rendered(self.pol.tokenizer.decode(p["prompt_token_ids"]) if "prompt_token_ids"
+                                                 in p else p["prompt"], p.get("multi_modal_data", {}).get("image", []))
                 for p in prompts]
         p0 = params[0]
         sampling = SamplingParams(max_new_tokens=p0.max_tokens, temperature=p0.temperature, top_p=p0.top_p,
