@@ -173,3 +173,13 @@ def test_any_query_string_is_answered_200_or_400(client, runs):
             assert b'class="error' in page.data or b"error" in page.data
 
     check()
+
+
+def test_engine_gap_metrics_grouped_into_their_charts():
+    """A rescored run's engine-vs-learner figures: the gap in one chart, the TIS weights in another."""
+    from webui.data import chart_groups
+
+    charts = {c["title"]: c["series"] for c in chart_groups(
+        ["success_rate", "mismatch_kl", "mismatch_mean_abs", "mismatch_max_abs", "tis_weight_mean", "tis_clip_frac"])}
+    assert charts["Engine-learner log-prob gap"] == ["mismatch_kl", "mismatch_max_abs", "mismatch_mean_abs"]
+    assert charts["Truncated importance weights"] == ["tis_clip_frac", "tis_weight_mean"]
