@@ -139,8 +139,10 @@ def _reason(e: BaseException, run_dir: Path, label: str) -> str:
     return str(e).replace(str(run_dir), label).replace("\n", " ")[:300] or type(e).__name__
 
 
-#: an empty store younger than this is taken to be one a writer is creating, not a broken one
-CREATING_S = 30.0
+#: an empty (0-byte) store younger than this is taken to be one a writer is creating, not a broken one.
+#: A writer's store is empty only between SQLite creating the file and the WAL switch writing its header
+#: (microseconds): an empty file older than this is broken, and listed so.
+CREATING_S = 2.0
 
 
 def _being_created(run_dir: Path) -> bool:

@@ -38,7 +38,7 @@ import tyro
 from guiagent.cli._common import emit_json, fail, log
 from guiagent.config import parse_config
 from guiagent.store.errors import StoreError
-from guiagent.store.export import STEP_ROW_FIELDS, export_hf_dataset, export_parquet
+from guiagent.store.export import STEP_ROW_FIELDS, export_hf_dataset, export_parquet, exported_episodes
 from guiagent.store.reader import StoreReader
 from guiagent.store.records import SUCCESS_THRESHOLD, EpisodeFilter
 from guiagent.written import entries, foreign
@@ -141,7 +141,7 @@ def _check(cfg: ExportConfig):
         with StoreReader(run_dir) as reader:
             if cfg.run_id is not None:
                 reader.get_run(cfg.run_id)
-            n = reader.count_episodes(f)
+            n = sum(1 for _ in exported_episodes(reader, f))  # episodes marked damaged are left out
     except StoreError as e:
         raise ExportError(f"{cfg.run_dir}: {e.args[0] if e.args else e}") from None
     except sqlite3.DatabaseError as e:
@@ -203,14 +203,23 @@ def _created_parents(out: Path) -> list[Path]:
 
 def _check_replaceable(out: Path, shown: str) -> None:
     """``--overwrite`` replaces ``out`` only when it holds an earlier export and nothing else."""
-    try:
-        record = json.loads((out / RECORD_FILE).read_text(encoding="utf-8"))
-        listed = set(record["files"]) if isinstance(record, dict) and isinstance(record.get("files"), list) else None
-    except (OSError, ValueError, KeyError, TypeError):
-        listed = None
-    if listed is None:
-        raise ExportError(f"--out {shown} holds no {RECORD_FILE} (it was not written by guiagent export); "
+    path = out / RECORD_FILE
+    if not path.exists() and not path.is_symlink():
+        raise ExportError(f"--out {shown} holds no {RECORD_FILE}, so guiagent export did not write it; "
                           "--overwrite only replaces an earlier export: give another --out")
+    listed = None
+    try:
+        if path.is_file() and not path.is_symlink() and path.stat().st_size <= 16 << 20:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            files = record.get("files") if isinstance(record, dict) else None
+            if isinstance(files, list) and all(isinstance(f, str) for f in files):
+                listed = set(files)
+    except (OSError, ValueError, RecursionError):
+        listed = None
+    if listed is None:  # there, but not the record an export keeps (a list of the files it wrote)
+        raise ExportError(f"--out {shown} holds a {RECORD_FILE} that is not the record guiagent export keeps "
+                          "(a JSON list of the files it wrote), so nothing there is known to be an earlier "
+                          "export; --overwrite only replaces one: give another --out")
     # the folders an export writes are those its files lie in; any other (an empty one included) is not ours
     not_ours = foreign(out, {f for f in listed if isinstance(f, str)} | {RECORD_FILE})
     if not_ours:
@@ -225,7 +234,7 @@ def card(run_dir: str, fmt: str, filt, rows: int) -> str:
     agents: Counter[str] = Counter()
     runs: dict[str, str] = {}
     with StoreReader(run_dir) as reader:
-        for s in reader.iter_episodes(filt):
+        for s in exported_episodes(reader, filt):
             per_task[(s.suite, s.task_id)].append(s.success)
             agents[s.agent] += 1
             runs.setdefault(s.run_id, "")

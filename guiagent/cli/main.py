@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "farm": ("guiagent.cli.farm", "Android emulator farm: up, down, status, heal"),
     "data": ("guiagent.cli.data", "import recorded trajectories (AndroidControl, UI-S1, GUI-Odyssey)"),
     "judge": ("guiagent.cli.judge", "score a VLM judge on stored episodes against their rule outcomes"),
+    "store": ("guiagent.cli.store", "check a run's store: SQLite integrity, blob hashes, open episodes (--repair)"),
 }
 
 #: the commands that store a run: SIGTERM stops them as Ctrl+C does (the run stored `interrupted`, exit 143)

@@ -8,7 +8,7 @@ only completed or aborted episodes. Exports to Parquet and Hugging Face
 
 from guiagent.store.blobs import BlobStore, blob_hash, check_hash, image_extension
 from guiagent.store.errors import (
-    BlobNotFound, EpisodeClosed, EpisodeNotFound, InvalidBlobRef, InvalidCursor, RunNotFound, StoreError,
+    BlobDamaged, BlobNotFound, EpisodeClosed, EpisodeNotFound, InvalidBlobRef, InvalidCursor, RunNotFound, StoreError,
 )
 from guiagent.store.export import export_hf_dataset, export_parquet
 from guiagent.store.reader import StoreReader
@@ -21,7 +21,7 @@ from guiagent.store.writer import EpisodeWriter, Store
 __all__ = [
     "Store", "EpisodeWriter", "StoreReader", "EpisodeFilter", "EpisodePage", "RunInfo", "EpisodeSummary",
     "EpisodeDetail", "StepRecord", "StepCredit", "JudgementRecord", "MetricPoint", "TaskStats", "SORT_KEYS",
-    "SUCCESS_THRESHOLD", "StoreError", "InvalidBlobRef", "BlobNotFound", "EpisodeNotFound", "RunNotFound",
+    "SUCCESS_THRESHOLD", "StoreError", "InvalidBlobRef", "BlobNotFound", "BlobDamaged", "EpisodeNotFound", "RunNotFound",
     "EpisodeClosed", "InvalidCursor", "BlobStore", "blob_hash", "check_hash", "image_extension",
     "export_parquet", "export_hf_dataset",
 ]

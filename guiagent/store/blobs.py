@@ -7,6 +7,10 @@ file in the same shard directory and are published with :func:`os.replace`, so a
 reader (or a writer killed mid-write) never sees a half-written blob under its
 final name; a leftover ``.tmp-*`` file is ignored and cleaned by
 :meth:`guiagent.store.Store.recover`.
+
+Every read checks the bytes against their name (:meth:`BlobStore.read`): a blob truncated or
+replaced on disk raises :class:`~guiagent.store.errors.BlobDamaged` instead of reaching a model, an
+export or the web UI as if it were what was captured.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from guiagent.store.errors import BlobNotFound, InvalidBlobRef
+from guiagent.store.errors import BlobDamaged, BlobNotFound, InvalidBlobRef
 
-__all__ = ["blob_hash", "check_hash", "image_extension", "BlobStore", "BLOB_EXTENSIONS"]
+__all__ = ["blob_hash", "check_hash", "check_bytes", "looks_truncated", "image_extension", "BlobStore",
+           "BLOB_EXTENSIONS", "TMP_PREFIX"]
 
 _HASH_RE = re.compile(r"[0-9a-f]{64}")
 #: extensions in lookup order (screenshots are nearly always PNG)
@@ -43,6 +48,30 @@ def check_hash(ref: object) -> str:
     if not isinstance(ref, str) or _HASH_RE.fullmatch(ref) is None:
         raise InvalidBlobRef(f"not a blob hash (want 64 lowercase hex characters): {str(ref)[:80]!r}")
     return ref
+
+
+def check_bytes(ref: str, data: bytes) -> None:
+    """Raise :class:`BlobDamaged` when ``data`` does not hash to ``ref`` (saying whether it looks cut
+    short: empty, or an image missing its end)."""
+    if blob_hash(data) != ref:
+        how = "truncated" if looks_truncated(data) else "replaced by other bytes"
+        raise BlobDamaged(f"screenshot blob {ref} is damaged: its {len(data):,} bytes do not hash to its name "
+                          f"({how})")
+
+
+def looks_truncated(data: bytes) -> bool:
+    """Whether image bytes look cut short: empty, or a PNG without its IEND chunk, a JPEG without its
+    end marker, a GIF without its trailer."""
+    if not data:
+        return True
+    kind = image_extension(data)
+    if kind == "png":
+        return not data.rstrip(b"\x00").endswith(b"IEND\xaeB`\x82")
+    if kind == "jpg":
+        return not data.rstrip(b"\x00").endswith(b"\xff\xd9")
+    if kind == "gif":
+        return not data.endswith(b"\x3b")
+    return False
 
 
 def image_extension(data: bytes) -> str:
@@ -88,7 +117,10 @@ class BlobStore:
         return True
 
     def read(self, ref: str) -> bytes:
-        return self.path(ref).read_bytes()
+        """The bytes of blob ``ref``, checked against its hash (:class:`BlobDamaged` when they differ)."""
+        data = self.path(ref).read_bytes()
+        check_bytes(ref, data)
+        return data
 
     def put(self, data: bytes) -> tuple[str, bool]:
         """Store ``data`` once; return ``(hash, written)`` (``written`` False if it was there)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["StoreError", "InvalidBlobRef", "BlobNotFound", "EpisodeNotFound", "RunNotFound",
+__all__ = ["StoreError", "InvalidBlobRef", "BlobNotFound", "BlobDamaged", "EpisodeNotFound", "RunNotFound",
            "EpisodeClosed", "InvalidCursor"]
 
 
@@ -16,6 +16,10 @@ class InvalidBlobRef(StoreError, ValueError):
 
 class BlobNotFound(StoreError, FileNotFoundError):
     """A well-formed blob reference with no file behind it."""
+
+
+class BlobDamaged(StoreError):
+    """A blob whose bytes no longer hash to its name: truncated, or replaced by other bytes."""
 
 
 class RunNotFound(StoreError, KeyError):

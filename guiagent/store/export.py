@@ -15,10 +15,16 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from guiagent.store.errors import BlobDamaged, BlobNotFound
 from guiagent.store.reader import StoreReader
-from guiagent.store.records import EpisodeFilter
+from guiagent.store.records import EpisodeFilter, EpisodeSummary
+from guiagent.store.writer import DAMAGED_PREFIX
 
-__all__ = ["export_parquet", "export_hf_dataset", "STEP_ROW_FIELDS"]
+__all__ = ["export_parquet", "export_hf_dataset", "exported_episodes", "STEP_ROW_FIELDS", "ROW_GROUP_SCREENSHOT_BYTES"]
+
+#: a Parquet row group closes once its screenshots reach this many bytes (an import decodes a row
+#: group whole: :data:`guiagent.datasets.exported.MAX_ROW_GROUP_BYTES`)
+ROW_GROUP_SCREENSHOT_BYTES = 32 * 1024 * 1024
 
 #: (name, kind) of each exported column; kinds map to Arrow and ``datasets`` types below
 STEP_ROW_FIELDS: tuple[tuple[str, str], ...] = (
@@ -40,12 +46,21 @@ def _filter(filter: EpisodeFilter | None, successful_only: bool) -> EpisodeFilte
     return dataclasses.replace(f, outcome="success") if successful_only else f
 
 
+def exported_episodes(reader: StoreReader, filter: EpisodeFilter) -> Iterator[EpisodeSummary]:
+    """The episodes an export writes: the visible ones ``filter`` matches, less those ``guiagent store
+    check --repair`` marked damaged (their screenshots are missing or altered on disk)."""
+    for s in reader.iter_episodes(filter):
+        if s.status == "aborted" and (s.abort_reason or "").startswith(DAMAGED_PREFIX):
+            continue
+        yield s
+
+
 def iter_step_rows(run_dir: str | os.PathLike[str], filter: EpisodeFilter | None = None, *,
                    successful_only: bool = False, pixels: bool = True) -> Iterator[dict[str, Any]]:
     """One dict per step of every matching visible episode, oldest episode first."""
     reader = StoreReader(run_dir)
     try:
-        for summary in reader.iter_episodes(_filter(filter, successful_only)):
+        for summary in exported_episodes(reader, _filter(filter, successful_only)):
             detail = reader.get_episode(summary.episode_id)
             s = detail.summary
             head = {
@@ -57,7 +72,7 @@ def iter_step_rows(run_dir: str | os.PathLike[str], filter: EpisodeFilter | None
                 "episode_metadata": json.dumps(dict(s.metadata)),
             }
             for st in detail.steps:
-                shot = reader.read_blob(st.screenshot_ref) if (pixels and st.screenshot_ref) else None
+                shot = _screenshot(reader, s.episode_id, st.index, st.screenshot_ref) if pixels else None
                 yield {
                     **head, "step_index": st.index, "screenshot": shot, "screenshot_ref": st.screenshot_ref,
                     "width": st.width, "height": st.height, "tree": st.tree, "url": st.url,
@@ -76,6 +91,17 @@ def iter_step_rows(run_dir: str | os.PathLike[str], filter: EpisodeFilter | None
         reader.close()
 
 
+def _screenshot(reader: StoreReader, episode_id: str, index: int, ref: str | None) -> bytes | None:
+    """A step's screenshot, checked against its hash; a missing or damaged blob is a
+    :class:`~guiagent.store.errors.StoreError` naming the blob, the episode and the step."""
+    if ref is None:
+        return None
+    try:
+        return reader.read_blob(ref)
+    except (BlobDamaged, BlobNotFound) as e:
+        raise type(e)(f"episode {episode_id!r} step {index}: {e}") from None
+
+
 def export_parquet(run_dir: str | os.PathLike[str], out_path: str | os.PathLike[str],
                    filter: EpisodeFilter | None = None, *, successful_only: bool = False,
                    pixels: bool = True, batch_rows: int = 256) -> int:
@@ -83,8 +109,10 @@ def export_parquet(run_dir: str | os.PathLike[str], out_path: str | os.PathLike[
 
     ``filter`` selects episodes like the episode list does; ``successful_only``
     narrows it to successes; ``pixels=False`` leaves the screenshot column null
-    (``screenshot_ref`` still names the blob). Written in batches of ``batch_rows``
-    rows, so memory stays flat for large runs.
+    (``screenshot_ref`` still names the blob). Written in row groups of ``batch_rows``
+    rows or :data:`ROW_GROUP_SCREENSHOT_BYTES` of screenshots, whichever comes first, so memory stays
+    flat for large runs and an import reads the file back within its bound. Every screenshot is
+    checked against its hash: a missing or damaged blob fails the export naming blob, episode and step.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -95,13 +123,14 @@ def export_parquet(run_dir: str | os.PathLike[str], out_path: str | os.PathLike[
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(out_path.name + ".tmp")
-    n, batch = 0, []
+    n, batch, size = 0, [], 0
     with pq.ParquetWriter(tmp, schema) as writer:
         for row in iter_step_rows(run_dir, filter, successful_only=successful_only, pixels=pixels):
             batch.append(row)
-            if len(batch) >= batch_rows:
+            size += len(row["screenshot"] or b"")
+            if len(batch) >= batch_rows or size >= ROW_GROUP_SCREENSHOT_BYTES:
                 writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-                n, batch = n + len(batch), []
+                n, batch, size = n + len(batch), [], 0
         if batch or n == 0:
             writer.write_table(pa.Table.from_pylist(batch, schema=schema))
             n += len(batch)

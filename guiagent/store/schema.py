@@ -358,6 +358,8 @@ def connect_ro(run_dir: str | Path) -> sqlite3.Connection:
         con.execute("PRAGMA query_only = ON")
         version = _check_version(con, path)  # also fails at once on a file that is not a database
         if version == 0:
-            raise StoreError(f"{path} is empty or still being created")
+            empty = path.stat().st_size == 0
+            raise StoreError(f"{path} is an empty file (0 bytes), not a trajectory store" if empty else
+                             f"{path} is still being created (no schema yet)")
     return con
 

@@ -37,7 +37,10 @@ from guiagent.store.errors import EpisodeClosed, EpisodeNotFound, RunNotFound, S
 from guiagent.store.schema import BLOBS_DIR, closed_on_error, connect_rw
 from guiagent.types import Observation, Step, TaskSpec, Trajectory
 
-__all__ = ["Store", "EpisodeWriter", "check_run_id", "STALE_S"]
+__all__ = ["Store", "EpisodeWriter", "check_run_id", "STALE_S", "DAMAGED_PREFIX"]
+
+#: the start of the ``abort_reason`` of an episode :meth:`Store.mark_damaged` marked
+DAMAGED_PREFIX = "damaged: "
 
 _RUN_STATUSES = ("running", "finished", "failed", "interrupted")
 #: a run id names the run in URLs and file names: letters, digits, ``_ . -``, no ``..``
@@ -308,6 +311,36 @@ class Store:
                                 "WHERE id = ? AND status = 'running'", (now, run_id))
         self.blobs.clean_temp(older_than)
         return done
+
+    def mark_damaged(self, bad: Mapping[str, Iterable[str]]) -> set[str]:
+        """Mark closed episodes whose screenshots are missing or altered (``episode id -> blob refs``, what
+        ``guiagent store check`` found) ``aborted`` with reason ``damaged: ...`` and success 0, so that no
+        trainer, export or metric takes them as they were; what they were (status, success, reason) and
+        the blobs go into their metadata under ``damaged``. Nothing is deleted. Episodes still in progress
+        are left to :meth:`recover`. Returns the ids marked."""
+        marked: set[str] = set()
+        now = time.time()
+        with self._tx() as con:
+            for eid, refs in bad.items():
+                row = con.execute("SELECT pk, status, success, abort_reason, metadata FROM episodes WHERE id = ?",
+                                  (eid,)).fetchone()
+                if row is None or row[1] == "in_progress":
+                    continue
+                pk, status, success, reason, meta_text = row
+                try:
+                    meta = _codec.loads(meta_text, {})
+                except ValueError:
+                    meta = {}
+                meta = meta if isinstance(meta, dict) else {}
+                blobs = sorted(set(refs))
+                meta["damaged"] = {"status": status, "success": success, "abort_reason": reason, "blobs": blobs[:100],
+                                   "marked_at": now}
+                con.execute("UPDATE episodes SET status = 'aborted', abort_reason = ?, success = 0, metadata = ?, "
+                            "updated_at = ? WHERE pk = ?",
+                            (f"{DAMAGED_PREFIX}{len(blobs)} screenshot blob(s) missing or altered on disk",
+                             _codec.dumps(meta, "metadata"), now, pk))
+                marked.add(eid)
+        return marked
 
     # -- judgements, metrics, blobs ---------------------------------------------------------
 

@@ -206,8 +206,9 @@ def test_a_missing_blob_is_the_same_one_line_for_hf_and_parquet_and_leaves_nothi
         assert code == 2 and stdout == "" and "Traceback" not in err, err
         lines[fmt] = err.strip().splitlines()[-1]
         assert _listing(tmp_path, skip=damaged) == before, fmt  # no temporary folder, no na/nb
-    assert lines["hf"] == lines["parquet"] == f"guiagent export: {damaged}: no blob {ref} under {damaged / 'blobs'}; " \
-                                              "nothing was written"
+    eid = run[2][1].episode_id
+    assert lines["hf"] == lines["parquet"] == f"guiagent export: {damaged}: episode {eid!r} step 1: no blob {ref} " \
+                                              f"under {damaged / 'blobs'}; nothing was written"
 
 
 @pytest.mark.parametrize("cwd, out, message", [

@@ -158,7 +158,7 @@ def test_version_1_store_is_migrated_in_place(tmp_path):
 
 
 @pytest.mark.parametrize("content,why", [
-    (b"", "empty or still being created"),
+    (b"", "is an empty file (0 bytes), not a trajectory store"),
     (b"not a database at all, just text" * 10, "not a readable trajectory store"),
     (b"SQLite format 3\x00" + b"\x00" * 84, "not a readable trajectory store"),
     ("truncated", "not a readable trajectory store"),

@@ -67,6 +67,7 @@ def hostile_app(hostile_root):
 
 
 def test_broken_stores_are_listed_and_the_rest_stays_browsable(hostile_app, hostile_root):
+    os.utime(db_path(hostile_root / "creating"))  # an empty store this fresh is one a writer is creating
     before = _snapshot(hostile_root)
     c = hostile_app.test_client()
     r = c.get("/api/runs")
@@ -75,7 +76,7 @@ def test_broken_stores_are_listed_and_the_rest_stays_browsable(hostile_app, host
     assert {x["key"]: x["status"] for x in body["runs"]} == {"good~good": "finished", "dead~dead": "interrupted"}
     broken = {b["dir"]: b["error"] for b in body["broken"]}
     assert set(broken) == {"empty", "garbage", "truncated"}
-    assert "still being created" in broken["empty"] and "not a readable" in broken["garbage"]
+    assert "an empty file (0 bytes)" in broken["empty"] and "not a readable" in broken["garbage"]
     assert all(str(hostile_root) not in why for why in broken.values())  # no absolute server paths
     page = c.get("/").get_data(as_text=True)
     assert "Unreadable run directories" in page and "garbage" in page and "status-interrupted" in page
