@@ -59,7 +59,7 @@ from guiagent.types import (Action, Answer, Finish, Observation, ParseError, Tas
 
 __all__ = ["ActionError", "DeviceError", "Device", "Task", "GuiEnv", "StepInfo", "ActionText", "UnicodeText",
            "check_env", "dead_observation", "decode_screenshot", "observation_space", "parse_action",
-           "SnapshotError", "EnvState", "DeviceState", "StartStates", "parse_flag"]
+           "SnapshotError", "EnvState", "DeviceState", "StartStates", "parse_flag", "TARGET_SPLITS"]
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +144,13 @@ class Task(ABC, Generic[DeviceT]):
     Subclasses set ``task_id``, ``template`` (goal text with ``{param}`` fields),
     ``difficulty`` (``easy``/``medium``/``hard``) and ``max_steps``, and implement
     the abstract methods. ``evaluate`` must read the device's or app's state, never
+#: which targets an episode may have (:meth:`Task.sample_targets`): any, only those training may use, or
+#: only the held-out ones
+TARGET_SPLITS = ("all", "seen", "unseen")
+#: draws :meth:`Task.sample_targets` tries before it gives up (a split that holds out a share p of the
+#: episodes fails to fit with probability (1 - p) ** draws)
+MAX_TARGET_DRAWS = 256
+
     the agent's actions, except the final answer of information-retrieval tasks,
     which the environment passes in.
 
@@ -179,6 +186,37 @@ class Task(ABC, Generic[DeviceT]):
 
     def reset_device(self, device: DeviceT) -> None:
         """Give the episode a clean device; :class:`GuiEnv` calls it just before :meth:`setup`.
+
+    @classmethod
+    def target_split(cls, params: Mapping[str, Any]) -> str | None:
+        """``"unseen"`` when the episode's parameters name a target its suite holds out of training
+        (an app, a setting, a folder that no demonstration or training rollout may target), ``"seen"``
+        when they name targets only training may use, ``None`` for a task without held-out targets
+        (the default: every episode counts as seen)."""
+        return None
+
+    @classmethod
+    def has_held_out_targets(cls) -> bool:
+        """Whether some of this task's targets are held out (:meth:`target_split` can say ``unseen``)."""
+        return False
+
+    @classmethod
+    def sample_targets(cls, rng: random.Random, targets: str = "all") -> dict[str, Any]:
+        """:meth:`sample_params` restricted to ``targets``: ``all`` (any), ``seen`` (no held-out target:
+        what training may use) or ``unseen`` (a held-out target: what shows generalisation). Draws
+        again from the same ``rng`` until the episode fits, so a seed still fixes the parameters.
+        :class:`ValueError` for ``unseen`` on a task without held-out targets."""
+        if targets not in TARGET_SPLITS:
+            raise ValueError(f"targets must be one of {', '.join(TARGET_SPLITS)}, got {targets!r}")
+        if targets == "all" or (targets == "seen" and not cls.has_held_out_targets()):
+            return cls.sample_params(rng)
+        if not cls.has_held_out_targets():
+            raise ValueError(f"{cls.task_id} holds no target out of training: it has no unseen-target episodes")
+        for _ in range(MAX_TARGET_DRAWS):
+            params = cls.sample_params(rng)
+            if cls.target_split(params) == targets:
+                return params
+        raise ValueError(f"{cls.task_id}: no episode with {targets} targets in {MAX_TARGET_DRAWS} draws")
 
         The default is ``device.reset()``. A task whose start page is known before the
         device resets (the webapps tasks) overrides it so the reset loads that page
@@ -604,7 +642,9 @@ class GuiEnv(gymnasium.Env):
                 pass
         if seed is None:
             seed = int(self.np_random.integers(2**31))
-        params = dict((options or {}).get("params") or self.task_cls.sample_params(random.Random(seed)))
+        options = options or {}
+        params = dict(options.get("params") or self.task_cls.sample_targets(random.Random(seed),
+                                                                            options.get("targets", "all")))
         key = self.start_key(params) if self.start_states is not None else ""
         start = self.start_states.get(key) if key else None  # type: ignore[union-attr]
         if start is not None:
@@ -696,7 +736,9 @@ class GuiEnv(gymnasium.Env):
               ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Gymnasium ``reset``: a dict observation; ``info["observation"]`` is the typed one.
 
-        ``options={"params": {...}}`` sets the task parameters instead of sampling them.
+        ``options={"params": {...}}`` sets the task parameters instead of sampling them;
+        ``options={"targets": "seen"}`` (or ``"unseen"``, ``"all"``) samples only episodes whose targets
+        training may use (or only held-out ones; :meth:`Task.sample_targets`).
         """
         obs, info = self.reset_typed(seed=seed, options=options)
         return self.encode(obs), {**info, "observation": obs}

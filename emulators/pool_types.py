@@ -26,7 +26,8 @@ __all__ = [
 class ResetRequest:
     """Start an episode of ``task_id`` with ``seed`` in ``slot``.
 
-    ``max_steps`` overrides the task's step budget. ``state`` (an
+    ``max_steps`` overrides the task's step budget; ``targets`` restricts the episode to targets training
+    may use (``seen``) or to held-out ones (``unseen``). ``state`` (an
     :class:`~emulators.snapshot.EnvState` of the same task, from :meth:`EnvPool.snapshot` of any
     slot) continues that episode here instead of starting a fresh one: a branch of it.
     """
@@ -36,6 +37,8 @@ class ResetRequest:
     seed: int
     max_steps: int | None = None
     state: EnvState | None = None
+    targets: str = "all"
+    """which targets the episode may have: all, seen or unseen (:meth:`emulators.base.Task.sample_targets`)"""
 
 
 @dataclass(frozen=True)

@@ -353,7 +353,7 @@ class EnvWorker:
                 if req.state is not None:  # a branch: the episode continues from the state
                     return self._restore_one(slot, req)
                 slot.env.max_steps = req.max_steps or slot.env.task_cls.max_steps
-                obs, info = slot.env.reset_typed(seed=req.seed)
+                obs, info = slot.env.reset_typed(seed=req.seed, options={"targets": req.targets})
             except DeviceError as e:
                 log.warning("slot %d: reset failed (%s); retrying on a fresh device", req.slot, e)
                 last = e

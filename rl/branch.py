@@ -129,7 +129,8 @@ def _start_points(pool: EnvPool, requests: Sequence[EpisodeRequest]) -> tuple[li
     refusals: dict[str, int] = {}
     for i in range(0, len(requests), pool.num_slots):
         batch = list(requests[i:i + pool.num_slots])
-        outs = pool.reset([ResetRequest(s, r.task_id, r.seed, r.max_steps) for s, r in enumerate(batch)])
+        outs = pool.reset([ResetRequest(s, r.task_id, r.seed, r.max_steps, targets=r.targets)
+                           for s, r in enumerate(batch)])
         live = []
         for s, (r, o) in enumerate(zip(batch, outs)):
             if o.worker_error is not None:

@@ -131,6 +131,11 @@ class TrainConfig:
     turn-level critic on the policy's hidden state, GAE over turns; awr: advantage-weighted
     regression over a replay buffer that starts from --data (or the warm start's demos), see
     rl/strategies/"""
+    targets: Literal["all", "seen"] = "all"
+    """which targets training may use: all, or seen (the suite's held-out targets, e.g. two of webapps'
+    apps and one setting, section and folder, are the target of no demonstration and no training rollout;
+    the held-out evaluation then reports episodes on seen and on unseen targets apart). Suites without
+    held-out targets have seen targets only"""
     action_format: str = "auto"
     """the action format the policy is prompted in and parsed with (json, uitars15, qwen_mobile,
     qwen_computer, marks, ...; auto: the model folder's guiagent_agent.json, written by sft and train,

@@ -37,6 +37,7 @@ from rl.rollout import EpisodeRequest, run_rollout
 from rl.settings import MAX_EPISODES, TRAIN_SEED_RANGE, FleetSettings, SamplingSettings
 from rl.sft import SFTConfig, load_examples, load_trajectories, train_sft
 from rl.sop import semi_online_eval
+from rl.timing import PhaseTimes
 
 __all__ = ["EVAL_SEED_BASE", "MAX_EPISODES", "EvalConfig", "EvalResult", "NoEpisodeStarted", "pick_tasks",
            "make_policy", "episode_plan", "run_eval", "check_started", "run_status_after", "suite_of",
@@ -45,6 +46,8 @@ __all__ = ["EVAL_SEED_BASE", "MAX_EPISODES", "EvalConfig", "EvalResult", "NoEpis
 log = logging.getLogger(__name__)
 
 EVAL_SEED_BASE = TRAIN_SEED_RANGE
+#: envs side by side recording the warm start's demonstrations (in-process: one browser, one context each)
+DEMO_SLOTS = 4
 
 
 @dataclass
@@ -79,6 +82,10 @@ class EvalConfig:
     """task ids to run (default: every task of the suite that fits --difficulty)"""
     difficulty: str | None = None
     """only tasks of this difficulty (easy, medium, hard)"""
+    targets: Literal["all", "seen", "unseen"] = "all"
+    """which targets the episodes have: all; seen (none of the suite's held-out targets, which training
+    with --targets seen never uses); unseen (a held-out target each: of the tasks that hold targets out,
+    the others are left out). See `guiagent tasks list --env webapps --json` for which tasks do"""
     seed: int = EVAL_SEED_BASE
     """first seed; held-out by default"""
     max_steps: int | None = None
@@ -193,6 +200,10 @@ def pick_tasks(suite: Any, cfg: EvalConfig) -> list[str]:
         ids = [t for t in ids if getattr(suite.task_class(t), "difficulty", None) == cfg.difficulty]
     if cfg.agent == "oracle":
         ids = [t for t in ids if getattr(suite.task_class(t), "has_oracle", True)]
+    if cfg.targets == "unseen":
+        ids = [t for t in ids if suite.task_class(t).has_held_out_targets()]
+        if not ids:
+            raise KeyError("--targets unseen: none of the selected tasks holds a target out of training")
     if not ids:
         raise KeyError("no task matches the selection")
     return ids
@@ -221,10 +232,10 @@ def make_policy(cfg: EvalConfig) -> Any:
                       **server)
 
 
-def episode_plan(ids: list[str], episodes: int, seed: int, max_steps: int | None) -> list[Any]:
-    """Episode i runs task ids[i % n] with seed ``seed + i // n``."""
+def episode_plan(ids: list[str], episodes: int, seed: int, max_steps: int | None, targets: str = "all") -> list[Any]:
+    """Episode i runs task ids[i % n] with seed ``seed + i // n`` (on ``targets``: all, seen or unseen)."""
     n = len(ids)
-    return [EpisodeRequest(ids[i % n], seed + i // n, "", max_steps) for i in range(episodes)]
+    return [EpisodeRequest(ids[i % n], seed + i // n, "", max_steps, targets=targets) for i in range(episodes)]
 
 
 def suite_of(traj: Any) -> str:
@@ -278,7 +289,7 @@ def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalRe
         with _closing_run(store, run_id):
             if own_pool:
                 pool = cfg.fleet.open_pool(env_name)
-            res = run_rollout(pool, policy, episode_plan(ids, cfg.episodes, cfg.seed, cfg.max_steps),
+            res = run_rollout(pool, policy, episode_plan(ids, cfg.episodes, cfg.seed, cfg.max_steps, cfg.targets),
                               store=store, run_id=run_id, suite=env_name, keep_turns=False, on_episode=progress,
                               min_batch_share=cfg.min_batch_share)
             check_started(res)  # a browser that cannot launch: the run failed, not "0% (N aborted)"
@@ -419,6 +430,12 @@ class _Progress:
         self.bar.close()
 
 
+def tasks_with_held_out_targets(env: str, tasks: list[str]) -> list[str]:
+    """The tasks of ``tasks`` (ids of the suite or mixed suite ``env``) that hold some targets out of training."""
+    suite = get_suite(env)
+    return [t for t in tasks if suite.task_class(t).has_held_out_targets()]
+
+
 def _has_oracles(env: str, tasks: list[str]) -> bool:
     suite = get_suite(env)
     return any(getattr(suite.task_class(t), "has_oracle", True) for t in tasks)
@@ -428,7 +445,8 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
                max_pixels: int, threads: int | None = None, demos_from: tuple[str, ...] = (),
                action_format: str = "json", device: dict[str, str] | None = None,
                words: str = "prefixed", copy_steps: int = 0, name_weight: float = 1.0, action_weight: float = 1.0,
-               goal_frames: float = 0.0, goal_relabel: float = 0.0) -> str:
+               goal_frames: float = 0.0, goal_relabel: float = 0.0, targets: str = "all",
+               phases: PhaseTimes | None = None) -> str:
     """A tiny model, SFT on ``demos`` oracle episodes of ``tasks`` (training seeds): the RL warm start.
 
     Tasks without oracles (AndroidWorld) are warm-started from the recorded episodes of
@@ -439,9 +457,11 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
     (both :class:`TinyModelSpec`); ``name_weight``: the SFT loss weight of an element's name,
     ``action_weight`` that of the action's kind, ``goal_frames``: the share of examples whose goal is
     framed by neutral words, ``goal_relabel``: the share of first steps relabelled in hindsight (all
-    four :class:`rl.sft.SFTConfig`). Returns the SFT model folder (``out/sft``); a finished warm start
-    in ``out`` is reused.
+    four :class:`rl.sft.SFTConfig`); ``targets``: which targets the demonstrations may have (``seen``:
+    none of the suite's held-out ones). ``phases`` gets the wall time of each part. Returns the SFT model
+    folder (``out/sft``); a finished warm start in ``out`` is reused.
     """
+    phases = phases or PhaseTimes()
     sft_dir = out / "sft"
     if (sft_dir / "config.json").is_file():
         return str(sft_dir)
@@ -452,17 +472,20 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
                        "RUN_DIR with recorded demonstrations")
     base = out / "base"
     log.info("warm start: building a tiny model in %s", base)
-    build_tiny_model(TinyModelSpec(size="tiny", seed=seed, max_pixels=max_pixels, words=words,
-                                   copy_steps=copy_steps), base)
+    with phases.timer("warm start: tiny model" + (" + copy warm-up" if copy_steps else "")):
+        build_tiny_model(TinyModelSpec(size="tiny", seed=seed, max_pixels=max_pixels, words=words,
+                                       copy_steps=copy_steps), base)
     if not oracles:
         demo_dirs = list(demos_from)
         log.info("warm start: %s has no scripted solvers; SFT on the recorded episodes of %s", env,
                  ", ".join(demo_dirs))
     else:
-        log.info("warm start: recording %d oracle episodes of %d tasks", demos, len(tasks))
-        run_eval(EvalConfig(env=env, agent="oracle", episodes=demos, out=demo_dirs[0], tasks=tuple(tasks),
-                            seed=seed, name="warm-start demos",
-                            fleet=FleetSettings(slots=1, pool="inprocess", device=dict(device or {}))))
+        log.info("warm start: recording %d oracle episodes of %d tasks%s", demos, len(tasks),
+                 " (seen targets)" if targets == "seen" else "")
+        with phases.timer("warm start: demonstrations"):
+            run_eval(EvalConfig(env=env, agent="oracle", episodes=demos, out=demo_dirs[0], tasks=tuple(tasks),
+                                seed=seed, name="warm-start demos", targets=targets,
+                                fleet=FleetSettings(slots=DEMO_SLOTS, pool="inprocess", device=dict(device or {}))))
     settings = tiny_model_settings(action_format)
     policy = load_transformers(str(base), threads=threads)
     sft_cfg = SFTConfig(steps=steps, seed=seed, name_weight=name_weight, action_weight=action_weight,
@@ -470,7 +493,8 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
     examples = load_examples(load_trajectories(demo_dirs), policy, settings.format(),
                              settings.prompt_config(), sft_cfg)
     log.info("warm start: SFT on %d examples for %d steps", len(examples), sft_cfg.steps)
-    figs = train_sft(policy, examples, sft_cfg, out_dir=str(sft_dir), progress=sys.stderr.isatty(),
-                     settings=settings)
+    with phases.timer("warm start: SFT"):
+        figs = train_sft(policy, examples, sft_cfg, out_dir=str(sft_dir), progress=sys.stderr.isatty(),
+                         settings=settings)
     log.info("warm start: SFT loss %.3f -> %.3f in %s s", figs["loss_first"], figs["loss_last"], figs["seconds"])
     return str(sft_dir)

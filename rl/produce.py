@@ -109,7 +109,8 @@ class Producer:
         seeds = [rng.randrange(TRAIN_SEED_RANGE) for _ in picks]
         branched = cfg.branch.branch_at != "none"
         requests = make_groups(picks, seeds, 1 if branched else cfg.groups.group_size,
-                               max_steps=cfg.credit.max_steps(iteration), tag=f"i{iteration}r{rnd}")
+                               max_steps=cfg.credit.max_steps(iteration), tag=f"i{iteration}r{rnd}",
+                               targets=cfg.targets)
         if branched:  # a trunk (or a captured start) per (task, seed), G branches from its states
             return run_branched(self.pool(), self.sampler, requests, cfg.branch, group_size=cfg.groups.group_size,
                                 rewards=cfg.rewards, store=self.store, run_id=self.run_id, suite=cfg.env,

@@ -46,6 +46,9 @@ class EpisodeRequest:
     """an :class:`~emulators.snapshot.EnvState` to continue instead of a reset (a branch: ``rl.branch``)"""
     prefix: tuple[Step, ...] = ()
     """the steps before ``state`` (the policy's history in the continuation)"""
+    targets: str = "all"
+    """which targets the episode may have: all, seen (none held out of training) or unseen (a held-out
+    one); :meth:`emulators.base.Task.sample_targets`"""
 
     @property
     def key(self) -> str:
@@ -69,15 +72,16 @@ def step_metadata(target_box: Sequence[float] | None, rejected: Sequence[str] = 
 
 
 def make_groups(task_ids: Sequence[str], seeds: Sequence[int], group_size: int, *,
-                max_steps: int | None = None, tag: str | None = None) -> list[EpisodeRequest]:
+                max_steps: int | None = None, tag: str | None = None, targets: str = "all") -> list[EpisodeRequest]:
     """G episodes for every (task, seed) pair, sharing one group id.
 
     ``tag`` makes the group ids reproducible (``task:seed:tag-k``); without it they are random.
+    ``targets``: which targets the episodes may have (``seen``: none held out of training).
     """
     out = []
     for k, (task_id, seed) in enumerate(zip(task_ids, seeds)):
         gid = f"{task_id}:{seed}:{tag}-{k}" if tag is not None else f"{task_id}:{seed}:{uuid.uuid4().hex[:8]}"
-        out += [EpisodeRequest(task_id, seed, gid, max_steps, member=m) for m in range(group_size)]
+        out += [EpisodeRequest(task_id, seed, gid, max_steps, member=m, targets=targets) for m in range(group_size)]
     return out
 
 
@@ -157,7 +161,8 @@ class LiveSide:
 
     @staticmethod
     def _resets(requests: Sequence[tuple[int, EpisodeRequest]]) -> list[ResetRequest]:
-        return [ResetRequest(s, r.task_id, r.seed, r.max_steps, state=r.state) for s, r in requests]
+        return [ResetRequest(s, r.task_id, r.seed, r.max_steps, state=r.state, targets=r.targets)
+                for s, r in requests]
 
     def _started(self, requests: Sequence[tuple[int, EpisodeRequest]], outs: Sequence[Any]) -> list[Started]:
         return [Started(error=str(out.worker_error), observation=out.observation, retry=True)

@@ -362,10 +362,14 @@ class EvalSettings:
     """held-out episodes evaluated greedily before and after training (0: skip)"""
     eval_every: int = 0
     """also evaluate every N iterations (stored as the metric eval_success; 0: only before and after)"""
+    eval_unseen_episodes: int = -1
+    """--targets seen: held-out episodes on unseen targets (the suite's held-out targets) evaluated beside
+    the --eval-episodes on seen ones (the metric eval_success_unseen); -1: as many as --eval-episodes, 0:
+    none"""
 
     def __post_init__(self) -> None:
-        if self.eval_episodes < 0 or self.eval_every < 0:
-            raise ValueError("--eval-episodes and --eval-every must be >= 0")
+        if self.eval_episodes < 0 or self.eval_every < 0 or self.eval_unseen_episodes < -1:
+            raise ValueError("--eval-episodes and --eval-every must be >= 0, --eval-unseen-episodes >= -1")
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,8 @@ from rl.checkpoint import (
 )
 from rl.config import TINY_MAX_PIXELS, TrainConfig
 from rl.engine import RolloutEngine
-from rl.evaluate import EvalConfig, check_started, run_eval, run_status_after, warm_start
+from rl.evaluate import (EvalConfig, check_started, run_eval, run_status_after, tasks_with_held_out_targets,
+                         warm_start)
 from rl.learner import Learner
 from rl.loggers import make_loggers
 from rl.losses import AdaptiveKL
@@ -53,6 +54,7 @@ from rl.replay import recorded_episodes
 from rl.rollout import AsyncRollout
 from rl.strategies import SemiOnline, Strategy, strategy_class
 from rl.update import update
+from rl.timing import PhaseTimes
 
 __all__ = ["TrainConfig", "TrainResult", "Trainer", "train", "write_summary"]
 
@@ -93,6 +95,17 @@ class TrainResult:
     task_success_after: dict[str, float] = field(default_factory=dict)
     """held-out success per task of the final model"""
 
+    unseen_success_before: float | None = None
+    """--targets seen: held-out success on unseen targets (the suite's held-out targets) before training"""
+    unseen_success_after: float | None = None
+    """--targets seen: held-out success on unseen targets of the final model"""
+    unseen_task_success_before: dict[str, float] = field(default_factory=dict)
+    unseen_task_success_after: dict[str, float] = field(default_factory=dict)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    """wall seconds of each phase of the run (warm start parts, evaluations, rollouts, updates, saving)"""
+    wall_seconds: float = 0.0
+    """wall seconds of the run, from the start of its set-up to its final evaluation (this session of it,
+    on a resumed run)"""
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -115,6 +128,7 @@ class Trainer:
     def run(self) -> TrainResult:
         self.store = self.pool = self.async_rollout = self.engine = self.judge = self.loggers = None
         try:
+        self.started = time.perf_counter()
             self.setup()
             while self.state.iteration < self.cfg.iterations and self.stopped_by is None and self.budget_left():
                 self.iterate()
@@ -167,6 +181,8 @@ class Trainer:
             self.loggers.log(self.state.iteration, {f"suite/{k}/eval_success_before": v
                                                     for k, v in self.suite_before.items()})
         self.produce = Producer(cfg, self.tasks, self.recorded, self.sampler, store=self.store,
+        if self.first_iteration == 0:  # the held-out curve's first point: the starting model
+            self.loggers.log(0, self._held_out(self.state.eval_before, self.unseen_before))
                                 run_id=self.state.run_id, judge=self.judge, pool=self.env_pool)
         if cfg.rollouts.rollout == "async":
             cursor = self.state.iteration if self.state.data_cursor is None else self.state.data_cursor
@@ -187,6 +203,8 @@ class Trainer:
         # before anything is created: a typo leaves nothing behind
         self.tasks = resolve_tasks(cfg)
         self.recorded = recorded_episodes(cfg.data, cfg.tasks) if cfg.mode != "online" and cfg.data else []
+        self.phases = PhaseTimes()
+        self.unseen_tasks = tasks_with_held_out_targets(cfg.env, self.tasks) if cfg.targets == "seen" else []
         if cfg.evaluation.eval_episodes > 0 and not self.tasks:
             raise KeyError(f"none of the recorded tasks is a {cfg.env} task to evaluate on: "
                            "give --eval-episodes 0, or --tasks of the suite")
@@ -216,7 +234,8 @@ class Trainer:
                 max_pixels=TINY_MAX_PIXELS, threads=cfg.threads or None, demos_from=cfg.data, device=cfg.fleet.device,
                 action_format=fmt, words=w.warm_start_words, copy_steps=w.warm_start_copy_steps,
                 name_weight=w.warm_start_name_weight, action_weight=w.warm_start_action_weight,
-                goal_frames=w.warm_start_goal_frames, goal_relabel=w.warm_start_goal_relabel)
+                goal_frames=w.warm_start_goal_frames, goal_relabel=w.warm_start_goal_relabel, targets=cfg.targets,
+                phases=self.phases)
             self.state.model_dir = self.model_dir
         if cfg.mode != "online" and not cfg.data:  # staged embedded default: replay the warm start's demos
             self.cfg = cfg = dataclasses.replace(cfg, data=(str(out / "demos"),))
@@ -253,9 +272,14 @@ class Trainer:
             if self.cfg.evaluation.eval_every or staged_eval:
                 self.learner.keep_best(self.state.eval_before, 0, self.settings)
 
+        self.unseen_eval: float | None = None  # --targets seen: of the latest evaluation, on unseen targets
+        self.unseen_task_eval: dict[str, float] = {}
+        self.unseen_before: float | None = None
+        self.unseen_task_before: dict[str, float] = {}
     def env_pool(self) -> Any:
         """The env pool, started on first use (a semi-online run without evaluations needs none)."""
         if self.pool is None:
+            self.unseen_before, self.unseen_task_before = self.unseen_eval, dict(self.unseen_task_eval)
             self.pool = self.cfg.fleet.open_pool(self.cfg.env)
         return self.pool
 
@@ -302,10 +326,18 @@ class Trainer:
         state.iteration = it + 1
         self._stage_and_eval(it, metrics)
         # Metrics before the checkpoint: a kill in between repeats the iteration, whose metrics then
-        # replace these; the other order would lose them.
+        # replace these; the other order would lose them. A held-out evaluation is a point at the
+        # number of updates behind it (it + 1), where iteration it + 1's rollouts use the same weights.
+        held_out = {k: metrics.pop(k) for k in ("eval_success", "eval_success_unseen") if k in metrics}
         self.loggers.log(it, metrics)
-        save_checkpoint(self.out, self.policy, self.learner.opt, state, extra=self.strategy.save)
+        if held_out:
+            self.loggers.log(it + 1, held_out)
+            metrics.update(held_out)
+        with self.phases.timer("checkpoints"):
+            save_checkpoint(self.out, self.policy, self.learner.opt, state, extra=self.strategy.save)
         self.history.append(metrics)
+        for phase, seconds in (("rollouts", t1 - t0), ("credit", t2 - t1), ("updates", t3 - t2)):
+            self.phases.add(phase, seconds)
         log.info(iteration_line(it, cfg.iterations, metrics, redrawn=bool(cfg.sampling.resample_unparseable)))
 
     def _rollouts(self, it: int) -> tuple[Any, int]:
@@ -332,7 +364,7 @@ class Trainer:
                               batch.adv, rng=random.Random(cfg.seed * 7919 + it)))
         if cfg.update.kl_target > 0:  # adaptive β: a soft trust region around the reference
             state.kl_coef = AdaptiveKL(beta, cfg.update.kl_target, cfg.update.kl_horizon).update(
-                metrics["kl"], len(batch.turns))
+                metrics.get("kl", 0.0), len(batch.turns))
         metrics["kl_coef"] = beta
 
     def _guard(self, metrics: dict[str, float]) -> None:
@@ -372,7 +404,10 @@ class Trainer:
         return not self.cfg.max_env_steps or self.state.env_steps < self.cfg.max_env_steps
 
     def evaluate(self, tag: str) -> float:
-        """Greedy held-out success of the current policy (nan when --eval-episodes is 0)."""
+        """Greedy held-out success of the current policy (nan when --eval-episodes is 0); with --targets
+        seen, on seen targets, and on unseen ones beside it (``self.unseen_eval``)."""
+            if self.unseen_eval is not None:
+                metrics["eval_success_unseen"] = self.unseen_eval
         cfg = self.cfg
         if cfg.evaluation.eval_episodes <= 0:
             return float("nan")
@@ -382,29 +417,48 @@ class Trainer:
                             temperature=0.0, max_new_tokens=cfg.sampling.max_new_tokens)
         ecfg = EvalConfig(env=cfg.env, agent="model", model=self.state.model_dir,
                           episodes=cfg.evaluation.eval_episodes, out=str(self.out / f"eval-{tag}"),
-                          tasks=tuple(self.tasks), name=f"eval {tag}", fleet=cfg.fleet)
+                          tasks=tuple(self.tasks), name=f"eval {tag}", fleet=cfg.fleet,
+                          targets="seen" if cfg.targets == "seen" else "all")
+        n = cfg.evaluation.eval_unseen_episodes
+        n = cfg.evaluation.eval_episodes if n < 0 else n
         with self._pool_paused():
             r = run_eval(ecfg, policy=greedy, pool=self.env_pool())
         self.suite_eval, self.task_eval = dict(r.per_suite), dict(r.per_task)
+        t0 = time.perf_counter()
         by_suite = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r.per_suite.items())
-        log.info("held-out success %s: %.1f%% over %d episodes%s", tag, 100 * r.success_rate, r.episodes,
-                 f" ({by_suite})" if by_suite else "")
+        log.info("held-out success %s%s: %.1f%% over %d episodes%s%s", tag,
+                 " on seen targets" if cfg.targets == "seen" else "", 100 * r.success_rate, r.episodes,
+                 f" ({by_suite})" if by_suite else "",
+                 f"; on unseen targets {100 * self.unseen_eval:.1f}%" if self.unseen_tasks and n else "")
+        self.phases.add(f"eval {tag}", time.perf_counter() - t0)
         return float(r.success_rate)
 
     @contextlib.contextmanager
     def _pool_paused(self) -> Iterator[None]:
         """Async: the rollout thread shares the pool, so it waits between two rollouts."""
         with self.async_rollout.paused() if self.async_rollout is not None else contextlib.nullcontext():
+            if self.unseen_tasks and n:  # --targets seen: the same model on targets no training episode had
+                u = run_eval(dataclasses.replace(ecfg, episodes=n, out=str(self.out / f"eval-{tag}-unseen"),
+                                                 targets="unseen", tasks=tuple(self.unseen_tasks),
+                                                 name=f"eval {tag} (unseen targets)"),
+                             policy=greedy, pool=self.env_pool())
+                self.unseen_eval, self.unseen_task_eval = float(u.success_rate), dict(u.per_task)
             yield
 
     # ---- finish and cleanup ---------------------------------------------------------------------------
 
     def finish(self) -> TrainResult:
         """The final model and its held-out evaluation."""
+    @staticmethod
+    def _held_out(seen: float | None, unseen: float | None) -> dict[str, float]:
+        """A point of the held-out curves (``eval_success``; ``eval_success_unseen`` with --targets seen)."""
+        return {k: v for k, v in (("eval_success", seen), ("eval_success_unseen", unseen)) if v is not None}
+
         if self.async_rollout is not None:  # the rollout in flight ends before the pool is used again
             self.async_rollout.close()
         final = self.out / "model"
-        self.policy.save(final)
+        with self.phases.timer("final model"):
+            self.policy.save(final)
         self.settings.save(str(final))
         after = self.evaluate("after")
         s = self.state
@@ -420,11 +474,15 @@ class Trainer:
             model=str(final), best_model=str(best) if best.is_dir() else None, best_success=s.best_success,
             best_iteration=s.best_iteration, stopped_by=self.stopped_by, env_steps=s.env_steps,
             budget_reached=not self.budget_left() and s.iteration < self.cfg.iterations,
+        self.loggers.log(s.iteration, self._held_out(after, self.unseen_eval))  # the held-out curve's last point
             eval_curve={str(i + 1): h["eval_success"] for i, h in enumerate(self.history, start=self.first_iteration)
                         if "eval_success" in h},
             last=self.history[-1] if self.history else {},
             suite_success_before=self.suite_before, suite_success_after=dict(self.suite_eval),
-            task_success_before=self.task_before, task_success_after=dict(self.task_eval))
+            task_success_before=self.task_before, task_success_after=dict(self.task_eval),
+            unseen_success_before=self.unseen_before, unseen_success_after=self.unseen_eval,
+            unseen_task_success_before=self.unseen_task_before, unseen_task_success_after=dict(self.unseen_task_eval),
+            phase_seconds=self.phases.as_dict(), wall_seconds=round(time.perf_counter() - self.started, 2))
 
     def cleanup(self) -> None:
         for part in (self.async_rollout, self.judge, self.loggers, self.pool, self.engine, self.store):

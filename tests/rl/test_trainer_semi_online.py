@@ -78,7 +78,8 @@ def test_the_embedded_default_runs_its_stages_on_a_tiny_budget(tmp_path):
     r = train(replace(cfg, semi=replace(cfg.semi, iterations=1)))
     curves = StoreReader(out).metrics(r.run_id)
     assert [m.iteration for m in curves["semi_online"]] == [0]
-    assert [m.iteration for m in curves["eval_success"]] == [0]  # held-out after the semi-online stage
+    # held-out before (0), after the semi-online stage's one iteration (1), after (2)
+    assert [m.iteration for m in curves["eval_success"]] == [0, 1, 2]
     assert r.eval_curve.keys() == {"1"} and 0.0 <= r.success_after <= 1.0 and 0.0 <= r.success_before <= 1.0
     assert (out / "sft" / "config.json").is_file() and (out / "demos" / "store.sqlite").is_file()
     # the warm start is the first candidate for model-best: the run never hands back a worse model

@@ -339,11 +339,18 @@ def files():
     return page("files.html", folders=FOLDERS)
 
 
+def _file_order(rows: list[dict[str, Any]], layout: dict[str, Any]) -> list[dict[str, Any]]:
+    """A folder's files as it lists them: by name, or in the ``files`` order of a shuffled layout
+    (a file renamed to a name the layout does not hold after those it does)."""
+    order = {name: i for i, name in enumerate(layout.get("files") or ())}
+    return sorted(rows, key=lambda f: (order.get(f["name"], len(order)), f["name"]))
+
+
 @bp.get("/files/<folder>")
 def folder(folder: str):
     if folder not in FOLDERS:
         abort(404)
-    return page("folder.html", folder=folder)
+    return page("folder.html", folder=folder, file_order=_file_order)
 
 
 @bp.get("/files/<folder>/<int:fid>")

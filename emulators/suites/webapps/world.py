@@ -24,7 +24,7 @@ __all__ = [
     "APPS", "APP_TITLES", "SETTINGS_TOGGLES", "SETTINGS_SECTIONS", "FOLDERS", "CATEGORIES",
     "RINGTONES", "FONT_SIZES", "SCREEN_TIMEOUTS", "CLOCK_TABS", "TODAY", "CONTACT_COUNT",
     "make_world", "empty_world", "money", "pretty_date", "next_id", "LAYOUT_LISTS", "shuffled_layout",
-    "check_layout", "copy_json",
+    "check_layout", "copy_json", "HELD_OUT_TARGETS",
 ]
 
 #: app slugs in launcher order (fixed: easy tasks rely on the icons' places)
@@ -141,10 +141,27 @@ def empty_world() -> dict[str, Any]:
     }
 
 
+#: targets held out of training, by kind: with ``--targets seen`` no demonstration or training rollout has
+#: one of them as its target (they still show on the screens), and evaluation with ``--targets unseen``
+#: runs only episodes that target one, so that held-out success says whether the agent reaches targets
+#: it never saw. One of each kind (two apps, a quarter of the files), chosen so that the held-out names
+#: are spelled like the others (single and multi-token names on each side)
+HELD_OUT_TARGETS: dict[str, frozenset[str]] = {
+    "app": frozenset({"clock", "tasks"}),
+    "toggle": frozenset({"location"}),
+    "section": frozenset({"storage"}),
+    "folder": frozenset({"Pictures"}),
+    "file": frozenset({"budget.xlsx", "letter.docx", "thesis_draft.pdf", "manual.pdf", "slides.pptx",
+                       "dataset.csv", "jazz_mix.mp3", "piano_sonata.flac", "choir.wav", "road_trip.mp3"}),
+}
+
+
 #: the lists a world's ``layout`` may reorder, by name, each in its fixed order: the launcher's icon
-#: grid, the Settings screen's quick toggles and its sections, and the Files app's folders
+#: grid, the Settings screen's quick toggles and its sections, the Files app's folders, and the files listed in a
+#: folder (every file name the worlds draw from, in the order a folder lists those it holds)
 LAYOUT_LISTS: dict[str, tuple[str, ...]] = {
     "apps": APPS, "toggles": tuple(SETTINGS_TOGGLES), "sections": tuple(SETTINGS_SECTIONS), "folders": FOLDERS,
+    "files": tuple(name for folder in FOLDERS for name in _FILES[folder]),
 }
 
 

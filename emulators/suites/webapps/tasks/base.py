@@ -31,14 +31,14 @@ import re
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 from urllib.parse import parse_qs, urlsplit
 
 from emulators.base import ActionError, Task
 from guiagent.types import Action, Answer, Click, Finish, Key, NavigateHome, Scroll, Type
 
-from ..world import APP_TITLES, APPS, make_world, shuffled_layout
+from ..world import APP_TITLES, APPS, HELD_OUT_TARGETS, make_world, shuffled_layout
 
 if TYPE_CHECKING:
     from emulators.browser import BrowserDevice
@@ -248,6 +248,10 @@ class Family:
     start: str = ""
     #: lists of the screens (``world.LAYOUT_LISTS`` names) each episode reorders; empty: the fixed layout
     shuffle: tuple[str, ...] = ()
+    #: the parameters that name the episode's targets, and the kind of each (``{"app": "app"}``): an
+    #: episode whose target is one of ``world.HELD_OUT_TARGETS`` of its kind is an unseen-target episode
+    #: (:meth:`WebTask.target_split`); empty: the task holds no target out
+    targets: Mapping[str, str] = field(default_factory=dict)
     #: the task class's docstring ("": one made from the template)
     doc: str = ""
 
@@ -370,6 +374,19 @@ class WebTask(Task["BrowserDevice"]):
         if cls.shuffle:
             params["layout"] = shuffled_layout(rng, cls.shuffle)
         return params
+
+    @classmethod
+    def has_held_out_targets(cls) -> bool:
+        return bool(cls.family.targets)
+
+    @classmethod
+    def target_split(cls, params: Mapping[str, Any]) -> str | None:
+        """``unseen`` when a parameter :attr:`Family.targets` names holds a held-out target of its kind
+        (``world.HELD_OUT_TARGETS``), ``seen`` when none does, ``None`` for a task without targets."""
+        if not cls.family.targets:
+            return None
+        held = any(str(params.get(key)) in HELD_OUT_TARGETS.get(kind, ()) for key, kind in cls.family.targets.items())
+        return "unseen" if held else "seen"
 
     @classmethod
     def choose(cls, world: State, rng: random.Random) -> dict[str, Any]:

@@ -32,7 +32,7 @@ _NEW_FORMS = {"contact": ("contacts", "contacts/new"), "event": ("calendar", "ca
 def _reach(task_id: str, template: str, max_steps: int, choose: Callable[[State, random.Random], dict[str, Any]],
            route: Route | Callable[[Params], Route],
            milestones: Sequence[Milestone] | Callable[[Params], Sequence[Milestone]] | None = None,
-           start: str = "") -> Family:
+           start: str = "", targets: dict[str, str] | None = None) -> Family:
     """A task done once the route's last page shows: success reads the page now showing; the oracle
     walks there, then finishes. Milestone: that page viewed (unless ``milestones`` says otherwise)."""
     if milestones is None:
@@ -40,7 +40,7 @@ def _reach(task_id: str, template: str, max_steps: int, choose: Callable[[State,
             raise TypeError(f"{task_id}: a route computed from the parameters needs its milestones")
         milestones = (route[-1][0],)
     return Family(task_id, template, "easy", max_steps, choose=choose, start=start, route=route, oracle=walk(FINISH),
-                  success=lambda t, s, a: last_is(s, t.route()[-1][0]), milestones=milestones)
+                  success=lambda t, s, a: last_is(s, t.route()[-1][0]), milestones=milestones, targets=targets or {})
 
 
 def _toggle(task_id: str, template: str, value: bool) -> Family:
@@ -49,6 +49,7 @@ def _toggle(task_id: str, template: str, value: bool) -> Family:
         world["settings"][p["key"]] = not value
 
     return Family(task_id, template, "easy", 3, start="settings", choose=_pick_toggle, prepare=prepare,
+                  targets={"key": "toggle"},
                   success=lambda t, s, a: s["settings"][t.params["key"]] is value, milestones=(done,),
                   route=(app_step("settings"),), oracle=change(click('button.switch[data-key="{key}"]')))
 
@@ -92,16 +93,25 @@ def _new_form_milestones(p: Params) -> Sequence[Milestone]:
 
 
 _DISPLAY = (app_step("settings"), ("settings/display", 'a[data-section="display"]'))
+#: from the launcher to a file's page (the episode starts in the Files app, one hop along)
+_FILE_IN_FOLDER = (app_step("files"), ("files/{folder}", 'a[data-folder="{folder}"]'),
+                   ("files/{folder}/{fid}", 'a.row[data-id="{fid}"]'))
+
+
+def _pick_file_in_folder(world: State, rng: random.Random) -> dict[str, Any]:
+    f = rng.choice(world["files"])
+    return {"folder": f["folder"], "name": f["name"], "fid": f["id"]}
 
 FAMILIES = (
-    _reach("open_app", "Open the {title} app.", 3, choose=_pick_app, route=(app_step("{app}"),)),
+    _reach("open_app", "Open the {title} app.", 3, choose=_pick_app, route=(app_step("{app}"),), targets={"app": "app"}),
     Family("go_home", "Go back to the home screen.", "easy", 3, choose=lambda world, rng: {"app": rng.choice(APPS)},
            start="{app}", success=lambda t, s, a: last_is(s, ""), milestones=(_launcher_seen,),
            oracle=lambda t, device: Finish() if t.at(device, "") else t.click(device, "a.up")),
     _toggle("settings_turn_on", "Turn on {label}.", True),
     _toggle("settings_turn_off", "Turn off {label}.", False),
     _reach("settings_open_section", "Open the {label} settings.", 3, start="settings", choose=_pick_section,
-           route=(app_step("settings"), ("settings/{section}", 'a[data-section="{section}"]'))),
+           route=(app_step("settings"), ("settings/{section}", 'a[data-section="{section}"]')),
+           targets={"section": "section"}),
     Family("settings_font_size", "Set the font size to {size}.", "easy", 5, start="settings",
            choose=lambda world, rng: {"size": rng.choice([f for f in FONT_SIZES
                                                           if f != world["settings"]["font_size"]])},
@@ -115,7 +125,12 @@ FAMILIES = (
            oracle=change(click('button.switch[data-key="dark_theme"]'))),
     _reach("files_open_folder", "Open the {folder} folder.", 3, start="files",
            choose=lambda world, rng: {"folder": rng.choice(FOLDERS)},
-           route=(app_step("files"), ("files/{folder}", 'a[data-folder="{folder}"]'))),
+           route=(app_step("files"), ("files/{folder}", 'a[data-folder="{folder}"]')), targets={"folder": "folder"}),
+    # three steps on two screens, each tap naming a target of the goal: the folder, the file in it, then finish
+    Family("files_open_file", "Open the file {name} in the {folder} folder.", "medium", 5, start="files",
+           choose=_pick_file_in_folder, route=_FILE_IN_FOLDER, oracle=walk(FINISH),
+           success=lambda t, s, a: last_is(s, t.route()[-1][0]), milestones=("files/{folder}", "files/{folder}/{fid}"),
+           targets={"folder": "folder", "name": "file"}),
     _reach("open_tab", "Open the {tab_label} tab in the {title} app.", 4, choose=_pick_tab,
            route=(app_step("{app}"), ("{app}?tab={tab}", 'a.tab[data-tab="{tab}"]')),
            milestones=("{app}", "{app}?tab={tab}")),
@@ -126,4 +141,4 @@ FAMILIES = (
 
 TASKS = tasks_of(FAMILIES, __name__)
 (OpenApp, GoHome, SettingsTurnOn, SettingsTurnOff, SettingsOpenSection, SettingsFontSize, SettingsDarkTheme,
- FilesOpenFolder, OpenTab, OpenNewForm) = TASKS
+ FilesOpenFolder, FilesOpenFile, OpenTab, OpenNewForm) = TASKS

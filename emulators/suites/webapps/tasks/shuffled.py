@@ -2,7 +2,8 @@
 
 ``open_app_shuffled`` shuffles the launcher's icon grid, ``settings_turn_on_shuffled`` /
 ``settings_turn_off_shuffled`` / ``settings_open_section_shuffled`` the Settings screen's toggles
-and sections, ``files_open_folder_shuffled`` the Files app's folders. The order is drawn from the
+and sections, ``files_open_folder_shuffled`` the Files app's folders, ``files_open_file_shuffled`` the folders
+and the files a folder lists. The order is drawn from the
 episode's seed and kept in its parameters (``params["layout"]``, see ``world.LAYOUT_LISTS``); goals,
 oracles, milestones and success are those of the fixed-layout task. A policy that solves these has
 learnt to find the element the goal names wherever the screen puts it, not a map from goal words to
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .base import WebTask, task_class
-from .easy import FilesOpenFolder, OpenApp, SettingsOpenSection, SettingsTurnOff, SettingsTurnOn
+from .easy import FilesOpenFile, FilesOpenFolder, OpenApp, SettingsOpenSection, SettingsTurnOff, SettingsTurnOn
 
 
 def shuffled(cls: type[WebTask], lists: tuple[str, ...]) -> type[WebTask]:
@@ -30,4 +31,5 @@ TASKS = [
     shuffled(SettingsTurnOff, ("toggles", "sections")),
     shuffled(SettingsOpenSection, ("toggles", "sections")),
     shuffled(FilesOpenFolder, ("folders",)),
+    shuffled(FilesOpenFile, ("folders", "files")),
 ]
