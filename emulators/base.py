@@ -137,13 +137,6 @@ class Device(ABC):
 #: the kind of device a task drives: ``Task[BrowserDevice]`` gets a ``BrowserDevice`` in every method
 DeviceT = TypeVar("DeviceT", bound=Device)
 
-
-class Task(ABC, Generic[DeviceT]):
-    """One task template; an instance holds the sampled parameters of one episode.
-
-    Subclasses set ``task_id``, ``template`` (goal text with ``{param}`` fields),
-    ``difficulty`` (``easy``/``medium``/``hard``) and ``max_steps``, and implement
-    the abstract methods. ``evaluate`` must read the device's or app's state, never
 #: which targets an episode may have (:meth:`Task.sample_targets`): any, only those training may use, or
 #: only the held-out ones
 TARGET_SPLITS = ("all", "seen", "unseen")
@@ -151,6 +144,13 @@ TARGET_SPLITS = ("all", "seen", "unseen")
 #: episodes fails to fit with probability (1 - p) ** draws)
 MAX_TARGET_DRAWS = 256
 
+
+class Task(ABC, Generic[DeviceT]):
+    """One task template; an instance holds the sampled parameters of one episode.
+
+    Subclasses set ``task_id``, ``template`` (goal text with ``{param}`` fields),
+    ``difficulty`` (``easy``/``medium``/``hard``) and ``max_steps``, and implement
+    the abstract methods. ``evaluate`` must read the device's or app's state, never
     the agent's actions, except the final answer of information-retrieval tasks,
     which the environment passes in.
 
@@ -179,13 +179,6 @@ MAX_TARGET_DRAWS = 256
     @abstractmethod
     def sample_params(cls, rng: random.Random) -> dict[str, Any]:
         """Parameters of one episode, drawn only from ``rng`` (so a seed fixes them)."""
-
-    @property
-    def goal(self) -> str:
-        return self.template.format(**self.params)
-
-    def reset_device(self, device: DeviceT) -> None:
-        """Give the episode a clean device; :class:`GuiEnv` calls it just before :meth:`setup`.
 
     @classmethod
     def target_split(cls, params: Mapping[str, Any]) -> str | None:
@@ -217,6 +210,13 @@ MAX_TARGET_DRAWS = 256
             if cls.target_split(params) == targets:
                 return params
         raise ValueError(f"{cls.task_id}: no episode with {targets} targets in {MAX_TARGET_DRAWS} draws")
+
+    @property
+    def goal(self) -> str:
+        return self.template.format(**self.params)
+
+    def reset_device(self, device: DeviceT) -> None:
+        """Give the episode a clean device; :class:`GuiEnv` calls it just before :meth:`setup`.
 
         The default is ``device.reset()``. A task whose start page is known before the
         device resets (the webapps tasks) overrides it so the reset loads that page

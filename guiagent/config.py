@@ -153,10 +153,41 @@ def _flat_fields(cls: type) -> dict[str, type]:
 def build(cls: type[T], base: T | None = None, **fields: Any) -> T:
     """``cls`` from field values given by flag name (``lr=3e-4``, a field of a ``Flat[...]`` section)
     or by section (``update=UpdateSettings(...)`` or ``update={"lr": 3e-4}``), checked as strictly as
-    YAML; fields not given keep ``base``'s values (or the defaults)."""
+    YAML; fields not given keep ``base``'s values (or the defaults). The settings given are those
+    named (of a section given as an instance, the fields that differ from its defaults): a config
+    class with ``check_given`` is asked to refuse those it does not use (see :func:`parse_config`)."""
     data = {k: to_mapping(v) if dataclasses.is_dataclass(v) and not isinstance(v, type) else v
             for k, v in fields.items()}
-    return from_mapping(cls, data, base=base)
+    cfg = from_mapping(cls, data, base=base)
+    named = {k: _changed(v) if dataclasses.is_dataclass(v) and not isinstance(v, type) else v
+             for k, v in fields.items()}
+    try:
+        _ask_given(cfg, _given_keys(cls, _check_mapping(cls, named)))
+    except ValueError as e:
+        raise ConfigError(_name_settings(cls, _one_line(e), set())[0]) from None
+    return cfg
+
+
+def _changed(obj: Any) -> dict[str, Any]:
+    """A dataclass instance's fields that differ from their defaults, as a mapping (nested sections too)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value, default = getattr(obj, f.name), _field_default(f)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            sub = _changed(value)
+            if sub:
+                out[f.name] = sub
+        elif default is dataclasses.MISSING or value != default:
+            out[f.name] = to_mapping(value)
+    return out
+
+
+def _ask_given(cfg: Any, keys: set[str]) -> None:
+    """``cfg.check_given(keys)`` where the config class has one: it refuses (``ValueError``) a setting the
+    user gave that the rest of the config leaves unused. ``keys``: key paths (``lr``, ``semi.gamma``)."""
+    check = getattr(cfg, "check_given", None)
+    if callable(check):
+        check(frozenset(keys))
 
 
 def flat_values(obj: Any) -> dict[str, Any]:
@@ -795,7 +826,10 @@ def parse_config(cls: type[T], argv: Sequence[str] | None = None, *, prog: str |
 
     The file's values are checked one by one, the flags go on top of them, and the config is built
     once from the whole: a file may leave a required setting to the flags (``--judge-model``, a
-    positional path), and a check that spans settings sees the flags' values."""
+    positional path), and a check that spans settings sees the flags' values. A config class with a
+    ``check_given(keys)`` method is then asked about the settings the user gave (the file's keys and
+    the flags, as key paths such as ``lr`` or ``semi.gamma``; never the defaults or ``default``'s
+    values), so that it can refuse one the rest of the config leaves unused."""
     argv = list(sys.argv[1:] if argv is None else argv)
     path, rest = _pop_config_flag(argv)
     given: set[str] = set()
@@ -810,14 +844,60 @@ def parse_config(cls: type[T], argv: Sequence[str] | None = None, *, prog: str |
     desc += "\n\nAlso: --config FILE.yaml loads the same fields from YAML (flags override it)."
     try:
         with _one_line_parse_errors():
-            cfg = tyro.cli(cls, args=rest, default=default, prog=prog, description=desc)
+            cfg = tyro.cli(cls, args=rest, default=default, prog=prog, description=desc, registry=_ascii_numbers())
     except _AsTyped:
         raise
     except (TypeError, ValueError, OverflowError) as e:  # __post_init__ checks; a ConfigError of the hook
         raise ConfigError(_from_file(cls, " ".join(str(e).split()) or type(e).__name__, path, given,
                                      rest)) from None
     check_numbers("", cfg)  # flags: the ranges YAML values are held to
+    try:  # the settings the file and the flags gave (never the defaults, nor a built-in recipe's)
+        _ask_given(cfg, given | _flag_keys(cls, rest))
+    except ValueError as e:
+        raise ConfigError(_from_file(cls, _one_line(e), path, given, rest)) from None
     return cfg
+
+
+def _flag_keys(cls: type, argv: Sequence[str]) -> set[str]:
+    """The key paths of the settings the flags in ``argv`` give (``--no-x`` gives ``x``)."""
+    flags = _flags(cls)
+    out = set()
+    for a in argv:
+        if a.startswith("--"):
+            flag = a.split("=", 1)[0]
+            key = flags.get(flag) or (flags.get("--" + flag[len("--no-"):]) if flag.startswith("--no-") else None)
+            if key is not None:
+                out.add(key)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _ascii_numbers() -> Any:
+    """tyro's rules with one change: an ``int`` or ``float`` flag reads ASCII digits only. Python's ``int`` and
+    ``float`` take any Unicode digit (``--episodes ٣`` is 3, ``３`` too), which no user means and a
+    config file never gives (YAML and JSON numbers are ASCII): such a value is refused in one line."""
+    from tyro.constructors import ConstructorRegistry, PrimitiveConstructorSpec  # lazy: as tyro in parse_config
+
+    registry = ConstructorRegistry()
+
+    @registry.primitive_rule
+    def ascii_numbers(type_info: Any) -> Any:
+        kind = type_info.type
+        if kind not in (int, float):
+            return None
+        words = "a whole number" if kind is int else "a number"
+
+        def parse(args: list[str]) -> Any:
+            if not args[0].isascii():
+                raise ValueError(f"{args[0]!r} is not {words} (digits 0-9 only)")
+            return kind(args[0])
+
+        return PrimitiveConstructorSpec(
+            nargs=1, metavar=kind.__name__.upper(), instance_from_str=parse,
+            is_instance=(lambda x: isinstance(x, int)) if kind is int else (lambda x: isinstance(x, (int, float))),
+            str_from_instance=lambda value: [str(value)])
+
+    return registry
 
 
 def _from_file(cls: type, message: str, path: str | None, given: set[str], argv: list[str]) -> str:

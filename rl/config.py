@@ -46,6 +46,7 @@ from rl.strategies import strategy_class
 __all__ = [
     "EMBEDDED_RECIPE",
     "GOAL_CONDITIONED_TASKS",
+    "STAGED_ONLY",
     "TINY_MAX_PIXELS",
     "TRAIN_SEED_RANGE",
     "WARM_START_TASKS",
@@ -79,7 +80,8 @@ GOAL_CONDITIONED_TASKS: tuple[str, ...] = (
     "settings_turn_off_shuffled", "settings_open_section", "settings_open_section_shuffled", "files_open_folder",
     "files_open_folder_shuffled", "go_home")
 
-#: on top of :data:`EMBEDDED_RECIPE` for ``--env webapps`` (the default env): goal-conditioned grounding.
+#: on top of :data:`EMBEDDED_RECIPE` (less its :data:`STAGED_ONLY` settings) for ``--env webapps`` (the default
+#: env): goal-conditioned grounding.
 #: The marks format (the screen's elements listed beside the screenshot, the tiny model answering by the
 #: element's name), the fixed-layout tasks and their shuffled variants, a warm start on demonstrations of
 #: them (bare words, so that a name is the same tokens in the goal and the reply, and a copy warm-up, so
@@ -91,16 +93,23 @@ WEBAPPS_RECIPE: dict[str, Any] = {
     "action_format": "marks", "device": {"marks": "true"}, "tasks": GOAL_CONDITIONED_TASKS,
     "warm_start_demos": 1200, "warm_start_steps": 800, "warm_start_words": "bare",
     "warm_start_copy_steps": 1000, "warm_start_name_weight": 5.0, "mode": "online", "algo": "awr",
-    "iterations": 10,
-    "group_size": 4, "groups_per_iteration": 16, "min_informative_groups": 0, "max_sampling_rounds": 3,
-    "resample_unparseable": 0, "kl_coef": 0.0, "neg_adv_min_scale": 1.0,
+    "iterations": 10, "group_size": 4, "groups_per_iteration": 16, "resample_unparseable": 0,
 }
+
+#: the settings of :data:`EMBEDDED_RECIPE` that only its staged Dr. GRPO reads (the replayed stage, the KL
+#: term and its reference, the scaling of negative group advantages, dynamic sampling): the webapps recipe's
+#: online AWR leaves them out, so that it lists only what it uses (an unused setting given is refused)
+STAGED_ONLY = ("semi", "kl_coef", "kl_reference", "neg_adv_min_scale", "min_informative_groups",
+               "max_sampling_rounds")
 
 
 def embedded_recipe(env: str = "webapps") -> dict[str, Any]:
-    """The embedded default's recipe for ``env``: :data:`EMBEDDED_RECIPE`, with :data:`WEBAPPS_RECIPE` on
-    top for webapps (other suites and mixed fleets keep the JSON format, their own tasks and devices)."""
-    return {**EMBEDDED_RECIPE, **(WEBAPPS_RECIPE if env == "webapps" else {})}
+    """The embedded default's recipe for ``env``: :data:`EMBEDDED_RECIPE`; on webapps, without its
+    :data:`STAGED_ONLY` settings and with :data:`WEBAPPS_RECIPE` on top (other suites and mixed fleets keep
+    the JSON format, their own tasks and devices, and the staged recipe)."""
+    if env != "webapps":
+        return dict(EMBEDDED_RECIPE)
+    return {**{k: v for k, v in EMBEDDED_RECIPE.items() if k not in STAGED_ONLY}, **WEBAPPS_RECIPE}
 
 
 @dataclass
@@ -122,6 +131,11 @@ class TrainConfig:
     mixed: --semi.per-online semi-online iterations, then one online, and again; staged: the first
     --semi.iterations iterations semi-online, the rest online, with a held-out evaluation between;
     auto: staged on the warm start's demonstrations when no --model is given, else online"""
+    targets: Literal["all", "seen"] = "all"
+    """which targets training may use: all, or seen (the suite's held-out targets, e.g. two of webapps'
+    apps and one setting, section and folder, are the target of no demonstration and no training rollout;
+    the held-out evaluation then reports episodes on seen and on unseen targets apart). Suites without
+    held-out targets have seen targets only"""
     data: tuple[str, ...] = ()
     """--mode semi-online|mixed: run directories of recorded trajectories (e.g. from
     guiagent eval --agent oracle, or guiagent data import); episodes of --tasks only, when given"""
@@ -131,11 +145,6 @@ class TrainConfig:
     turn-level critic on the policy's hidden state, GAE over turns; awr: advantage-weighted
     regression over a replay buffer that starts from --data (or the warm start's demos), see
     rl/strategies/"""
-    targets: Literal["all", "seen"] = "all"
-    """which targets training may use: all, or seen (the suite's held-out targets, e.g. two of webapps'
-    apps and one setting, section and folder, are the target of no demonstration and no training rollout;
-    the held-out evaluation then reports episodes on seen and on unseen targets apart). Suites without
-    held-out targets have seen targets only"""
     action_format: str = "auto"
     """the action format the policy is prompted in and parsed with (json, uitars15, qwen_mobile,
     qwen_computer, marks, ...; auto: the model folder's guiagent_agent.json, written by sft and train,
@@ -224,9 +233,10 @@ class TrainConfig:
         if strategy.online_only and self.mode == "auto":
             self.mode = "online"
         strategy.check(self)
-        if self.mode == "auto":
+        auto = self.mode == "auto"
+        if auto:
             self.mode = "staged" if not self.model and not self.resume else "online"
-        self._check_mode()
+        self._check_mode(auto)
         if self.action_format != "auto":
             from grounding import FORMAT_NAMES  # lazy: the action formats' package, only when one is named
 
@@ -248,8 +258,9 @@ class TrainConfig:
                 "on" if self.rollouts.rollout_engine == "vllm" and strategy.ratio else "off")
             self.update = replace(u, rescore=rescore, loss_agg=u.loss_agg or strategy.default_loss_agg)
 
-    def _check_mode(self) -> None:
-        """The checks of --mode against the rest (one line each, saying how to fix it)."""
+    def _check_mode(self, auto: bool = False) -> None:
+        """The checks of --mode against the rest (one line each, saying how to fix it); ``auto``: the mode
+        was auto, and is what it became."""
         if self.update.kl_reference == "stage" and self.mode == "staged" and self.learner.lora_rank:
             raise ValueError("--kl-reference stage re-anchors the KL term on full weights where the online stage "
                              "begins; a LoRA learner's reference is its frozen base: drop --lora-rank or use start")
@@ -260,6 +271,60 @@ class TrainConfig:
                              "(without --model, the warm start's demonstrations are replayed)")
         if self.mode != "online" and self.rollouts.rollout == "async":
             raise ValueError("--rollout async is for online rollouts; semi-online iterations need no device wait")
+        if self.branch.branch_at != "none" and self.mode != "online":
+            why = {"staged": f"replays recorded ones in its first stage (--semi.iterations {self.semi.iterations})",
+                   "mixed": "replays recorded ones between its online iterations"}.get(self.mode, "replays recorded ones")
+            became = " (--mode auto, without --model)" if auto else ""
+            raise ValueError(f"--branch-at branches live episodes; --mode {self.mode}{became} {why}: give --mode online")
+
+    def check_given(self, given: frozenset[str]) -> None:
+        """Refuse a setting the user gave (a flag or a config file's key: ``given``, key paths) that
+        this run leaves unused: another algorithm's, one the mode's iterations never read, one whose
+        feature is off (:meth:`unused`). Called by :func:`guiagent.config.parse_config` and
+        :meth:`build`; defaults and the embedded recipe's values are never refused."""
+        unused = self.unused()
+        for key in sorted(given):
+            why = unused.get(key) or next((w for k, w in unused.items() if k.endswith(".") and key.startswith(k)),
+                                          None)
+            if why is not None:
+                raise ValueError(f"--{key.replace('_', '-')} {why}")
+
+    def unused(self) -> dict[str, str]:
+        """The settings this config leaves unused: key path (or section prefix, ``semi.``) -> why (the
+        words after the flag). The algorithm's (:meth:`rl.strategies.Strategy.unused`), then the mode's."""
+        out = strategy_class(self.algo).unused(self)
+        replays = "replays recorded episodes"
+        if self.mode == "online":
+            out["semi."] = "configures replayed iterations (--mode semi-online, mixed or staged); --mode online has none"
+        elif self.mode == "semi-online":
+            for key, why in (
+                    ("gamma", f"discounts online step returns; --mode semi-online {replays}, whose returns "
+                              "--semi.gamma discounts"),
+                    ("rewards.", f"weighs online rewards; --mode semi-online {replays}, rewarded by the matcher "
+                                 "(--semi.rewards.*)"),
+                    ("max_env_steps", f"is a budget of env steps; --mode semi-online {replays} and takes none"),
+                    ("horizon_schedule", f"sets online step budgets; --mode semi-online {replays} to their "
+                                         "recorded length"),
+                    ("advantage", f"is an online advantage; --mode semi-online {replays}, whose advantages "
+                                  "--semi.step-weight and --semi.episode-weight weigh"),
+                    ("neg_adv_min_scale", f"scales online group advantages; --mode semi-online {replays}, whose "
+                                          "advantages it does not scale"),
+                    ("semi.iterations", "is for --mode staged"), ("semi.per_online", "is for --mode mixed")):
+                out[key] = why
+        elif self.mode == "mixed":
+            out["semi.iterations"] = "is for --mode staged (--mode mixed alternates: --semi.per-online)"
+        elif self.mode == "staged":
+            out["semi.per_online"] = "is for --mode mixed (--mode staged replays first: --semi.iterations)"
+        u = self.update
+        if u.kl_coef == 0:
+            for key in ("kl_kind", "kl_target", "kl_horizon", "kl_reference", "max_kl_ref"):
+                out.setdefault(key, "concerns the KL term to a reference policy, and there is none (--kl-coef 0)")
+        elif self.mode != "staged":
+            out.setdefault("kl_reference", f"picks the KL reference of a staged run's online stage; --mode {self.mode} "
+                                           "has one stage, held to its start")
+        if not self.groups.min_informative_groups:
+            out["max_sampling_rounds"] = "bounds dynamic sampling, which is off (--min-informative-groups 0)"
+        return out
 
     def is_semi_online(self, iteration: int) -> bool:
         """Whether iteration ``iteration`` replays recorded episodes (--mode semi-online / mixed / staged)."""

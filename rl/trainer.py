@@ -53,8 +53,8 @@ from rl.produce import Producer, resolve_tasks
 from rl.replay import recorded_episodes
 from rl.rollout import AsyncRollout
 from rl.strategies import SemiOnline, Strategy, strategy_class
-from rl.update import update
 from rl.timing import PhaseTimes
+from rl.update import update
 
 __all__ = ["TrainConfig", "TrainResult", "Trainer", "train", "write_summary"]
 
@@ -94,7 +94,6 @@ class TrainResult:
     """held-out success per task before training (empty on a resumed run)"""
     task_success_after: dict[str, float] = field(default_factory=dict)
     """held-out success per task of the final model"""
-
     unseen_success_before: float | None = None
     """--targets seen: held-out success on unseen targets (the suite's held-out targets) before training"""
     unseen_success_after: float | None = None
@@ -106,6 +105,7 @@ class TrainResult:
     wall_seconds: float = 0.0
     """wall seconds of the run, from the start of its set-up to its final evaluation (this session of it,
     on a resumed run)"""
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -127,8 +127,8 @@ class Trainer:
 
     def run(self) -> TrainResult:
         self.store = self.pool = self.async_rollout = self.engine = self.judge = self.loggers = None
-        try:
         self.started = time.perf_counter()
+        try:
             self.setup()
             while self.state.iteration < self.cfg.iterations and self.stopped_by is None and self.budget_left():
                 self.iterate()
@@ -180,9 +180,9 @@ class Trainer:
         if self.suite_before:  # a point at the start of each suite's held-out curve
             self.loggers.log(self.state.iteration, {f"suite/{k}/eval_success_before": v
                                                     for k, v in self.suite_before.items()})
-        self.produce = Producer(cfg, self.tasks, self.recorded, self.sampler, store=self.store,
         if self.first_iteration == 0:  # the held-out curve's first point: the starting model
             self.loggers.log(0, self._held_out(self.state.eval_before, self.unseen_before))
+        self.produce = Producer(cfg, self.tasks, self.recorded, self.sampler, store=self.store,
                                 run_id=self.state.run_id, judge=self.judge, pool=self.env_pool)
         if cfg.rollouts.rollout == "async":
             cursor = self.state.iteration if self.state.data_cursor is None else self.state.data_cursor
@@ -202,9 +202,9 @@ class Trainer:
         self.cfg = cfg
         # before anything is created: a typo leaves nothing behind
         self.tasks = resolve_tasks(cfg)
-        self.recorded = recorded_episodes(cfg.data, cfg.tasks) if cfg.mode != "online" and cfg.data else []
         self.phases = PhaseTimes()
         self.unseen_tasks = tasks_with_held_out_targets(cfg.env, self.tasks) if cfg.targets == "seen" else []
+        self.recorded = recorded_episodes(cfg.data, cfg.tasks) if cfg.mode != "online" and cfg.data else []
         if cfg.evaluation.eval_episodes > 0 and not self.tasks:
             raise KeyError(f"none of the recorded tasks is a {cfg.env} task to evaluate on: "
                            "give --eval-episodes 0, or --tasks of the suite")
@@ -262,9 +262,14 @@ class Trainer:
         self.suite_before: dict[str, float] = {}
         self.task_eval: dict[str, float] = {}  # per task, of the latest held-out evaluation
         self.task_before: dict[str, float] = {}
+        self.unseen_eval: float | None = None  # --targets seen: of the latest evaluation, on unseen targets
+        self.unseen_task_eval: dict[str, float] = {}
+        self.unseen_before: float | None = None
+        self.unseen_task_before: dict[str, float] = {}
         if self.state.eval_before is None:
             self.state.eval_before = self.evaluate("before")
             self.suite_before, self.task_before = dict(self.suite_eval), dict(self.task_eval)
+            self.unseen_before, self.unseen_task_before = self.unseen_eval, dict(self.unseen_task_eval)
             # the starting model is the first candidate wherever the run evaluates between iterations
             # (--eval-every, or a staged run's evaluation after its semi-online stage): a run never
             # hands back a worse one
@@ -272,14 +277,9 @@ class Trainer:
             if self.cfg.evaluation.eval_every or staged_eval:
                 self.learner.keep_best(self.state.eval_before, 0, self.settings)
 
-        self.unseen_eval: float | None = None  # --targets seen: of the latest evaluation, on unseen targets
-        self.unseen_task_eval: dict[str, float] = {}
-        self.unseen_before: float | None = None
-        self.unseen_task_before: dict[str, float] = {}
     def env_pool(self) -> Any:
         """The env pool, started on first use (a semi-online run without evaluations needs none)."""
         if self.pool is None:
-            self.unseen_before, self.unseen_task_before = self.unseen_eval, dict(self.unseen_task_eval)
             self.pool = self.cfg.fleet.open_pool(self.cfg.env)
         return self.pool
 
@@ -320,6 +320,8 @@ class Trainer:
             self._guard(metrics)
         self.engine.sync()
         t3 = time.perf_counter()
+        for phase, seconds in (("rollouts", t1 - t0), ("credit", t2 - t1), ("updates", t3 - t2)):
+            self.phases.add(phase, seconds)
         metrics.update({"time/rollout_seconds": t1 - t0, "time/credit_seconds": t2 - t1,
                         "time/update_seconds": t3 - t2, "update_seconds": t3 - t1, "iteration_seconds": t3 - t0,
                         "policy_version": float(self.policy.version)})
@@ -336,8 +338,6 @@ class Trainer:
         with self.phases.timer("checkpoints"):
             save_checkpoint(self.out, self.policy, self.learner.opt, state, extra=self.strategy.save)
         self.history.append(metrics)
-        for phase, seconds in (("rollouts", t1 - t0), ("credit", t2 - t1), ("updates", t3 - t2)):
-            self.phases.add(phase, seconds)
         log.info(iteration_line(it, cfg.iterations, metrics, redrawn=bool(cfg.sampling.resample_unparseable)))
 
     def _rollouts(self, it: int) -> tuple[Any, int]:
@@ -395,6 +395,8 @@ class Trainer:
         if due and it + 1 < cfg.iterations and self.stopped_by is None and self.budget_left():
             t = time.perf_counter()
             metrics["eval_success"] = self.evaluate("after-semi-online" if stage_end else f"iter-{it + 1}")
+            if self.unseen_eval is not None:
+                metrics["eval_success_unseen"] = self.unseen_eval
             metrics.update({f"suite/{k}/eval_success": v for k, v in self.suite_eval.items()})
             self.learner.keep_best(metrics["eval_success"], it + 1, self.settings)
             metrics["time/eval_seconds"] = time.perf_counter() - t
@@ -406,11 +408,10 @@ class Trainer:
     def evaluate(self, tag: str) -> float:
         """Greedy held-out success of the current policy (nan when --eval-episodes is 0); with --targets
         seen, on seen targets, and on unseen ones beside it (``self.unseen_eval``)."""
-            if self.unseen_eval is not None:
-                metrics["eval_success_unseen"] = self.unseen_eval
         cfg = self.cfg
         if cfg.evaluation.eval_episodes <= 0:
             return float("nan")
+        t0 = time.perf_counter()
         # greedy on the learner's weights: a colocated vLLM engine holds them too, and generates faster
         greedy = load_agent(self.state.model_dir, settings=self.settings, frame=self.policy,
                             loaded=self.engine.policy if self.engine.colocated is not None else self.policy,
@@ -423,8 +424,13 @@ class Trainer:
         n = cfg.evaluation.eval_episodes if n < 0 else n
         with self._pool_paused():
             r = run_eval(ecfg, policy=greedy, pool=self.env_pool())
+            if self.unseen_tasks and n:  # --targets seen: the same model on targets no training episode had
+                u = run_eval(dataclasses.replace(ecfg, episodes=n, out=str(self.out / f"eval-{tag}-unseen"),
+                                                 targets="unseen", tasks=tuple(self.unseen_tasks),
+                                                 name=f"eval {tag} (unseen targets)"),
+                             policy=greedy, pool=self.env_pool())
+                self.unseen_eval, self.unseen_task_eval = float(u.success_rate), dict(u.per_task)
         self.suite_eval, self.task_eval = dict(r.per_suite), dict(r.per_task)
-        t0 = time.perf_counter()
         by_suite = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r.per_suite.items())
         log.info("held-out success %s%s: %.1f%% over %d episodes%s%s", tag,
                  " on seen targets" if cfg.targets == "seen" else "", 100 * r.success_rate, r.episodes,
@@ -433,27 +439,21 @@ class Trainer:
         self.phases.add(f"eval {tag}", time.perf_counter() - t0)
         return float(r.success_rate)
 
+    @staticmethod
+    def _held_out(seen: float | None, unseen: float | None) -> dict[str, float]:
+        """A point of the held-out curves (``eval_success``; ``eval_success_unseen`` with --targets seen)."""
+        return {k: v for k, v in (("eval_success", seen), ("eval_success_unseen", unseen)) if v is not None}
+
     @contextlib.contextmanager
     def _pool_paused(self) -> Iterator[None]:
         """Async: the rollout thread shares the pool, so it waits between two rollouts."""
         with self.async_rollout.paused() if self.async_rollout is not None else contextlib.nullcontext():
-            if self.unseen_tasks and n:  # --targets seen: the same model on targets no training episode had
-                u = run_eval(dataclasses.replace(ecfg, episodes=n, out=str(self.out / f"eval-{tag}-unseen"),
-                                                 targets="unseen", tasks=tuple(self.unseen_tasks),
-                                                 name=f"eval {tag} (unseen targets)"),
-                             policy=greedy, pool=self.env_pool())
-                self.unseen_eval, self.unseen_task_eval = float(u.success_rate), dict(u.per_task)
             yield
 
     # ---- finish and cleanup ---------------------------------------------------------------------------
 
     def finish(self) -> TrainResult:
         """The final model and its held-out evaluation."""
-    @staticmethod
-    def _held_out(seen: float | None, unseen: float | None) -> dict[str, float]:
-        """A point of the held-out curves (``eval_success``; ``eval_success_unseen`` with --targets seen)."""
-        return {k: v for k, v in (("eval_success", seen), ("eval_success_unseen", unseen)) if v is not None}
-
         if self.async_rollout is not None:  # the rollout in flight ends before the pool is used again
             self.async_rollout.close()
         final = self.out / "model"
@@ -464,6 +464,7 @@ class Trainer:
         s = self.state
         if self.suite_eval and s.iteration > 0:  # the end of each suite's held-out curve
             self.loggers.log(s.iteration - 1, {f"suite/{k}/eval_success": v for k, v in self.suite_eval.items()})
+        self.loggers.log(s.iteration, self._held_out(after, self.unseen_eval))  # the held-out curve's last point
         if self.cfg.evaluation.eval_every or s.best_success is not None:
             self.learner.keep_best(after, s.iteration, self.settings)
             save_checkpoint(self.out, self.policy, self.learner.opt, s, extra=self.strategy.save)  # best_* kept
@@ -474,7 +475,6 @@ class Trainer:
             model=str(final), best_model=str(best) if best.is_dir() else None, best_success=s.best_success,
             best_iteration=s.best_iteration, stopped_by=self.stopped_by, env_steps=s.env_steps,
             budget_reached=not self.budget_left() and s.iteration < self.cfg.iterations,
-        self.loggers.log(s.iteration, self._held_out(after, self.unseen_eval))  # the held-out curve's last point
             eval_curve={str(i + 1): h["eval_success"] for i, h in enumerate(self.history, start=self.first_iteration)
                         if "eval_success" in h},
             last=self.history[-1] if self.history else {},

@@ -151,13 +151,13 @@ def rescore(policy: Any, turns: list[Any], micro_batch_size: int, *,
             continue
         kl += float(mismatch_kl(lp, roll, sb.mask)) * n
         max_abs = max(max_abs, float(((lp - roll).abs() * sb.mask).max()))
+        sum_abs += float(((lp - roll).abs() * sb.mask).sum())
         if tis_cap > 0:
             _, st = tis_weights(lp, roll, sb.mask, cap=tis_cap)
             clip += st.tis_clip_frac * n
             wmean += st.tis_weight_mean * n
         tokens += n
     back = [()] * len(turns)  # rows in the turns' order
-        sum_abs += float(((lp - roll).abs() * sb.mask).sum())
     for j, r in zip(perm, rows):
         back[j] = r
     rows = back

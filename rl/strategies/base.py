@@ -87,8 +87,9 @@ class Strategy:
     default_loss_agg: ClassVar[str] = "token_mean"
     #: learns from groups of sibling episodes, so --branch-at can sample them from one env state
     branches: ClassVar[bool] = False
-    #: options only this algorithm takes: (section, field) pairs another algorithm refuses when set
-    exclusive_options: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: the settings (flat key paths) that only some algorithms read, this one among them: another
+    #: algorithm refuses them when the user gives them (:meth:`unused`)
+    own_settings: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg: "TrainConfig", out: Path, state: Any, settings: Any = None):
         self.cfg, self.out, self.state, self.settings = cfg, Path(out), state, settings
@@ -102,21 +103,12 @@ class Strategy:
 
     @classmethod
     def check(cls, cfg: "TrainConfig") -> None:
-        """Refuse settings this algorithm cannot honour (``ValueError``, one line saying how to fix it)."""
-        for other in STRATEGIES.values():
-            if other is cls:
-                continue
-            for section, name in other.exclusive_options:
-                sec = getattr(cfg, section)
-                if getattr(sec, name) != getattr(type(sec)(), name):
-                    raise ValueError(f"--{name.replace('_', '-')} is for --algo {other.name}")
-        if cfg.branch.branch_at != "none":
-            if not cls.branches:
-                names = ", ".join(sorted(n for n, c in STRATEGIES.items() if c.branches))
-                raise ValueError(f"--branch-at samples sibling episodes for group advantages; --algo {cls.name} "
-                                 f"has none: use one of {names}")
-            if cfg.mode in ("semi-online", "mixed"):
-                raise ValueError(f"--branch-at branches live episodes; --mode {cfg.mode} replays recorded ones")
+        """Refuse settings this algorithm cannot honour (``ValueError``, one line saying how to fix it).
+        (Whether ``--branch-at`` suits the mode is checked once the mode is known: ``TrainConfig``.)"""
+        if cfg.branch.branch_at != "none" and not cls.branches:
+            names = ", ".join(sorted(n for n, c in STRATEGIES.items() if c.branches))
+            raise ValueError(f"--branch-at samples sibling episodes for group advantages; --algo {cls.name} "
+                             f"has none: use one of {names}")
         if cls.online_only and cfg.mode not in ("auto", "online"):
             raise ValueError(f"--algo {cls.name} trains on online rollouts: drop --mode {cfg.mode} "
                              "(awr reads recorded runs through --data without it)")
@@ -130,6 +122,19 @@ class Strategy:
             if cfg.update.rescore == "on":
                 raise ValueError(f"--rescore on re-scores the PPO ratio's old log-probs; {cls.name}'s weighted "
                                  "regression has no ratio: drop it")
+
+    @classmethod
+    def unused(cls, cfg: "TrainConfig") -> dict[str, str]:
+        """The settings this algorithm leaves unused under ``cfg``: key path (or a section's prefix,
+        ``semi.``) -> why, in words that follow the flag. ``TrainConfig.check_given`` refuses the ones
+        the user gave. By default: the other algorithms' own settings."""
+        out: dict[str, str] = {}
+        for other in STRATEGIES.values():
+            for key in other.own_settings:
+                if key not in cls.own_settings and key not in out:
+                    users = ", ".join(sorted(n for n, c in STRATEGIES.items() if key in c.own_settings))
+                    out[key] = f"is for --algo {users}; --algo {cls.name} does not use it"
+        return out
 
     # ---- the schedule ----------------------------------------------------------------------------
 

@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 __all__ = ["PPO", "AWR"]
 
 
+#: the value head's settings (--critic-*, --value-clip): ppo and awr have one
+_CRITIC = ("critic_lr", "critic_epochs", "value_clip", "critic_features")
+
+
 class _WithCritic(Strategy):
     """A strategy with a value head: built from --critic-*, saved with each checkpoint."""
 
@@ -68,7 +72,7 @@ class PPO(_WithCritic):
     """A turn-level critic on the policy's hidden state; GAE over turns."""
 
     default_adv_norm = "batch"
-    exclusive_options = (("critic", "critic_warmup"),)
+    own_settings = ("gae_lambda", "critic_warmup", *_CRITIC)
 
     @classmethod
     def check(cls, cfg: "TrainConfig") -> None:
@@ -118,7 +122,18 @@ class AWR(_WithCritic):
     """Advantage-weighted regression over a replay buffer (offline, then online)."""
 
     ratio = False
-    exclusive_options = (("awr", "offline_iterations"),)
+    own_settings = (*_CRITIC, "awr_beta", "awr_max_weight", "replay_size", "replay_episodes", "offline_iterations")
+    #: the PPO-clip loss's settings, which a weighted regression (no ratio, no KL term) leaves unused
+    RATIO_SETTINGS = ("clip_eps_low", "clip_eps_high", "kl_coef", "kl_kind", "kl_target", "kl_horizon",
+                      "kl_reference", "max_kl_old", "rescore", "tis_cap", "entropy_modulation")
+
+    @classmethod
+    def unused(cls, cfg: "TrainConfig") -> dict[str, str]:
+        out = super().unused(cfg)
+        for key in cls.RATIO_SETTINGS:
+            out.setdefault(key, "is a setting of the PPO-clip loss; awr's weighted regression has no ratio and no "
+                                "KL term: drop it")
+        return out
 
     def offline(self, iteration: int) -> bool:
         return iteration < self.cfg.awr.offline_iterations

@@ -55,6 +55,7 @@ class GiGPO(Strategy):
 
     branches = True
     online_only = True
+    own_settings = ("step_weight", "gigpo_norm", "anchor_match", "anchor_tolerance")
 
     def batch(self, result: "RolloutResult", policy: Any, iteration: int, store: Any = None) -> Batch:
         cfg, g = self.cfg, self.cfg.gigpo

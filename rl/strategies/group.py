@@ -26,6 +26,7 @@ from rl.advantages import (
 from rl.strategies.base import Batch, Strategy, register
 
 if TYPE_CHECKING:
+    from rl.config import TrainConfig
     from rl.loop import RolloutResult
 
 __all__ = ["GRPO", "DrGRPO", "group_advantages"]
@@ -95,6 +96,15 @@ class GRPO(Strategy):
 
     branches = True
     normalize_std = True
+    own_settings = ("advantage", "neg_adv_min_scale")
+
+    @classmethod
+    def unused(cls, cfg: "TrainConfig") -> dict[str, str]:
+        out = super().unused(cfg)
+        if cfg.credit.advantage == "episode":
+            out["gamma"] = (f"discounts step returns; --algo {cls.name} with --advantage episode has none "
+                            "(give --advantage step, or drop it)")
+        return out
 
     def batch(self, result: "RolloutResult", policy: Any, iteration: int, store: Any = None) -> Batch:
         c = self.cfg.credit

@@ -165,6 +165,17 @@ def test_config_refuses_branching_where_it_cannot_apply():
         TrainConfig.build(branch_at="every", algo="awr", model="m")
     with pytest.raises(ValueError, match="replays recorded ones"):
         TrainConfig.build(branch_at="every", mode="semi-online", data=["x"], model="m")
+    # a staged run replays in its first stage: refused, also where it is what --mode auto became (no
+    # --model), and on the embedded default of a suite whose recipe is staged
+    with pytest.raises(ValueError, match=r"^TrainConfig: --branch-at branches live episodes; --mode staged replays"):
+        TrainConfig.build(branch_at="first", mode="staged", data=["x"], model="m")
+    with pytest.raises(ValueError, match=r"--mode staged \(--mode auto, without --model\) replays .*--mode online$"):
+        TrainConfig.build(branch_at="every")
+    from guiagent.cli.train import parse_args
+
+    with pytest.raises(ValueError, match="--branch-at branches live episodes; --mode staged"):
+        parse_args(["--env", "miniwob", "--branch-at", "every"])
+    assert TrainConfig.build(branch_at="every", mode="online").mode == "online"  # the warm start, then online
     with pytest.raises(ValueError, match="--branch-points"):
         TrainConfig.build(branch_at="uncertain", branch_points=0)
 

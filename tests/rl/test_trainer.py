@@ -267,7 +267,7 @@ def test_one_seed_gives_one_run_and_two_seeds_two(tiny_model_dir, tmp_path):
 def test_stability_guards_trip_and_raise_alarms():
     from rl.metrics import guard_tripped
 
-    g = TrainConfig.build(max_parse_error_rate=0.2, max_kl_ref=0.1, min_entropy=0.5).guards
+    g = TrainConfig.build(max_parse_error_rate=0.2, max_kl_ref=0.1, min_entropy=0.5, kl_coef=0.1).guards
     m = {"parse_error_rate": 0.1, "kl": 0.05, "entropy": 0.2}
     assert guard_tripped(g, m) is None and m["alarm/entropy"] == 1.0
     m = {"parse_error_rate": 0.3, "kl": 0.05}

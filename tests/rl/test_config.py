@@ -1,0 +1,110 @@
+"""The training config refuses a setting the user gives that the run leaves unused, naming it in one line.
+
+"Given" means set by the user (a flag, a key of a --config file, a field passed to TrainConfig.build),
+whatever its value; the class defaults and the embedded recipe's values are never refused."""
+
+from pathlib import Path
+
+import pytest
+
+from guiagent.config import ConfigError, flat_values, parse_config, read_yaml
+from rl.config import EMBEDDED_RECIPE, STAGED_ONLY, TrainConfig, embedded_recipe
+
+SEMI = dict(mode="semi-online", data=("x",), model="m")
+YAML = Path(__file__).resolve().parents[2] / "configs" / "train_webapps_tiny.yaml"
+
+
+@pytest.mark.parametrize("kwargs, flag", [
+    # --advantage and --neg-adv-min-scale: grpo's and dr_grpo's only, and no semi-online iteration's
+    (dict(algo="gigpo", advantage="step"), "--advantage"),
+    (dict(algo="ppo", advantage="step"), "--advantage"),
+    (dict(algo="awr", advantage="step"), "--advantage"),
+    (dict(algo="gigpo", neg_adv_min_scale=0.5), "--neg-adv-min-scale"),
+    (dict(algo="ppo", neg_adv_min_scale=0.5), "--neg-adv-min-scale"),
+    (dict(algo="awr", neg_adv_min_scale=0.5), "--neg-adv-min-scale"),
+    (dict(SEMI, advantage="step"), "--advantage"),
+    (dict(SEMI, neg_adv_min_scale=0.5), "--neg-adv-min-scale"),
+    # AWR's weighted regression has no ratio: no clip range, no KL term
+    (dict(algo="awr", clip_eps_low=0.1), "--clip-eps-low"),
+    (dict(algo="awr", clip_eps_high=0.4), "--clip-eps-high"),
+    (dict(algo="awr", kl_reference="stage"), "--kl-reference"),
+    # semi-online replays: their returns, rewards and budget are the matcher's, and they take no env step
+    (dict(SEMI, gamma=0.9), "--gamma"),
+    (dict(SEMI, rewards={"task": 2.0}), "--rewards.task"),
+    (dict(SEMI, rewards={"parse_penalty": -0.5}), "--rewards.parse-penalty"),
+    (dict(SEMI, max_env_steps=100), "--max-env-steps"),
+    (dict(SEMI, horizon_schedule="0:3"), "--horizon-schedule"),
+    # a section or a feature the run does not have
+    (dict(model="m", semi={"iterations": 2}), "--semi.iterations"),
+    (dict(model="m", semi={"patch": {"mode": "none"}}), "--semi.patch.mode"),
+    (dict(model="m", mode="mixed", data=("x",), semi={"iterations": 2}), "--semi.iterations"),
+    (dict(mode="staged", semi={"per_online": 2}), "--semi.per-online"),
+    (dict(model="m", gamma=0.9), "--gamma"),  # grpo's episode advantage has no step returns
+    (dict(model="m", kl_coef=0.1, kl_reference="stage"), "--kl-reference"),  # one stage
+    (dict(model="m", kl_kind="k1"), "--kl-kind"),  # no KL term
+    (dict(model="m", max_sampling_rounds=5), "--max-sampling-rounds"),  # no dynamic sampling
+    (dict(model="m", algo="grpo", step_weight=0.5), "--step-weight"),  # gigpo's
+    (dict(model="m", algo="grpo", awr_beta=0.5), "--awr-beta"),  # awr's
+    (dict(model="m", algo="gigpo", value_clip=0.1), "--value-clip"),  # the critics'
+])
+def test_a_setting_the_run_leaves_unused_is_refused_naming_it(kwargs, flag):
+    with pytest.raises(ConfigError) as e:
+        TrainConfig.build(**kwargs)
+    message = str(e.value)
+    assert message.startswith(flag + " ") and "\n" not in message, message
+
+
+def test_the_same_settings_where_they_are_used_are_taken():
+    assert TrainConfig.build(algo="dr_grpo", model="m", advantage="step", gamma=0.9,
+                             neg_adv_min_scale=0.5).credit.gamma == 0.9
+    assert TrainConfig.build(algo="gigpo", model="m", gamma=0.9).credit.gamma == 0.9
+    assert TrainConfig.build(algo="ppo", model="m", clip_eps_low=0.1, gae_lambda=0.9).update.clip_eps_low == 0.1
+    assert TrainConfig.build(algo="awr", model="m", gamma=0.9, awr_beta=0.5, value_clip=0.1).awr.awr_beta == 0.5
+    # a staged run's online stage reads the online settings; its replays read --semi.*
+    staged = TrainConfig.build(mode="staged", advantage="step", gamma=0.9, max_env_steps=50, rewards={"task": 2.0},
+                               kl_coef=0.1, kl_reference="stage", semi={"iterations": 2, "gamma": 0.3})
+    assert (staged.credit.gamma, staged.rewards.task, staged.semi.gamma) == (0.9, 2.0, 0.3)
+    assert TrainConfig.build(**SEMI, semi={"gamma": 0.3}).semi.gamma == 0.3
+    assert TrainConfig.build(model="m", min_informative_groups=2, max_sampling_rounds=5).groups.max_sampling_rounds == 5
+
+
+def test_given_means_set_by_the_user_not_a_value_other_than_the_default():
+    """A flag whose value equals the default is still given (refused where unused); the embedded recipe's
+    values are nobody's flags (never refused, whatever the algorithm a flag picks)."""
+    with pytest.raises(ConfigError, match="^--clip-eps-low "):
+        parse_config(TrainConfig, ["--model", "m", "--algo", "awr", "--clip-eps-low", "0.2"])  # the default
+    with pytest.raises(ConfigError, match="^--gamma "):
+        parse_config(TrainConfig, ["--model", "m", "--mode", "semi-online", "--data", "x", "--gamma", "1.0"])
+    from guiagent.cli.train import parse_args  # what `guiagent train` runs: the embedded recipe under the flags
+
+    assert parse_args(["--algo", "dr_grpo"]).algo == "dr_grpo"  # the webapps recipe is AWR's
+    assert parse_args(["--env", "miniwob"]).update.kl_reference == "stage"  # the staged recipe's own
+    with pytest.raises(ConfigError, match="^--gamma "):
+        parse_args(["--algo", "dr_grpo", "--gamma", "0.9"])  # --advantage episode (the default)
+
+
+def test_a_config_file_key_left_unused_is_named_by_its_file_and_key(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("algo: awr\nmodel: m\nclip_eps_high: 0.3\n")
+    with pytest.raises(ConfigError) as e:
+        parse_config(TrainConfig, ["--config", str(f)])
+    assert str(e.value).startswith(f"{f}: clip_eps_high: --clip-eps-high is a setting of the PPO-clip loss"), e.value
+    # the same key given again on the command line is named as the flag
+    with pytest.raises(ConfigError, match="^--clip-eps-high "):
+        parse_config(TrainConfig, ["--config", str(f), "--clip-eps-high", "0.2"])
+
+
+@pytest.mark.parametrize("env", ["webapps", "miniwob"])
+def test_the_embedded_recipes_list_only_what_they_use(env):
+    cfg = TrainConfig.embedded(env)
+    unused = cfg.unused()
+    keys = {k for k in embedded_recipe(env)} | {f"semi.{k}" for k in embedded_recipe(env).get("semi", {})}
+    assert not [k for k in keys if k in unused or any(p.endswith(".") and k.startswith(p) for p in unused)]
+    if env == "webapps":  # online AWR: the staged recipe's own settings are not in it, nor in its spelled-out file
+        assert not set(STAGED_ONLY) & set(embedded_recipe(env)) and set(STAGED_ONLY) <= set(EMBEDDED_RECIPE)
+        spelled = read_yaml(YAML)
+        assert not {"semi", "clip_eps_low", "clip_eps_high", "kl_reference", "neg_adv_min_scale",
+                    "max_sampling_rounds"} & set(spelled)
+        assert parse_config(TrainConfig, ["--config", str(YAML)]) == cfg
+        flat = flat_values(cfg)
+        assert all(flat[k] == v for k, v in spelled.items() if k not in ("device", "rewards", "tasks"))
