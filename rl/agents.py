@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import io
 import json
 import random
 import threading
@@ -174,6 +176,11 @@ class ModelAgent:
     replies: the policy is trained on the replies it acted on, drawn from its distribution
     restricted to parseable text (as top-p and min-p restrict it token by token), and one slip of
     a digit at temperature 1 no longer ends an episode. Greedy decoding never resamples.
+
+    ``hide``: parts of every observation the model is not shown, to measure what it relies on:
+    ``screenshot`` (a uniform grey image of the same size, history images too), ``elements`` (no
+    element list or tree in the prompt). Replies are still parsed against the full screen, and the env
+    acts on it as always.
     """
 
     name = "model"
@@ -182,9 +189,13 @@ class ModelAgent:
                  prompt_config: PromptConfig = PromptConfig(),
                  sampling: SamplingParams = SamplingParams(max_new_tokens=128, temperature=0.0), *,
                  keep_chats: bool = False, seed: int | None = None, lock: threading.Lock | None = None,
-                 resample_unparseable: int = 0):
+                 resample_unparseable: int = 0, hide: Sequence[str] = ()):
         if resample_unparseable < 0:
             raise ValueError("resample_unparseable must be >= 0")
+        unknown = sorted(set(hide) - set(HIDEABLE))
+        if unknown:
+            raise ValueError(f"cannot hide {', '.join(unknown)}: choose from {', '.join(HIDEABLE)}")
+        self.hide = tuple(hide)
         self.backend = backend
         self.format = action_format
         self.prompt_config = prompt_config
@@ -209,8 +220,8 @@ class ModelAgent:
         if not contexts:
             return []
         with self._locked():
-            chats = [build_chat(c.spec.goal, c.history, c.observation, self.format, self.prompt_config)
-                     for c in contexts]
+            chats = [build_chat(c.spec.goal, self._shown_history(c.history), self._shown(c.observation), self.format,
+                                self.prompt_config) for c in contexts]
             sampling = self._sampling_for(contexts)
             encs = self._encode(chats)
             gens = self._generate(chats, encs, sampling)
@@ -234,6 +245,19 @@ class ModelAgent:
                            tuple(g.logprobs), tuple(r), enc if keep else None)
                 for chat, enc, g, (result, thought), r in zip(chats, encs or [None] * len(chats), gens, parsed,
                                                               rejected)]
+
+    def _shown(self, obs: Observation) -> Observation:
+        """``obs`` as the model sees it, with the parts ``hide`` names taken out."""
+        if "screenshot" in self.hide and obs.screenshot is not None:
+            obs = dataclasses.replace(obs, screenshot=_grey_png(obs.width, obs.height), screenshot_ref=None)
+        if "elements" in self.hide:
+            obs = dataclasses.replace(obs, marks=None, tree=None)
+        return obs
+
+    def _shown_history(self, history: Sequence[Step]) -> Sequence[Step]:
+        if not self.hide:
+            return history
+        return [dataclasses.replace(s, observation=self._shown(s.observation)) for s in history]
 
     def _encode(self, chats: Sequence[Chat]) -> list[Any] | None:
         """The chats as model inputs, once, when the backend takes encoded prompts (transformers)."""
@@ -279,6 +303,20 @@ class ModelAgent:
         except Exception:
             thought = ""
         return result, thought
+
+
+#: what :class:`ModelAgent` can hide from the model (``guiagent eval --hide``)
+HIDEABLE = ("screenshot", "elements")
+
+
+@functools.lru_cache(maxsize=16)
+def _grey_png(width: int, height: int) -> bytes:
+    """A uniform mid-grey PNG of ``width`` x ``height`` (a screenshot with nothing on it)."""
+    from PIL import Image  # lazy: Pillow for one image per screen size, only when the screenshot is hidden
+
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (128, 128, 128)).save(buf, format="PNG")
+    return buf.getvalue()
 
 
 #: a short system prompt for tiny models trained from scratch (the full one is ~700 of their tokens)
@@ -427,7 +465,7 @@ def format_for_policy(fmt: Any, policy: Any) -> Any:
 def load_agent(spec: str, *, backend: str = "auto", settings: AgentSettings | None = None,
                temperature: float = 0.0, max_new_tokens: int = 96, top_p: float = 1.0, min_p: float = 0.0,
                keep_chats: bool = False, loaded: Policy | None = None, frame: Any = None,
-               lock: threading.Lock | None = None, resample_unparseable: int = 0,
+               lock: threading.Lock | None = None, resample_unparseable: int = 0, hide: Sequence[str] = (),
                **backend_opts: Any) -> ModelAgent:
     """A :class:`ModelAgent` for a model folder, hub id or server URL.
 
@@ -447,4 +485,4 @@ def load_agent(spec: str, *, backend: str = "auto", settings: AgentSettings | No
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                               min_p=min_p)
     return ModelAgent(loaded, settings.format(frame or loaded), settings.prompt_config(), sampling,
-                      keep_chats=keep_chats, lock=lock, resample_unparseable=resample_unparseable)
+                      keep_chats=keep_chats, lock=lock, resample_unparseable=resample_unparseable, hide=hide)

@@ -82,6 +82,10 @@ class EvalConfig:
     """task ids to run (default: every task of the suite that fits --difficulty)"""
     difficulty: str | None = None
     """only tasks of this difficulty (easy, medium, hard)"""
+    hide: tuple[Literal["screenshot", "elements"], ...] = ()
+    """--agent model: parts of every observation the model is not shown, to measure what it relies on:
+    screenshot (a grey image of the same size), elements (no element list or tree in the prompt); the env
+    acts on the full screen as always"""
     targets: Literal["all", "seen", "unseen"] = "all"
     """which targets the episodes have: all; seen (none of the suite's held-out targets, which training
     with --targets seen never uses); unseen (a held-out target each: of the tasks that hold targets out,
@@ -134,6 +138,8 @@ class EvalConfig:
                              f"{self.max_steps}")
         if self.agent == "model" and not self.model:
             raise ValueError("--agent model needs --model DIR|HUB_ID|URL")
+        if self.hide and self.agent != "model":
+            raise ValueError("--hide takes parts of the screen from a model's prompt: it needs --agent model")
         if self.request_timeout is not None and not (math.isfinite(self.request_timeout)
                                                      and 0 < self.request_timeout <= 86_400):
             raise ValueError(f"--request-timeout must lie in (0, 86400] seconds, got {self.request_timeout}")
@@ -229,7 +235,7 @@ def make_policy(cfg: EvalConfig) -> Any:
               "max_retries": cfg.request_retries} if _on_a_server(cfg) else {}
     return load_agent(cfg.model, backend=cfg.backend, settings=settings, temperature=s.temperature, top_p=s.top_p,
                       min_p=s.min_p, max_new_tokens=s.max_new_tokens, resample_unparseable=s.resample_unparseable,
-                      **server)
+                      hide=cfg.hide, **server)
 
 
 def episode_plan(ids: list[str], episodes: int, seed: int, max_steps: int | None, targets: str = "all") -> list[Any]:

@@ -217,3 +217,54 @@ def test_random_policy_taps_only_and_checks_its_mix():
     assert {type(a).__name__ for a in mixed} > {"Click"}, "the default mix still types, scrolls and swipes"
     with pytest.raises(ValueError, match="actions must be one of"):
         RandomPolicy(actions="swipes")
+
+
+class Recorder(Echo):
+    """:class:`Echo` that keeps every chat it is asked to continue."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.chats: list = []
+
+    def generate(self, chats, sampling=SamplingParams()):
+        self.chats.extend(chats)
+        return super().generate(chats, sampling)
+
+
+def _images(chat) -> list[bytes]:
+    return [part["image"] for m in chat for part in (m["content"] if isinstance(m["content"], list) else [])
+            if isinstance(part, dict) and part.get("type") == "image"]
+
+
+def _text(chat) -> str:
+    return "".join(m["content"] if isinstance(m["content"], str) else
+                   "".join(p.get("text", "") for p in m["content"] if isinstance(p, dict)) for m in chat)
+
+
+def test_hidden_parts_of_the_screen_never_reach_the_prompt_and_replies_still_parse_on_it():
+    from guiagent.types import ClickElement, Mark
+
+    fmt = get_format("marks", names="plain", refer="name")
+    marks = (Mark(0, "link", "Calendar", (0.0, 0.0, 0.5, 0.1)), Mark(1, "link", "Clock", (0.5, 0.0, 1.0, 0.1)))
+    screen = dataclasses.replace(obs(3), marks=marks)
+    history = (Step(0, dataclasses.replace(obs(1), marks=marks), Click(0.1, 0.1)),)
+    ctx = TurnContext(TaskSpec("webapps", "open_app", 0, "Open the Clock app."), history, screen, 0, "")
+    reply = '{"action": {"kind": "click_element", "name": "Clock"}}'
+    seen = Recorder(reply)
+    [full] = ModelAgent(seen, fmt, PromptConfig(history_images=2)).act_batch([ctx], None)
+    assert screen.screenshot in _images(seen.chats[-1]) and "Calendar" in _text(seen.chats[-1])
+    for hide in (("screenshot",), ("elements",), ("screenshot", "elements")):
+        rec = Recorder(reply)
+        [turn] = ModelAgent(rec, fmt, PromptConfig(history_images=2), hide=hide).act_batch([ctx], None)
+        images, text = _images(rec.chats[-1]), _text(rec.chats[-1])
+        assert len(images) == 2 and "Open the Clock app." in text
+        if "screenshot" in hide:  # every image grey, the current one and the history's
+            assert screen.screenshot not in images and history[0].observation.screenshot not in images
+            assert all(Image.open(io.BytesIO(b)).getcolors() == [(112 * 112, (128, 128, 128))] for b in images)
+        else:
+            assert screen.screenshot in images
+        assert ("Calendar" in text) is ("elements" not in hide)
+        # the reply names an element of the full screen: parsed against it, as without hiding
+        assert turn.action == full.action and isinstance(turn.action, ClickElement)
+    with pytest.raises(ValueError, match="cannot hide pixels"):
+        ModelAgent(Echo(reply), fmt, hide=("pixels",))
