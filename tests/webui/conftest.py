@@ -118,6 +118,8 @@ def runs(tmp_path_factory) -> Runs:
             s.log_metrics(rid, it, {"success_rate": it / 10, "reward/task": it / 12, "reward/progress": 0.3,
                                     "episode_length": 8 - it / 3, "parse_errors": max(0.0, 0.5 - it / 20),
                                     "loss": 1.0 / (it + 1)})
+        for it, seen, unseen in ((0, 0.4, 0.3), (5, 0.6, 0.5), (10, 0.8, 0.7)):  # held-out: before, during, after
+            s.log_metrics(rid, it, {"eval_success": seen, "eval_success_unseen": unseen})
     with Store.open(root / "evals" / "held-out") as s:
         eid = s.create_run("eval-demo", env="webapps", algo="eval", model="oracle", run_id="evalrun0001")
         tasks = ("todo_add", "notes_edit", "contacts_add")

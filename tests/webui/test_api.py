@@ -31,7 +31,7 @@ def test_metrics_grouped_into_charts(client, runs):
     assert d["metrics"]["success_rate"][3][:2] == [3, 0.3]
     assert len(d["metrics"]["loss"]) == 10
     titles = {c["title"]: c["series"] for c in d["charts"]}
-    assert titles["Success rate"] == ["success_rate"]
+    assert titles["Success rate"] == ["eval_success", "eval_success_unseen", "success_rate"]
     assert titles["Reward components"] == ["reward/progress", "reward/task"]
     assert titles["Episode length"] == ["episode_length"]
     assert titles["Parse errors"] == ["parse_errors"]

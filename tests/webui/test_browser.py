@@ -116,6 +116,12 @@ def test_runs_page_draws_charts(page, base_url):
     titles = train.locator(".chart-title").all_text_contents()
     assert titles[:4] == ["Success rate", "Reward components", "Episode length", "Parse errors"]
     assert train.locator('polyline.series[data-name="reward/task"]').count() == 1
+    # the held-out points (before, during, after; seen and unseen targets) on the success chart, named
+    success = train.locator("figure.chart-box").first
+    assert success.locator('polyline.series[data-name="eval_success_unseen"]').count() == 1
+    assert success.locator("circle title").all_text_contents()[:3] == [
+        "held-out @ 0: 0.4", "held-out @ 5: 0.6", "held-out @ 10: 0.8"]
+    assert success.locator(".legend").text_content() == "held-outheld-out, unseen targetstraining rollouts"
     evals.locator("svg.chart.bars").wait_for()
     assert evals.locator("rect.bar").count() == 3
     assert page.problems == []

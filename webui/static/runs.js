@@ -7,8 +7,13 @@
 
   function pct(x) { return x === null || x === undefined ? '–' : Math.round(100 * x) + '%'; }
 
+  /* the held-out curves (greedy, seeds no training episode had; unseen: targets none had either) */
+  var NAMES = { eval_success: 'held-out', eval_success_unseen: 'held-out, unseen targets',
+                success_rate: 'training rollouts' };
+
   /* "reward/progress" -> "reward/progress ×0.5": a reward part with the weight the run used */
   function weighted(box, name) {
+    if (NAMES[name]) { return NAMES[name]; }
     var m = /^rewards?\/(.+)$/.exec(name);
     var w;
     try { w = JSON.parse(box.dataset.rewardWeights || '{}'); } catch (e) { w = {}; }
