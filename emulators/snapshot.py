@@ -12,6 +12,13 @@ An :class:`EnvState` is a frozen value taken between two steps: the episode's
   (MiniWoB++ pages, whose state lives in JavaScript closures nothing can read), then checked: the
   screen must come back byte for byte, or the restore fails.
 
+A state is checked when it is made or loaded (:meth:`EnvState.from_dict`): its step count lies in
+0..its task's ``max_steps`` (at most :data:`MAX_STATE_STEPS`), its lists are no longer than an episode
+can make them, its counters are of their types. Its saved page is data: the webapps restore
+(``static/app.js``) drops whatever could run script in it (scripts not the page's own, ``on*``
+attributes, ``javascript:`` URLs, frames, objects) before the document takes it, so a tampered state
+runs no code in the page; MiniWoB++ states hold no page (their actions are played again).
+
 States of the webapps and MiniWoB++ suites are plain data (:meth:`EnvState.to_dict` is JSON); an
 Android state names a snapshot that lives on its emulator. A state may be restored on another env
 of the same task (another slot, another process), which is what branching rollouts do; an Android
@@ -43,6 +50,19 @@ __all__ = ["SnapshotError", "DeviceState", "EnvState", "StartStates", "START_STA
 
 #: the layout of :meth:`EnvState.to_dict`; a state of another version is refused
 STATE_VERSION = 1
+#: the longest episode a state may be of (its task's ``max_steps``); a state is checked against it when
+#: made or loaded, so ``steps=10**30`` or a million replay actions is refused, not acted on
+MAX_STATE_STEPS = 100_000
+#: the most milestones a state may hold, and the longest answer
+MAX_MILESTONES = 1_000
+MAX_TEXT = 1_000_000
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        return f"an integer of {v.bit_length()} bits"
+    r = repr(v)
+    return r if len(r) <= 60 else r[:60] + "..."
 
 
 class SnapshotError(Exception):
@@ -97,10 +117,29 @@ class EnvState:
     def __post_init__(self) -> None:
         if self.mode not in ("capture", "replay"):
             raise ValueError(f"mode must be 'capture' or 'replay', got {self.mode!r}")
-        if self.steps < 0:
-            raise ValueError(f"steps must be >= 0, got {self.steps}")
+        if not isinstance(self.spec, TaskSpec):
+            raise ValueError(f"spec must be a TaskSpec, got {type(self.spec).__name__}")
+        if not isinstance(self.spec.max_steps, int) or not 1 <= self.spec.max_steps <= MAX_STATE_STEPS:
+            raise ValueError(f"the task's max_steps must lie in 1..{MAX_STATE_STEPS}, got {_short(self.spec.max_steps)}")
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or not 0 <= self.steps <= self.spec.max_steps:
+            raise ValueError(f"steps must lie in 0..{self.spec.max_steps} (the task's max_steps), got {_short(self.steps)}")
+        if not isinstance(self.done, bool):
+            raise ValueError(f"done must be true or false, got {_short(self.done)}")
+        if self.answer is not None and (not isinstance(self.answer, str) or len(self.answer) > MAX_TEXT):
+            raise ValueError(f"answer must be a text of at most {MAX_TEXT:,} characters")
+        if not isinstance(self.observation, Observation):
+            raise ValueError(f"observation must be an Observation, got {type(self.observation).__name__}")
+        if len(self.milestones) > MAX_MILESTONES:
+            raise ValueError(f"at most {MAX_MILESTONES} milestones, got {len(self.milestones)}")
         if self.mode == "replay" and len(self.actions) != self.steps:
             raise ValueError(f"a replay state holds one action a step: {len(self.actions)} for {self.steps} steps")
+        if len(self.actions) > self.spec.max_steps:
+            raise ValueError(f"{len(self.actions)} actions for an episode of at most {self.spec.max_steps} steps")
+        calls = self.oracle_calls
+        if len(calls) > 4 * (self.steps + 1) or any(isinstance(c, bool) or not isinstance(c, int)
+                                                     or not 0 <= c <= self.steps for c in calls) \
+                or list(calls) != sorted(calls):
+            raise ValueError(f"oracle_calls must be step counts in 0..{self.steps}, in order")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able (screenshot in base64); ``ValueError`` when the task's state is not plain data."""
@@ -123,15 +162,22 @@ class EnvState:
         if d.get("version") != STATE_VERSION:
             raise ValueError(f"env state version {d.get('version')!r}; this guiagent reads {STATE_VERSION}")
         try:
+            for key, kind in (("steps", int), ("done", bool), ("milestones", list), ("actions", list),
+                              ("oracle_calls", list), ("spec", Mapping), ("observation", Mapping)):
+                if not isinstance(d[key], kind) or (kind is int and isinstance(d[key], bool)):
+                    raise ValueError(f"{key} must be {kind.__name__}, got {_short(d[key])}")
+            if len(d["actions"]) > MAX_STATE_STEPS or len(d["milestones"]) > MAX_MILESTONES \
+                    or len(d["oracle_calls"]) > 4 * (MAX_STATE_STEPS + 1):
+                raise ValueError("lists longer than any episode's")  # before a million actions are built
             return cls(
-                spec=TaskSpec.from_dict(d["spec"]), steps=int(d["steps"]), done=bool(d["done"]),
+                spec=TaskSpec.from_dict(d["spec"]), steps=d["steps"], done=d["done"],
                 answer=d["answer"] if d["answer"] is None else str(d["answer"]),
                 observation=Observation.from_dict(d["observation"]),
                 milestones=tuple(bool(m) for m in d["milestones"]), mode=d["mode"], task=d["task"],
                 device=DeviceState.from_dict(d["device"]) if d["device"] is not None else None,
                 actions=tuple(_action_from(a) for a in d["actions"]),
-                oracle_calls=tuple(int(i) for i in d["oracle_calls"]))
-        except (KeyError, TypeError) as e:
+                oracle_calls=tuple(d["oracle_calls"]))
+        except (KeyError, TypeError, OverflowError) as e:
             raise ValueError(f"not an env state: {type(e).__name__}: {e}") from None
 
 

@@ -247,6 +247,30 @@
              dialogs: dialogs, scrolled: scrolled, focus: focus, scroll: [scrollX, scrollY], fullLoad: false };
   }
 
+  // A state is data that may come from a file or another process: its page is put back as elements,
+  // attributes and text only. Whatever could run script once adopted into this document is dropped
+  // first: scripts other than this page's own (adopted scripts never run, but none is kept), event
+  // handler attributes (on*), javascript:/vbscript:/data:text/html URLs, srcdoc, frames, objects,
+  // embeds, <base>, a meta refresh, SVG animations (which can set an href). Our pages hold none of
+  // these but their own script, so a restore of our own state is exact.
+  const SCRIPTED_URL = /^(javascript|vbscript|data:text\/html|data:image\/svg)/;
+  const URLISH = new Set([...URL_ATTRS, "xlink:href", "formaction", "poster", "background", "ping", "lowsrc", "dynsrc"]);
+  function inert(doc) {
+    const own = new Set(Array.from(document.scripts, (s) => s.outerHTML));
+    for (const el of doc.querySelectorAll("script")) if (!own.has(el.outerHTML)) el.remove();
+    for (const el of doc.querySelectorAll("iframe, frame, frameset, object, embed, applet, base, portal, "
+        + "meta[http-equiv], animate, set, animateMotion, animateTransform, foreignObject")) el.remove();
+    for (const el of doc.querySelectorAll("*")) {
+      for (const a of Array.from(el.attributes)) {
+        const name = a.name.toLowerCase();
+        const value = a.value.replace(/[\s\u0000-\u001f]+/g, "").toLowerCase();
+        if (name.startsWith("on") || name === "srcdoc" || (URLISH.has(name) && SCRIPTED_URL.test(value))) {
+          el.removeAttribute(a.name);
+        }
+      }
+    }
+  }
+
   // Puts a snapshot back in this document. `rewrite`: [[from, to], ...] url prefixes (another
   // session's, or another server's, urls made this one's), applied to the history and to the
   // url attributes of the page. The caller (the device) has left this entry alone in the history.
@@ -268,6 +292,7 @@
       referrer = entries[snap.index].referrer;
 
       const doc = new DOMParser().parseFromString(snap.html, "text/html");
+      inert(doc);
       for (const attr of URL_ATTRS) {
         for (const el of doc.querySelectorAll(`[${attr}]`)) el.setAttribute(attr, fix(el.getAttribute(attr)));
       }
