@@ -99,3 +99,19 @@ def test_the_store_refuses_what_is_not_a_finite_number_in_its_own_words(tmp_path
             s.write_trajectory(rid, Trajectory("big", TaskSpec("w", "t", 2**64, "g"), (
                 Step(0, Observation(noisy_png(), 60, 120), Click(0.5, 0.5)),)))
     assert StoreReader(tmp_path / "run").count_episodes() == 0
+
+
+def test_python_words_never_reach_a_uis1_or_odyssey_user(tmp_path, capsys):
+    """A 5000-digit number in a JSON record and bytes that are no image: said in our words, not
+    ``sys.set_int_max_str_digits()`` or ``<_io.BytesIO object at 0x...>``."""
+    (tmp_path / "a.jsonl").write_text('{"goal": "g", "steps": [{"action_content": {"action": "click", "coordinate": ['
+                                      + "9" * 5000 + ', 1]}, "screenshot": "s.png"}]}\n')
+    (tmp_path / "s.png").write_bytes(b"these bytes are no image")
+    rc, lines = _cli(capsys, "--format", "uis1", str(tmp_path / "a.jsonl"), "--out", str(tmp_path / "out"))
+    assert rc == 2 and lines == [f"guiagent data import: {tmp_path / 'a.jsonl'}: line 1: not JSON (a number of more "
+                                 "than 4300 digits)"], lines
+    (tmp_path / "a.jsonl").write_text('{"goal": "g", "steps": [{"action_content": {"action": "wait"}, '
+                                      '"screenshot": "s.png"}]}\n')
+    rc, lines = _cli(capsys, "--format", "uis1", str(tmp_path / "a.jsonl"), "--out", str(tmp_path / "out"))
+    assert rc == 2 and len(lines) == 1 and lines[0].endswith(
+        "line 1 step 0: the screenshot is not a readable image (not PNG, JPEG, WEBP, GIF, BMP data)"), lines
