@@ -32,14 +32,16 @@ See ``docs/fleet.md`` for local versus cluster use.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import math
 import os
 import queue
 import re
+import signal
 import threading
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from emulators.pool_types import (
     ActionRequest, EnvOutput, EnvPool, PoolError, PoolRequestError, PoolStartError, ResetRequest,
@@ -47,6 +49,8 @@ from emulators.pool_types import (
 )
 from emulators.pool_worker import EnvWorker, resolve_suite
 from emulators.snapshot import EnvState
+from guiagent.faults import fault
+from guiagent.reaper import watch
 from guiagent.types import Action
 
 __all__ = [
@@ -288,6 +292,9 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    # Ray's processes (its GCS, raylet, agents and workers inherit this) install no crash handler of their
+    # own for SIGTERM: ray.shutdown ends them with it, and the handler's stack dump is not a crash
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                               "logging_level": logging.WARNING}
     if runtime_env:
@@ -307,8 +314,37 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
     else:
         kwargs.pop("include_dashboard")
         kwargs["address"] = address
-    ray.init(**kwargs)
+    with _signals_kept():
+        ray.init(**kwargs)
+    if address is None:
+        watch()  # a SIGKILLed driver's Ray helpers (agents, workers, their browsers) end with it, not minutes later
     return True
+
+
+@contextlib.contextmanager
+def _signals_kept() -> Iterator[None]:
+    """``ray.init`` in the block leaves this process's signal handling as it was, and the processes it starts
+    out of a terminal's Ctrl+C.
+
+    ``ray.init`` replaces the SIGTERM handler with one that raises ``SystemExit(15)`` (a run stopped by
+    ``kill`` was stored ``failed``, not ``interrupted`` with exit 143), and Ray's core worker installs a
+    native crash handler for SIGTERM over it, whose stack dump ended the process by SIGABRT (exit -6):
+    both are put back as they were. The GCS and raylet run in this process's group, so a terminal's
+    Ctrl+C reached them too and tore the cluster down under the run that was winding down: SIGINT is
+    blocked while they start (they inherit the mask: the terminal's SIGINT stays pending in them; the pool
+    ends them as it closes); one that arrives here meanwhile is delivered once the block ends."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    blocked = hasattr(signal, "pthread_sigmask")
+    if blocked:
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        if main and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
 
 class RayEnvPool:
@@ -390,6 +426,7 @@ class RayEnvPool:
         self._away_since: float | None = None  # when collect last returned (deadlines pause meanwhile)
         self._actors = [self._start(w) for w in range(num_workers)]
         self._book = _SlotBook(self.num_slots, self._wait_started(start_timeout_s))
+        fault("ray_up")  # tests: a signal once Ray and the pool's workers are up
 
     # --- public -------------------------------------------------------------------------------
 

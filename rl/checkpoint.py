@@ -39,7 +39,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import time
 import typing
 import warnings
@@ -52,6 +51,7 @@ import yaml
 
 from guiagent import __version__
 from guiagent.config import ConfigError, from_mapping, load_yaml, read_yaml, to_mapping
+from guiagent.faults import fault
 from guiagent.written import entries, foreign, shown
 
 __all__ = ["TrainerState", "CheckpointError", "checkpoint_dir", "save_checkpoint", "find_checkpoint",
@@ -100,12 +100,6 @@ def checkpoint_dir(out: Path) -> Path:
     return out / "checkpoint"
 
 
-def _fault(point: str) -> None:
-    """Fault injection for tests: ``GUIAGENT_FAULT=<point>`` kills the process here."""
-    if os.environ.get("GUIAGENT_FAULT") == point:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def save_checkpoint(out: Path, policy: Any, opt: torch.optim.Optimizer, state: TrainerState, *,
                     extra: Callable[[Path], None] | None = None) -> None:
     """Write the checkpoint to a fresh folder, then swap it in: a kill never leaves a torn one.
@@ -115,6 +109,7 @@ def save_checkpoint(out: Path, policy: Any, opt: torch.optim.Optimizer, state: T
     tmp = out / "checkpoint.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     policy.save(tmp)
+    fault("checkpoint_write")  # tests: a signal in the middle of a save
     if extra is not None:
         extra(tmp)
     torch.save({"optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state()}, tmp / OPTIM_FILE)
@@ -126,7 +121,7 @@ def save_checkpoint(out: Path, policy: Any, opt: torch.optim.Optimizer, state: T
     shutil.rmtree(old, ignore_errors=True)
     if final.exists():
         os.replace(final, old)
-        _fault("checkpoint_swap")  # the moment with no checkpoint/: find_checkpoint covers it
+        fault("checkpoint_swap")  # the moment with no checkpoint/: find_checkpoint covers it
     os.replace(tmp, final)
     shutil.rmtree(old, ignore_errors=True)
 

@@ -33,6 +33,7 @@ from typing import Any, Iterator
 import torch
 
 from guiagent.config import to_mapping
+from guiagent.faults import fault
 from guiagent.store import Store
 from judge.calibration import rollout_judge_metrics
 from judge.settings import make_judge
@@ -227,6 +228,9 @@ class Trainer:
         else:
             self.state = TrainerState()
             save_config(out, cfg)
+            if not cfg.model:  # the run's record before its warm start: one stopped in it is stored `interrupted`
+                self.model_dir = str(out / "sft")  # where the warm start puts its model
+                self._open_run()
             torch.manual_seed(cfg.seed)  # the tiny model's initialisation, when the warm start builds one
             w, fmt = cfg.warm_start, "json" if cfg.action_format == "auto" else cfg.action_format
             self.model_dir = cfg.model or warm_start(
@@ -244,12 +248,18 @@ class Trainer:
         return restored
 
     def _open_run(self) -> None:
-        """The run's record in the store (a resumed run's episodes left half-written are marked aborted)."""
+        """The run's record in the store (a resumed run's episodes left half-written are marked aborted).
+        A new run with a warm start records itself before it (opened already: nothing more to do)."""
+        if self.store is not None:
+            return
         self.store = Store.open(self.out)
         if not self.state.run_id:
-            self.state.run_id = self.store.create_run(f"{self.cfg.algo}-{self.cfg.env}", env=self.cfg.env,
-                                                      algo=self.cfg.algo, model=self.model_dir,
-                                                      config=to_mapping(self.cfg))
+            cfg = self.cfg
+            if cfg.mode != "online" and not cfg.data:  # as _config sets it after the warm start
+                cfg = dataclasses.replace(cfg, data=(str(self.out / "demos"),))
+            self.state.run_id = self.store.create_run(f"{cfg.algo}-{cfg.env}", env=cfg.env, algo=cfg.algo,
+                                                      model=self.model_dir, config=to_mapping(cfg))
+            fault("run_opened")  # tests: a signal once the run is recorded (before the env pool or Ray starts)
         else:  # resuming: episodes a killed run left half-written are marked aborted, never lost silently
             recovered = self.store.recovered + self.store.recover(older_than=3600.0, dead_local_writers=True)
             if recovered:

@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     from guiagent.policy.base import BackendError  # lazy: as above
     from guiagent.policy.vllm_backend import VLLMUnavailable  # lazy: as above
     from guiagent.store import StoreError  # lazy: as above
+    if name in STORES_RUNS:  # what the run starts (browsers, Ray, model servers) ends with it, even on SIGKILL
+        from guiagent.reaper import watch  # lazy: as above
+
+        watch()
     try:
         # a run stopped by SIGTERM (kill, a container stopping) is stored `interrupted`, as on Ctrl+C
         with sigterm_interrupts() if name in STORES_RUNS else contextlib.nullcontext():
