@@ -386,6 +386,10 @@ class WarmStartSettings:
     warm_start_copy_steps: int = 0
     """no --model: steps of the tiny model's copy warm-up before its SFT (guiagent model init
     --copy-steps): random token runs written twice, so that it can copy a name from the goal"""
+    warm_start_copy_until: float = 0.0
+    """no --model: end the copy warm-up once it copies this share of a probe's tokens (guiagent model init
+    --copy-until), so that it stops where the circuit formed on this machine; --warm-start-copy-steps is
+    then its most (0: all of them)"""
     warm_start_name_weight: float = 1.0
     """no --model: the warm start's loss weight on the element's name in replies that name one (the
     marks format; guiagent sft --train.name-weight)"""
@@ -405,6 +409,8 @@ class WarmStartSettings:
     def __post_init__(self) -> None:
         if self.warm_start_demos <= 0 or self.warm_start_steps < 0:
             raise ValueError("--warm-start-demos must be positive and --warm-start-steps >= 0")
+        if not 0.0 <= self.warm_start_copy_until <= 1.0:
+            raise ValueError(f"--warm-start-copy-until must be between 0 and 1, got {self.warm_start_copy_until}")
         if not 0 <= self.warm_start_copy_steps <= 100_000:
             raise ValueError(f"--warm-start-copy-steps must be between 0 and 100000, got {self.warm_start_copy_steps}")
         if not self.warm_start_name_weight > 0:

@@ -188,6 +188,10 @@ class TinyModelSpec:
     twice, trained on the second; gives the model the match-and-copy circuit a pretrained model
     brings, so that it can copy a name from the goal it has never seen (~1,000 steps, ~4 min on 2
     cores)"""
+    copy_until: float = 0.0
+    """stop the copy warm-up once it copies this share of a fixed probe's tokens (greedy, checked every
+    25 steps), so that it ends where the circuit has formed, whatever step that is on this machine;
+    copy_steps is then the most it runs (0: always copy_steps)"""
 
     def __post_init__(self) -> None:
         if self.size not in _SIZES:
@@ -204,6 +208,8 @@ class TinyModelSpec:
             raise ValueError(f"max_pixels ({self.max_pixels}) must be >= min_pixels ({self.min_pixels})")
         if not 0 <= self.copy_steps <= 100_000:
             raise ValueError(f"copy_steps must be between 0 and 100000, got {self.copy_steps}")
+        if not 0.0 <= self.copy_until <= 1.0:
+            raise ValueError(f"copy_until must be between 0 and 1, got {self.copy_until}")
 
 
 # text hidden, layers, heads, kv heads, intermediate | vision hidden, depth, heads, intermediate
@@ -267,7 +273,8 @@ def build_tiny_model(spec: TinyModelSpec, out: str | os.PathLike) -> dict[str, A
     model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
     model.generation_config.eos_token_id = config.text_config.eos_token_id
     model.generation_config.pad_token_id = config.text_config.pad_token_id
-    copied = copy_warmup(model, tok, spec.copy_steps, seed=spec.seed) if spec.copy_steps else None
+    copied = (copy_warmup(model, tok, spec.copy_steps, seed=spec.seed, until=spec.copy_until)
+              if spec.copy_steps else None)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     patch = 14 if spec.family == "qwen2_5_vl" else 16
@@ -311,15 +318,18 @@ def _copy_batch(rng: random.Random, vocab: Sequence[int], n: int, pad: int) -> t
     return x, y, mask
 
 
-def copy_warmup(model: Any, tok: Any, steps: int, *, seed: int = 0, batch: int = 32, lr: float = 1e-3
-                ) -> dict[str, Any]:
+def copy_warmup(model: Any, tok: Any, steps: int, *, seed: int = 0, batch: int = 32, lr: float = 1e-3,
+                until: float = 0.0) -> dict[str, Any]:
     """Train ``model`` (text only) for ``steps`` on sequences that repeat a run of random tokens
     (:data:`COPY_RUN`), the loss on the repeat. A randomly initialised model learns this only by
     forming the match-and-copy circuit (attend to the earlier occurrence of the current token, copy
     what followed it); with it, a name the goal spells is copied into the reply even when no
     demonstration ever held it. On the tiny model it forms between steps 500 and 750 (copy accuracy
-    ~0.01 -> ~0.97). Returns ``{"steps", "loss_first", "loss_last", "copy_accuracy", "seconds"}``, the
-    accuracy over the copyable tokens of 64 fresh sequences (greedy)."""
+    ~0.01 -> ~0.97), at a step that moves with the seed and the machine's arithmetic. ``until``: stop
+    once the greedy accuracy on a fixed probe of 16 sequences reaches it (checked every
+    :data:`COPY_CHECK_EVERY` steps; 0: run all ``steps``). Returns ``{"steps", "loss_first",
+    "loss_last", "copy_accuracy", "seconds"}``, ``steps`` those run and the accuracy over the copyable
+    tokens of 64 fresh sequences (greedy)."""
     import torch
 
     t0 = time.perf_counter()
@@ -328,9 +338,11 @@ def copy_warmup(model: Any, tok: Any, steps: int, *, seed: int = 0, batch: int =
     rng = random.Random(seed)
     torch.manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    probe = _copy_batch(random.Random(seed + 2_000_003), vocab, 16, tok.pad_token_id) if until > 0 else None
     losses: list[float] = []
     model.train()
-    for _ in range(steps):
+    done = 0
+    for done in range(1, steps + 1):
         x, y, mask = _copy_batch(rng, vocab, batch, tok.pad_token_id)
         logits = model(input_ids=x, attention_mask=mask).logits[:, :-1]
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[:, 1:].reshape(-1),
@@ -340,14 +352,31 @@ def copy_warmup(model: Any, tok: Any, steps: int, *, seed: int = 0, batch: int =
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(float(loss.detach()))
+        if probe is not None and done % COPY_CHECK_EVERY == 0 and _copy_accuracy(model, probe) >= until:
+            break
+    model.eval()
+    accuracy = _copy_accuracy(model, _copy_batch(random.Random(seed + 1_000_003), vocab, 64, tok.pad_token_id))
+    return {"steps": done, "loss_first": round(losses[0], 4) if losses else None,
+            "loss_last": round(losses[-1], 4) if losses else None, "copy_accuracy": round(accuracy, 3),
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+#: how often the copy warm-up checks its probe when it stops at an accuracy
+COPY_CHECK_EVERY = 25
+
+
+def _copy_accuracy(model: Any, batch: tuple[Any, Any, Any]) -> float:
+    """Share of a copy batch's copyable tokens the model predicts greedily (its mode is kept)."""
+    import torch
+
+    x, y, mask = batch
+    was_training = model.training
     model.eval()
     with torch.no_grad():
-        x, y, mask = _copy_batch(random.Random(seed + 1_000_003), vocab, 64, tok.pad_token_id)
         guess, labels = model(input_ids=x, attention_mask=mask).logits[:, :-1].argmax(-1), y[:, 1:]
-        scored = labels != -100
-        accuracy = float(((guess == labels) & scored).sum()) / max(1, int(scored.sum()))
-    return {"steps": steps, "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4),
-            "copy_accuracy": round(accuracy, 3), "seconds": round(time.perf_counter() - t0, 1)}
+    model.train(was_training)
+    scored = labels != -100
+    return float(((guess == labels) & scored).sum()) / max(1, int(scored.sum()))
 
 
 # ---- random models of other architectures ----------------------------------------------------

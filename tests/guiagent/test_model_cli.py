@@ -118,8 +118,38 @@ def test_copy_warmup_trains_on_the_repeat_deterministically(tiny_model_dir):
         assert any(row[k:k + run_len] == run for k in range(0, n - 2 * run_len + 1))  # written before
     with pytest.raises(ValueError, match="copy_steps"):
         TinyModelSpec(copy_steps=-1)
-    cfg = model_cli.parse_config(model_cli.ModelInitConfig, ["--out", "x", "--copy-steps", "1000", "--words", "bare"])
-    assert cfg.spec == TinyModelSpec(copy_steps=1000, words="bare")
+    with pytest.raises(ValueError, match="copy_until"):
+        TinyModelSpec(copy_until=1.5)
+    cfg = model_cli.parse_config(model_cli.ModelInitConfig, ["--out", "x", "--copy-steps", "1000", "--words", "bare",
+                                                             "--copy-until", "0.9"])
+    assert cfg.spec == TinyModelSpec(copy_steps=1000, words="bare", copy_until=0.9)
+
+
+def test_copy_warmup_stops_where_its_probe_reaches_the_accuracy(tiny_model_dir, monkeypatch):
+    """--copy-until: the warm-up checks a fixed probe every COPY_CHECK_EVERY steps and stops at the first
+    check that reaches the accuracy (the step the circuit forms moves with the seed and the machine)."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoTokenizer
+
+    from guiagent.policy import tiny
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    checks: list[int] = []
+    real = tiny._copy_accuracy
+
+    def probe(m, batch):  # the second check reaches it (the final figure is the real measurement)
+        if len(batch[0]) == 16:
+            checks.append(len(checks) + 1)
+            return 0.95 if len(checks) == 2 else 0.1
+        return real(m, batch)
+
+    monkeypatch.setattr(tiny, "_copy_accuracy", probe)
+    monkeypatch.setattr(tiny, "COPY_CHECK_EVERY", 2)
+    info = tiny.copy_warmup(model, tok, 50, seed=3, until=0.9)
+    assert info["steps"] == 4 and checks == [1, 2] and 0.0 <= info["copy_accuracy"] <= 1.0
+    assert not model.training
+    assert tiny.copy_warmup(model, tok, 3, seed=3)["steps"] == 3  # without until, every step runs
 
 
 @pytest.mark.slow
