@@ -57,7 +57,8 @@ from emulators.snapshot import DeviceState, EnvState, SnapshotError, StartStates
 from guiagent.types import (Action, Answer, Finish, Observation, ParseError, TaskSpec, action_from_dict,
                             is_terminal)
 
-__all__ = ["ActionError", "DeviceError", "Device", "Task", "GuiEnv", "StepInfo", "ActionText", "UnicodeText",
+__all__ = ["ActionError", "DeviceError", "RestoreMismatch", "Device", "Task", "GuiEnv", "StepInfo", "ActionText",
+           "UnicodeText",
            "check_env", "dead_observation", "decode_screenshot", "observation_space", "parse_action",
            "SnapshotError", "EnvState", "DeviceState", "StartStates", "parse_flag", "TARGET_SPLITS"]
 
@@ -79,6 +80,12 @@ class ActionError(Exception):
 
 class DeviceError(Exception):
     """The device is dead or unusable (crash, lost connection). The episode is truncated."""
+
+
+class RestoreMismatch(SnapshotError):
+    """A restore whose screen is not the captured one (another screenshot or other element boxes): the
+    state did not come back, so the episode does not go on from it (a pool records the episode that
+    was to continue it as aborted, with this reason)."""
 
 
 class Device(ABC):
@@ -871,6 +878,9 @@ class GuiEnv(gymnasium.Env):
                     obs = self.device.observe()
             except DeviceError as e:
                 raise SnapshotError(f"the device failed while restoring: {e}") from None
+            # the screen is the state's; what the last action said about itself is too (a device's
+            # observation knows nothing of the step that led to it)
+            obs = replace(obs, last_action_error=state.observation.last_action_error)
             self._actions, self._oracle_calls = list(state.actions), list(state.oracle_calls)
         self.task_spec, self.max_steps = spec, spec.max_steps
         self.steps, self.done, self.answer = state.steps, state.done, state.answer

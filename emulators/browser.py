@@ -591,19 +591,22 @@ class BrowserDevice(Device):
                                             "key": self.state_key()})
 
     def restore_page(self, state: DeviceState, restore: str, *, url: str,
-                     rewrite: Sequence[tuple[str, str]] = (), marks: Any = None) -> bool:
+                     rewrite: Sequence[tuple[str, str]] = ()) -> bool:
         """Put back a :meth:`snapshot_page` state through the page's own script: ``restore`` is the
         source of a JavaScript function of ``(data, rewrite)`` that resolves to true once the document
         stands as captured (``rewrite``: url prefixes to map, e.g. another session's urls to this
         one's). It runs in the open document when that is a quiet page of ``url``'s origin in a
         context not due for replacement; otherwise ``url`` is loaded first (a page whose script can
         restore). Cookies are cleared, the history is the captured one, the old document's timers,
-        selection and focus are gone. ``marks``: the observation's marks the state came with (what
-        element actions refer to until the next observation).
+        selection and focus are gone. The restored page must settle within ``settle_timeout_ms``, as
+        the captured one had (a state is captured on a quiet page only). No element boxes are kept:
+        element actions wait for the next :meth:`observe`, which reads them off the page as it is
+        (the caller checks that page against what was captured).
 
         Returns whether a page was loaded (the server saw a request). :class:`SnapshotError` when
-        the state was taken on another layout (viewport, scale, user agent) or the page did not
-        take it back; :class:`DeviceError` when the device died."""
+        the state was taken on another layout (viewport, scale, user agent), the page did not take
+        it back, or was still busy when the settle time ran out; :class:`DeviceError` when the
+        device died."""
         if self._closed:
             raise DeviceError("the device was closed")
         data = state.data if state.kind == "browser-page" else None
@@ -655,12 +658,16 @@ class BrowserDevice(Device):
             if isinstance(settled, dict):  # quiet, or still busy when the poll's time ran out: as _settle() leaves it
                 self._quiet = (settled.get("mutations"), settled.get("version"))
             else:
-                self._settle()
+                settled = self._settle()
+            self._marks = None  # the captured page's boxes are not this page's until it is observed
+            if settled.get("busy"):  # a quiet page was captured: one still changing is not it (yet)
+                self._quiet = None
+                raise SnapshotError(f"the restored page was still busy ({settled.get('why') or 'unknown'}) when "
+                                    f"the settle time ({c.settle_timeout_ms} ms) ran out: not restored")
         except PlaywrightError as e:
             raise self._wrap(e) from e
         if self._dead:
             raise DeviceError(self._dead)
-        self._marks = marks
         return loaded
 
     # --- events -----------------------------------------------------------------------------
@@ -908,6 +915,14 @@ class BrowserDevice(Device):
 
     def observe(self) -> Observation:
         """Screenshot, ARIA tree and url; captured again if the DOM changed during capture."""
+        return self._observe(self.config.tree == "aria")
+
+    def observe_screen(self) -> Observation:
+        """:meth:`observe` without the ARIA tree (``tree=None``): the screenshot, the marks where they
+        are on, and the url, at the cost of the screenshot alone (what a restore checks its screen with)."""
+        return self._observe(False)
+
+    def _observe(self, want_tree: bool) -> Observation:
         self._guard()
         from playwright.sync_api import Error as PlaywrightError
         c = self.config
@@ -922,7 +937,6 @@ class BrowserDevice(Device):
         if c.image_format == "jpeg":
             shot_opts["quality"] = c.jpeg_quality
         try:
-            want_tree = c.tree == "aria"
             for attempt in range(3):
                 quiet, self._quiet = self._quiet, None
                 before, version = quiet if quiet is not None else self._js(_MARK_JS, [-1, None])

@@ -21,7 +21,7 @@ import pytest
 from emulators.base import GuiEnv, SnapshotError
 from emulators.snapshot import EnvState, StartStates
 from emulators.suites.webapps import SUITE, TASKS
-from guiagent.types import Answer, Click, Key, NavigateBack, Scroll, Type
+from guiagent.types import Answer, Click, Key, NavigateBack, Scroll, Type, Wait
 from tests.sweeps import first_of_each, sweep
 
 pytestmark = pytest.mark.browser
@@ -338,12 +338,112 @@ def test_a_restore_settles_in_its_own_call(shared_browser):
     settles: list[float | None] = []
     real = b._settle
     b._settle = lambda cap_ms=None: settles.append(cap_ms) or real(cap_ms)  # type: ignore[method-assign]
+    calls: list[object] = []
+    real_js = b._js
+    b._js = lambda script, *args: calls.append(args[:1]) or real_js(script, *args)  # type: ignore[method-assign]
     try:
         other.restore(state)
     finally:
-        del b._settle
+        del b._settle, b._js
+    # the observation that checks the restored screen compares the poll's mutation count: no read of its own
+    assert [-1, None] not in [a[0] for a in calls if a], "the restore's check read the mutation count again"
     assert settles == [], "the restore's poll took the place of a separate settle"
-    assert b._quiet is not None and b._quiet[0] is not None, "the poll's mutation count is what observe compares"
     assert b.observe().screenshot == shot
     a.close()
     b.close()
+
+
+@pytest.fixture
+def make_devices(shared_browser):
+    """``make(n, **options)``: n phone devices of the suite with these options, closed after the test (made
+    anew: a pool's test above closes the suite's app server, which the module's devices were made for)."""
+    made = []
+
+    def make(n, **options):
+        made.extend(SUITE.make_device(browser=shared_browser, **options) for _ in range(n))
+        return made[-n:]
+
+    yield make
+    for d in made:
+        d.close()
+
+
+def _restored_elsewhere(devices, *, task_id="settings_turn_on", seed=0):
+    """A state of ``task_id`` captured on ``devices[0]`` after one oracle step, and an env on ``devices[1]``
+    to restore it on."""
+    a, b = GuiEnv(devices[0], TASKS[task_id]), GuiEnv(devices[1], TASKS[task_id])
+    a.reset_typed(seed=seed)
+    b.reset_typed(seed=seed)
+    a.step_typed(a.oracle_action())
+    return a, b, a.snapshot()
+
+
+def test_a_restore_whose_page_renders_otherwise_fails_loudly(make_devices):
+    """A page that shows what its own script does not capture (here its colours inverted by a style sheet
+    made in script, which is no part of the document's markup) restores to another screen than the
+    captured one: the restore fails (a typed error naming what differs), the old screen is not handed
+    back, and the env has no episode to go on with."""
+    from emulators.base import RestoreMismatch
+
+    a, b, _ = _restored_elsewhere(make_devices(2, tree="none"))
+    a.device.evaluate("""() => { const sheet = new CSSStyleSheet(); sheet.replaceSync('html { filter: invert(1); }');
+                                 document.adoptedStyleSheets = [sheet]; }""")
+    shown, *_ = a.step_typed(Wait(0))  # the env's observation: the inverted screen
+    state = a.snapshot()
+    assert shown.screenshot == state.observation.screenshot
+    with pytest.raises(RestoreMismatch, match=r"does not show the captured screen \(screenshot differ"):
+        b.restore(state)
+    assert b.task is None and b.done
+    # the same state, its screen as the page renders it, comes back (and is checked)
+    a.device.evaluate("() => { document.adoptedStyleSheets = []; }")
+    honest = dataclasses.replace(state, observation=dataclasses.replace(state.observation,
+                                                                        screenshot=a.device.observe().screenshot))
+    assert b.restore(honest).screenshot == honest.observation.screenshot and b.task is not None
+
+
+def test_a_restore_checks_the_element_boxes_it_hands_on(make_devices):
+    """With marks on, the boxes element actions tap are the restored page's own, read off it; a state
+    whose boxes are not what the page shows fails to restore instead of tapping where nothing is."""
+    from emulators.base import RestoreMismatch
+    from guiagent.types import ClickElement
+
+    a, b, state = _restored_elsewhere(make_devices(2, tree="none", marks="true"))
+    obs = b.restore(state)
+    assert obs.marks and obs.marks == state.observation.marks and b.device._marks == obs.marks
+    moved = tuple(dataclasses.replace(m, box=(0.0, 0.0, 0.01, 0.01)) for m in state.observation.marks)
+    bad = dataclasses.replace(state, observation=dataclasses.replace(state.observation, marks=moved))
+    with pytest.raises(RestoreMismatch, match="element boxes differ"):
+        b.restore(bad)
+    b.restore(state)
+    target = next(m for m in state.observation.marks if m.role in ("switch", "checkbox", "link", "button"))
+    _, _, _, info = b.step_typed(ClickElement(target.id))
+    assert info.action_error is None
+
+
+def test_a_restore_still_busy_when_the_settle_time_runs_out_is_no_restore(make_devices):
+    """A restored page that does not settle within the device's settle time (here one that starts a
+    long animation as it restores) is a failed restore, not a restored one."""
+    _, b, state = _restored_elsewhere(make_devices(2, tree="none", settle_timeout_ms=300))
+    b.device.evaluate("""() => { const restore = window.webapps.restore;
+        window.webapps.restore = async (data, rewrite) => {
+            const ok = await restore(data, rewrite);
+            document.body.animate([{opacity: 1}, {opacity: 0.99}], {duration: 20000});
+            return ok;
+        }; }""")
+    with pytest.raises(SnapshotError, match=r"still busy \(animation\) when the settle time \(300 ms\) ran out"):
+        b.restore(state)
+    assert b.task is None
+
+
+def test_a_restore_keeps_the_last_actions_error(make_devices):
+    """The step before the snapshot failed (an unknown key): the restored observation still says so, on a
+    device whose observations are the capturing one's and on one that observes otherwise (no tree)."""
+    aria = make_devices(2)
+    a = GuiEnv(aria[0], TASKS["settings_turn_on"])
+    a.reset_typed(seed=2)
+    obs, *_ = a.step_typed(Key("NoSuchKey"))
+    assert obs.last_action_error and "unknown key" in obs.last_action_error
+    state = a.snapshot()
+    for device in (aria[1], *make_devices(1, tree="none")):
+        restored = GuiEnv(device, TASKS["settings_turn_on"]).restore(state)
+        assert restored.last_action_error == obs.last_action_error

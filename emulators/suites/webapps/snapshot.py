@@ -6,7 +6,8 @@ page changed in place, fields typed but not saved, open dialogs, scroll position
 first is plain JSON read from the session store; the second is captured by the apps' own script
 (``window.webapps.snapshot`` in ``static/app.js``) through :meth:`BrowserDevice.snapshot_page
 <emulators.browser.BrowserDevice.snapshot_page>` and put back by ``window.webapps.restore`` in the
-open document, with no page load and no request to the server.
+open document, with no page load and no request to the server. The restored page is then observed
+and must show the captured screen (:func:`task_restore`): a restore never hands back the old screen.
 
 A state restores on any phone device of the suite: the session id (which the device picks) and the
 server's origin (one app server a process) in its urls are mapped to the restoring episode's own.
@@ -23,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from emulators.base import Device, EnvState, SnapshotError
+from emulators.base import Device, EnvState, RestoreMismatch, SnapshotError
 from emulators.snapshot import DeviceState
 from guiagent.types import Observation
 
@@ -56,10 +57,16 @@ def task_snapshot(task: Any, device: Device) -> tuple[dict[str, Any], DeviceStat
     return {"session": session, "sid": task.sid, "origin": task._client.base_url}, page
 
 
-def task_restore(task: Any, device: Device, state: EnvState) -> Observation | None:
-    """Put ``state`` back into a fresh session of ``task`` (this device's) and the page; the state's
-    observation with its urls made this session's, or ``None`` when the device's observations differ
-    from the capturing device's (another tree mode, image format, browser): then the env observes."""
+def task_restore(task: Any, device: Device, state: EnvState) -> Observation:
+    """Put ``state`` back into a fresh session of ``task`` (this device's) and the page, and observe it.
+
+    On a device whose observations are the capturing device's (the same layout, tree mode, marks, image
+    format and browser: ``state_key``) the page must show the captured screen: the same screenshot bytes
+    (a capture of an identical render is byte for byte the same) and the same element boxes, both read
+    off the page (:meth:`~emulators.browser.BrowserDevice.observe_screen`: the screenshot's cost, no
+    tree read; the captured tree, its urls made this session's, goes with the checked screen);
+    :class:`~emulators.base.RestoreMismatch` otherwise (a page that renders otherwise than its script
+    restores), never the old screen handed back. On another device the page is observed as it is."""
     from .server import StateError, shared_server  # lazy: Flask and httpx (0.3 s) load on first use
 
     data, page = state.task, state.device
@@ -83,26 +90,26 @@ def task_restore(task: Any, device: Device, state: EnvState) -> Observation | No
             break
     else:
         url = server.session_url(task.sid)
-    loaded = device.restore_page(page, _RESTORE, url=url, rewrite=rewrite,  # type: ignore[attr-defined]
-                                 marks=state.observation.marks)
+    loaded = device.restore_page(page, _RESTORE, url=url, rewrite=rewrite)  # type: ignore[attr-defined]
     if loaded:  # the page loaded on the way logged a view the captured session never saw
         client.reset(task.sid, data["session"])
     home = server.session_url(task.sid)
     device.open_app_handler = lambda name: device.goto(home + resolve_app(name))  # type: ignore[attr-defined]
     device.home_url = home  # type: ignore[attr-defined]
     task._reset_on = None
-    if page.data.get("key") != device.state_key():
-        return None
-    obs = state.observation
-    return replace(obs, url=_rewrite(obs.url, rewrite), tree=obs.tree.replace(old, new) if obs.tree else obs.tree)
-
-
-def _rewrite(url: str | None, rewrite: list[tuple[str, str]]) -> str | None:
-    if url:
-        for a, b in rewrite:
-            if url.startswith(a):
-                return b + url[len(a):]
-    return url
+    if page.data.get("key") != device.state_key():  # observed otherwise (tree, image format, browser)
+        return device.observe()
+    captured = state.observation
+    seen = device.observe_screen()  # type: ignore[attr-defined]
+    differ = [what for what, same in (("screenshot", seen.screenshot == captured.screenshot),
+                                      ("element boxes", (seen.marks or ()) == (captured.marks or ())))
+              if not same]
+    if differ:
+        raise RestoreMismatch(f"{task.task_id}: the restored page does not show the captured screen "
+                              f"({' and '.join(differ)} differ): the page renders otherwise than its "
+                              "script restores it")
+    # the same render: the captured tree is this page's, its session's urls made this one's
+    return replace(seen, tree=captured.tree.replace(old, new) if captured.tree else captured.tree)
 
 
 def install(web_task: type) -> None:
