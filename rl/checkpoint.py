@@ -52,6 +52,7 @@ import yaml
 from guiagent import __version__
 from guiagent.config import ConfigError, from_mapping, load_yaml, read_yaml, to_mapping
 from guiagent.faults import fault
+from guiagent.writing import NoSpace, writing
 from guiagent.written import entries, foreign, shown
 
 __all__ = ["TrainerState", "CheckpointError", "checkpoint_dir", "save_checkpoint", "find_checkpoint",
@@ -108,15 +109,20 @@ def save_checkpoint(out: Path, policy: Any, opt: torch.optim.Optimizer, state: T
     critic's ``critic.safetensors``)."""
     tmp = out / "checkpoint.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    policy.save(tmp)
-    fault("checkpoint_write")  # tests: a signal in the middle of a save
-    if extra is not None:
-        extra(tmp)
-    torch.save({"optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state()}, tmp / OPTIM_FILE)
-    version, internal, gauss = random.getstate()
-    (tmp / STATE_FILE).write_text(json.dumps({"state": dataclasses.asdict(state),
-                                              "python_rng": [version, list(internal), gauss]}))
-    (tmp / COMPLETE).write_text("")
+    try:
+        with writing("the checkpoint", tmp):
+            policy.save(tmp)
+            fault("checkpoint_write")  # tests: a signal in the middle of a save
+            if extra is not None:
+                extra(tmp)
+            torch.save({"optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state()}, tmp / OPTIM_FILE)
+            version, internal, gauss = random.getstate()
+            (tmp / STATE_FILE).write_text(json.dumps({"state": dataclasses.asdict(state),
+                                                      "python_rng": [version, list(internal), gauss]}))
+            (tmp / COMPLETE).write_text("")
+    except NoSpace:  # the torn folder goes at once: the space it took is the run's to resume with
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     final, old = checkpoint_dir(out), out / "checkpoint.old"
     shutil.rmtree(old, ignore_errors=True)
     if final.exists():
@@ -442,8 +448,12 @@ def save_config(out: Path, cfg: Any) -> None:
 
     # whole or not at all: a kill mid-write never leaves a torn config.yaml that a resume refuses
     tmp = out / "config.yaml.tmp"
-    tmp.write_text(yaml.dump(to_mapping(cfg), Dumper=Dumper, sort_keys=False))
-    os.replace(tmp, out / "config.yaml")
+    try:
+        tmp.write_text(yaml.dump(to_mapping(cfg), Dumper=Dumper, sort_keys=False))
+        os.replace(tmp, out / "config.yaml")
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def load_config(cls: type, run_dir: Path, **overrides: Any) -> Any:
@@ -481,8 +491,12 @@ _CLOCK_SLACK_S = 1.0
 
 def _write_marker(out: Path, record: dict[str, Any]) -> None:
     tmp = out / (RUN_MARKER + ".tmp")
-    tmp.write_text(json.dumps(record) + "\n")
-    os.replace(tmp, out / RUN_MARKER)  # whole or not at all: a torn marker would disown the run
+    try:
+        tmp.write_text(json.dumps(record) + "\n")
+        os.replace(tmp, out / RUN_MARKER)  # whole or not at all: a torn marker would disown the run
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def mark_run(out: Path) -> None:

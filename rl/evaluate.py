@@ -29,6 +29,7 @@ from guiagent.policy.hf import load_transformers
 from guiagent.policy.tiny import TinyModelSpec, build_tiny_model
 from guiagent.progress import progress_bar
 from guiagent.store import Store
+from guiagent.writing import disk_full
 from rl.agents import AgentSettings, OraclePolicy, RandomPolicy, load_agent, tiny_model_settings
 from rl.match import MatchConfig
 from rl.offline_eval import RecordedPolicy, run_offline_eval
@@ -335,8 +336,9 @@ def check_started(res: Any) -> None:
 
 
 def run_status_after(e: BaseException) -> str:
-    """The status a run stores when ``e`` ended it: ``interrupted`` for Ctrl+C (SIGINT), else ``failed``."""
-    return "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+    """The status a run stores when ``e`` ended it: ``interrupted`` for Ctrl+C (SIGINT, SIGTERM) and a full disk
+    (resumable once there is room), else ``failed``."""
+    return "interrupted" if isinstance(e, KeyboardInterrupt) or disk_full(e) else "failed"
 
 
 @contextlib.contextmanager

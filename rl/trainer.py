@@ -25,6 +25,7 @@ import dataclasses
 import json
 import logging
 import random
+import sqlite3
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ import torch
 
 from guiagent.config import to_mapping
 from guiagent.faults import fault
+from guiagent.writing import writing
 from guiagent.store import Store
 from judge.calibration import rollout_judge_metrics
 from judge.settings import make_judge
@@ -130,15 +132,23 @@ class Trainer:
         self.store = self.pool = self.async_rollout = self.engine = self.judge = self.loggers = None
         self.started = time.perf_counter()
         try:
-            self.setup()
+            # a full disk is said with what was being written (guiagent.writing); inner blocks say more
+            with writing("the run's set-up (its config, warm start and store)", self.cfg.resume or self.cfg.out):
+                self.setup()
             while self.state.iteration < self.cfg.iterations and self.stopped_by is None and self.budget_left():
-                self.iterate()
-            result = self.finish()
+                with writing(f"iteration {self.state.iteration + 1} (its episodes, credit and metrics)", self.out):
+                    self.iterate()
+            with writing("the run's end (its final model and evaluation)", self.out):
+                result = self.finish()
             self.store.set_run_status(self.state.run_id, "finished")
             return result
-        except BaseException as e:  # Ctrl+C: interrupted (resumable), anything else: failed
+        except BaseException as e:  # Ctrl+C, a full disk: interrupted (resumable), anything else: failed
             if self.store is not None and self.state.run_id:
-                self.store.set_run_status(self.state.run_id, run_status_after(e))
+                try:
+                    self.store.set_run_status(self.state.run_id, run_status_after(e))
+                except (OSError, sqlite3.OperationalError) as status_error:  # a full disk takes this write too:
+                    # the run stays `running` with its writer gone, which the store reads as interrupted
+                    log.warning("the run's status was not stored (%s)", " ".join(str(status_error).split()))
             raise
         finally:
             self.cleanup()
@@ -240,7 +250,7 @@ class Trainer:
                 copy_until=w.warm_start_copy_until,
                 name_weight=w.warm_start_name_weight, action_weight=w.warm_start_action_weight,
                 goal_frames=w.warm_start_goal_frames, goal_relabel=w.warm_start_goal_relabel, targets=cfg.targets,
-                phases=self.phases)
+                phases=self.phases, rewards=cfg.rewards)
             self.state.model_dir = self.model_dir
         if cfg.mode != "online" and not cfg.data:  # staged embedded default: replay the warm start's demos
             self.cfg = cfg = dataclasses.replace(cfg, data=(str(out / "demos"),))
@@ -433,7 +443,7 @@ class Trainer:
                           targets="seen" if cfg.targets == "seen" else "all")
         n = cfg.evaluation.eval_unseen_episodes
         n = cfg.evaluation.eval_episodes if n < 0 else n
-        with self._pool_paused():
+        with self._pool_paused(), writing(f"the held-out evaluation {tag}", ecfg.out):
             r = run_eval(ecfg, policy=greedy, pool=self.env_pool())
             if self.unseen_tasks and n:  # --targets seen: the same model on targets no training episode had
                 u = run_eval(dataclasses.replace(ecfg, episodes=n, out=str(self.out / f"eval-{tag}-unseen"),

@@ -33,6 +33,7 @@ from guiagent.cli._common import (
 from guiagent.config import ConfigError, parse_config
 from guiagent.logs import show_progress
 from guiagent.runlock import run_lock
+from guiagent.writing import writing
 from rl.evaluate import EvalConfig, NoEpisodeStarted, run_eval
 
 __all__ = ["EvalConfig", "main"]
@@ -51,7 +52,7 @@ def main(argv: list[str]) -> int:
     show_progress()
     quiet_library_bars()
     try:
-        with run_lock(cfg.out, "guiagent eval " + shlex.join(argv)):  # one writer per run folder
+        with run_lock(cfg.out, "guiagent eval " + shlex.join(argv)), writing("the episodes", cfg.out):  # one writer
             r = run_eval(cfg)
     except (KeyError, ValueError) as e:  # an unknown suite or task, a malformed env id: bad input
         if isinstance(e, ConfigError):

@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from guiagent.policy.base import BackendError  # lazy: as above
     from guiagent.policy.vllm_backend import VLLMUnavailable  # lazy: as above
     from guiagent.store import StoreError  # lazy: as above
+    from guiagent.writing import NoSpace, describe  # lazy: as above
     if name in STORES_RUNS:  # what the run starts (browsers, Ray, model servers) ends with it, even on SIGKILL
         from guiagent.reaper import watch  # lazy: as above
 
@@ -79,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         # a run stopped by SIGTERM (kill, a container stopping) is stored `interrupted`, as on Ctrl+C
         with sigterm_interrupts() if name in STORES_RUNS else contextlib.nullcontext():
             return int(module.main(rest) or 0)
+    except NoSpace as e:
+        # a full disk: no fault of the input (exit 1, not 2); the line says what was being written, and where
+        print(f"guiagent {name}: {one_line(e)}", file=sys.stderr)
+        return 1
     except (ConfigError, StoreError, VLLMUnavailable) as e:
         # bad input (flags, config files, paths, stores): one line, no traceback, exit 2
         print(f"guiagent {name}: {one_line(e)}", file=sys.stderr)
@@ -88,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         # SQLite cannot open or lock: bad input, one line; a misuse of the API stays a traceback
         if type(e) not in (sqlite3.DatabaseError, sqlite3.OperationalError) or os.environ.get("GUIAGENT_TRACEBACK"):
             raise
+        if describe(e):  # "database or disk is full": the disk, not the store, and no fault of the input
+            print(f"guiagent {name}: {one_line(describe(e))}", file=sys.stderr)
+            return 1
         print(f"guiagent {name}: trajectory store: {one_line(e)}", file=sys.stderr)
         return 2
     except BrokenPipeError:
@@ -97,10 +105,13 @@ def main(argv: list[str] | None = None) -> int:
         return 141
     except (OSError, OverflowError) as e:
         # what no check foresaw: a path the file system refuses ([Errno ...]: a folder that refuses
-        # files, a full disk), a number past what a library takes. As the README promises for bad
-        # input: one line, exit 2; GUIAGENT_TRACEBACK=1 shows where it came from
+        # files), a number past what a library takes. As the README promises for bad input: one line,
+        # exit 2; GUIAGENT_TRACEBACK=1 shows where it came from. A full disk is exit 1 (guiagent.writing)
         if os.environ.get("GUIAGENT_TRACEBACK"):
             raise
+        if describe(e):  # a full disk no write of the run named: exit 1 all the same, with the file the system names
+            print(f"guiagent {name}: {one_line(describe(e))}", file=sys.stderr)
+            return 1
         print(f"guiagent {name}: {one_line(e)}", file=sys.stderr)
         return 2
     except BackendError as e:
@@ -116,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"guiagent {name}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        if not describe(e) or os.environ.get("GUIAGENT_TRACEBACK"):  # a full disk a library words its own way
+            raise
+        print(f"guiagent {name}: {one_line(describe(e))}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

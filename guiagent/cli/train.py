@@ -34,6 +34,7 @@ from guiagent.cli._common import (
 from guiagent.config import parse_config, read_yaml
 from guiagent.logs import show_progress
 from guiagent.runlock import run_lock
+from guiagent.writing import writing
 
 
 def preflight(cfg) -> None:
@@ -287,7 +288,8 @@ def main(argv: list[str]) -> int:
         except BaseException:
             _undo_failed_start(cfg, before)
             raise
-        write_summary(result)
+        with writing("the run's summary", Path(result.run_dir) / "summary.json"):
+            write_summary(result)
     best = (f"; best {result.best_success:.1%} at iteration {result.best_iteration} -> {result.best_model}"
             if result.best_model else "")
     stopped = f"; stopped early: {result.stopped_by}" if result.stopped_by else ""

@@ -625,7 +625,9 @@ def test_file_system_errors_no_check_foresaw_are_one_line_exit_2(tmp_path, capsy
         pytest.skip("as another user the writability check refuses /proc first")
     assert main(["train", "--out", "/proc/guiagent-no-such-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("guiagent train: [Errno") and "/proc/guiagent-no-such-run" in err[0]
+    # the run folder's lock is the first thing written beside it: it says it cannot be taken there
+    assert len(err) == 1 and err[0].startswith("guiagent train: /proc/guiagent-no-such-run: cannot lock the run "
+                                               "folder (/proc/.guiagent-no-such-run.guiagent-lock: "), err
     assert not Path("/proc/guiagent-no-such-run").exists()
 
 

@@ -194,3 +194,87 @@ def test_overwrite_refuses_a_run_folder_holding_a_users_file_and_deletes_nothing
     from rl.checkpoint import not_written
 
     assert not_written(out) == []
+
+
+@contextlib.contextmanager
+def _small_disk(path: Path, size: str):
+    """A tmpfs of ``size`` at ``path``: a real file system that fills up (mounting needs root; skipped otherwise)."""
+    path.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}): needs root")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def _fill(disk: Path) -> Path:
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        with contextlib.suppress(OSError):
+            while True:
+                f.write(bytes(1 << 20))
+                f.flush()
+    return filler
+
+
+@pytest.mark.slow  # ~40-60 s: a trainer filling a disk, and its resume
+@pytest.mark.timeout(1200)
+def test_a_full_disk_ends_the_run_in_one_line_saying_what_was_written_and_where(tiny_model_dir, tmp_path):
+    """A full disk exited 2 (the code for bad input) with "[Errno 28] No space left on device" and no word of
+    what was being written. Now: exit 1, one line naming the write and its path, the run stored `interrupted`,
+    the store whole (SQLite's integrity check, no episode left in progress or scored from the fault), and
+    once there is room again the run resumes and finishes."""
+    import sqlite3
+
+    with _small_disk(tmp_path / "disk", "80m") as disk:
+        run = disk / "run"
+        proc = subprocess.Popen(_train("--model", tiny_model_dir, "--tasks", "go_home", "--groups-per-iteration", "1",
+                                       "--group-size", "2", "--slots", "2", "--max-new-tokens", "8", "--pool",
+                                       "inprocess", "--eval-episodes", "0", "--iterations", "50", "--out", str(run)),
+                                env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        try:
+            lines = []
+            for line in proc.stderr:
+                lines.append(line.rstrip("\n"))
+                if line.startswith("[1/50]"):
+                    break
+            filler = _fill(disk)
+            lines += proc.stderr.read().splitlines()
+            assert proc.wait(300) == 1, "\n".join(lines[-20:])
+        finally:
+            _kill_group(proc)
+        last = lines[-1]
+        assert last.startswith("guiagent train: no space left on the device while writing "), last
+        assert f" to {run}" in last and last.endswith(": free some space, then run it again (a run: --resume)"), last
+        assert "Errno" not in last and not any("Traceback" in x for x in lines)
+        filler.unlink()
+        with sqlite3.connect(run / "store.sqlite") as con:
+            assert con.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        reader = StoreReader(run)
+        [r] = reader.list_runs()
+        assert r.status == "interrupted"
+        resumed = subprocess.run(_train("--resume", str(run), "--iterations", "2", "--json"), env=ENV,
+                                 capture_output=True, text=True, timeout=600)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        reader = StoreReader(run)
+        [r] = reader.list_runs()
+        assert r.status == "finished"
+        episodes = reader.list_episodes(EpisodeFilter(run_id=r.run_id), limit=1000).items
+        aborted = [e for e in episodes if e.status == "aborted"]
+        assert all(e.success == 0.0 for e in aborted)  # an episode the full disk cut is never scored
+        assert reader.count_episodes(EpisodeFilter(run_id=r.run_id, status="completed")) >= 2 * 2
+
+
+@pytest.mark.slow  # ~10-20 s: a tiny model built into a disk too small for it
+def test_a_full_disk_under_a_command_with_no_word_for_the_write_names_the_file(tmp_path, capsys):
+    from guiagent.cli.main import main
+
+    with _small_disk(tmp_path / "disk", "2m") as disk:
+        assert main(["model", "init", "--size", "tiny", "--out", str(disk / "m")]) == 1
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        # the library words it its own way (safetensors: "... (os error 28)"): exit 1 all the same, not a traceback
+        assert last.startswith("guiagent model: no space left on the device while writing a file"), last
