@@ -28,6 +28,7 @@ from guiagent.config import Flat, build, check_model_path, to_mapping, validate_
 from guiagent.policy.hf import load_transformers
 from guiagent.policy.tiny import TinyModelSpec, build_tiny_model
 from guiagent.progress import progress_bar
+from guiagent.rewards import RewardConfig
 from guiagent.store import Store
 from guiagent.writing import disk_full
 from rl.agents import AgentSettings, OraclePolicy, RandomPolicy, load_agent, tiny_model_settings
@@ -271,9 +272,12 @@ def resolve_env(cfg: EvalConfig) -> tuple[str, tuple[str, ...]]:
     return cfg.env, cfg.tasks
 
 
-def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalResult:
+def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None, rewards: RewardConfig | None = None
+             ) -> EvalResult:
     """Run the evaluation; ``policy`` overrides the one ``cfg`` names (e.g. a model already in memory),
-    ``pool`` an env pool to run on (left open) instead of a fresh in-process one."""
+    ``pool`` an env pool to run on (left open) instead of a fresh in-process one; ``rewards`` the reward
+    weights each step is stored with (a training run's, for demonstrations it learns from; default:
+    :class:`~guiagent.rewards.RewardConfig`'s)."""
     # checked before any model loads or file is written: a typo costs nothing (ConfigError, one line)
     validate_out_dir(cfg.out)
     if policy is None and cfg.agent == "model" and cfg.backend != "openai":
@@ -297,8 +301,8 @@ def run_eval(cfg: EvalConfig, *, policy: Any = None, pool: Any = None) -> EvalRe
             if own_pool:
                 pool = cfg.fleet.open_pool(env_name)
             res = run_rollout(pool, policy, episode_plan(ids, cfg.episodes, cfg.seed, cfg.max_steps, cfg.targets),
-                              store=store, run_id=run_id, suite=env_name, keep_turns=False, on_episode=progress,
-                              min_batch_share=cfg.min_batch_share)
+                              rewards=rewards, store=store, run_id=run_id, suite=env_name, keep_turns=False,
+                              on_episode=progress, min_batch_share=cfg.min_batch_share)
             check_started(res)  # a browser that cannot launch: the run failed, not "0% (N aborted)"
     finally:
         progress.close()
@@ -455,7 +459,7 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
                words: str = "prefixed", copy_steps: int = 0, copy_until: float = 0.0, name_weight: float = 1.0,
                action_weight: float = 1.0,
                goal_frames: float = 0.0, goal_relabel: float = 0.0, targets: str = "all",
-               phases: PhaseTimes | None = None) -> str:
+               phases: PhaseTimes | None = None, rewards: RewardConfig | None = None) -> str:
     """A tiny model, SFT on ``demos`` oracle episodes of ``tasks`` (training seeds): the RL warm start.
 
     Tasks without oracles (AndroidWorld) are warm-started from the recorded episodes of
@@ -467,8 +471,10 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
     ``action_weight`` that of the action's kind, ``goal_frames``: the share of examples whose goal is
     framed by neutral words, ``goal_relabel``: the share of first steps relabelled in hindsight (all
     four :class:`rl.sft.SFTConfig`); ``targets``: which targets the demonstrations may have (``seen``:
-    none of the suite's held-out ones). ``phases`` gets the wall time of each part. Returns the SFT model
-    folder (``out/sft``); a finished warm start in ``out`` is reused.
+    none of the suite's held-out ones). ``phases`` gets the wall time of each part. ``rewards``: the
+    training run's reward weights, which the demonstrations' steps are stored with, so that a learner
+    reading them back (AWR's replay buffer, a staged run's replays) finds them on the scale of its own
+    episodes. Returns the SFT model folder (``out/sft``); a finished warm start in ``out`` is reused.
     """
     phases = phases or PhaseTimes()
     sft_dir = out / "sft"
@@ -494,7 +500,8 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
         with phases.timer("warm start: demonstrations"):
             run_eval(EvalConfig(env=env, agent="oracle", episodes=demos, out=demo_dirs[0], tasks=tuple(tasks),
                                 seed=seed, name="warm-start demos", targets=targets,
-                                fleet=FleetSettings(slots=DEMO_SLOTS, pool="inprocess", device=dict(device or {}))))
+                                fleet=FleetSettings(slots=DEMO_SLOTS, pool="inprocess", device=dict(device or {}))),
+                     rewards=rewards)
     settings = tiny_model_settings(action_format)
     policy = load_transformers(str(base), threads=threads)
     sft_cfg = SFTConfig(steps=steps, seed=seed, name_weight=name_weight, action_weight=action_weight,

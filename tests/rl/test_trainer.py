@@ -437,3 +437,35 @@ def test_ctrl_c_stores_the_training_run_as_interrupted(tiny_model_dir, tmp_path)
     assert proc.stderr.read().strip().splitlines()[-1] == "guiagent train: interrupted"
     [run] = StoreReader(out).list_runs()
     assert run.status == "interrupted"
+
+
+@pytest.fixture(scope="module")
+def warm_started_run(tmp_path_factory):
+    """A run with no --model (a warm start: a tiny model, oracle demonstrations, SFT), staged (the
+    demonstrations replayed first), with reward weights of its own; stopped after its set-up."""
+    from rl.trainer import train
+
+    out = tmp_path_factory.mktemp("warm") / "run"
+    cfg = TrainConfig.build(tasks=("open_app",), warm_start_demos=2, warm_start_steps=1, iterations=0,
+                            eval_episodes=0, pool="inprocess", slots=1, max_new_tokens=8, out=str(out), seed=0,
+                            rewards={"task": 3.0, "step_penalty": -0.01})
+    assert cfg.mode == "staged" and not cfg.data
+    train(cfg)
+    return cfg, out
+
+
+@pytest.mark.browser
+def test_the_warm_starts_demonstrations_are_rewarded_as_the_runs_own_episodes(warm_started_run):
+    """--rewards.* weigh the warm start's demonstrations too: a learner reading them back (AWR's replay
+    buffer, a staged run's replays) finds them on the scale of the run's online episodes."""
+    from guiagent.rewards import combine
+
+    cfg, out = warm_started_run
+    reader = StoreReader(out / "demos")
+    eps = reader.list_episodes(EpisodeFilter(status="completed"), limit=10).items
+    assert len(eps) == 2 and all(e.success == 1.0 for e in eps)
+    for e in eps:
+        steps = reader.get_episode(e.episode_id).steps
+        assert [s.reward for s in steps] == pytest.approx([combine(s.reward_parts, cfg.rewards) for s in steps])
+        assert e.total_reward == pytest.approx(3.0 - 0.01 * len(steps))  # the task's weight 3, a step's -0.01
+
