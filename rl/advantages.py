@@ -426,13 +426,24 @@ def aem_modulation(adv: torch.Tensor, surprisal: torch.Tensor, group_ids: torch.
     level: one number per reply, which is what the environment acts on), standardised
     within its group. ``A'_i = A_i · clamp(1 + α · sign(A_i) · u_i, 1/max_scale, max_scale)``:
 
-    * ``α > 0`` strengthens updates that raise entropy (reward surprising good replies, punish
-      confident bad ones more gently): exploration;
-    * ``α < 0`` strengthens updates that lower entropy: exploitation;
+    * ``α > 0`` strengthens the updates that raise entropy and weakens those that lower it: a
+      surprising good reply is rewarded more and a confident bad one punished more (probability
+      moves towards rare tokens and away from confident mistakes), while a confident good reply is
+      rewarded and a surprising bad one punished more gently: exploration;
+    * ``α < 0`` the other way round (confident good replies and surprising bad ones weigh more):
+      exploitation;
     * ``α = 0`` leaves the advantages unchanged.
 
     The sign of every advantage is kept. A schedule of ``α`` from positive to negative gives
-    the paper's exploration-to-exploitation transition.
+    the paper's exploration-to-exploitation transition. Two good replies and two bad ones, each
+    pair one confident and one surprising, at a large ``α`` (the scales clamped to 1/2 and 2)::
+
+        >>> adv = torch.tensor([1.0, 1.0, -1.0, -1.0])
+        >>> surprisal = torch.tensor([1.0, 3.0, 1.0, 3.0])  # confident, surprising, confident, surprising
+        >>> aem_modulation(adv, surprisal, torch.zeros(4, dtype=torch.long), alpha=5.0).tolist()
+        [0.5, 2.0, -2.0, -0.5]
+        >>> aem_modulation(adv, surprisal, torch.zeros(4, dtype=torch.long), alpha=-5.0).tolist()
+        [2.0, 0.5, -0.5, -2.0]
 
     Args:
         adv: ``[N]``; surprisal: ``[N]`` mean token NLL of each reply; group_ids: ``[N]``.

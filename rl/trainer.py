@@ -122,6 +122,14 @@ def write_summary(result: TrainResult) -> None:
     Path(result.run_dir, "summary.json").write_text(json.dumps(result.to_dict(), indent=2, default=float))
 
 
+def _with_demos(cfg: TrainConfig, out: Path) -> TrainConfig:
+    """``cfg`` as the run records it: a run that replays (staged, mixed) without --data replays the warm
+    start's demonstrations (``out/demos``)."""
+    if cfg.mode != "online" and not cfg.data:
+        return dataclasses.replace(cfg, data=(str(out / "demos"),))
+    return cfg
+
+
 class Trainer:
     """One training run: :meth:`run` is setup → iterate → finish → cleanup."""
 
@@ -253,8 +261,10 @@ class Trainer:
                 phases=self.phases, rewards=cfg.rewards)
             self.state.model_dir = self.model_dir
         if cfg.mode != "online" and not cfg.data:  # staged embedded default: replay the warm start's demos
-            self.cfg = cfg = dataclasses.replace(cfg, data=(str(out / "demos"),))
+            self.cfg = cfg = _with_demos(cfg, out)
             self.recorded = recorded_episodes(cfg.data, cfg.tasks)
+            if restored is None:  # the demonstrations are there now: config.yaml says what the store records
+                save_config(out, cfg)
         self.first_iteration = self.state.iteration
         return restored
 
@@ -265,9 +275,7 @@ class Trainer:
             return
         self.store = Store.open(self.out)
         if not self.state.run_id:
-            cfg = self.cfg
-            if cfg.mode != "online" and not cfg.data:  # as _config sets it after the warm start
-                cfg = dataclasses.replace(cfg, data=(str(self.out / "demos"),))
+            cfg = _with_demos(self.cfg, self.out)  # as _config sets it after the warm start
             self.state.run_id = self.store.create_run(f"{cfg.algo}-{cfg.env}", env=cfg.env, algo=cfg.algo,
                                                       model=self.model_dir, config=to_mapping(cfg))
             fault("run_opened")  # tests: a signal once the run is recorded (before the env pool or Ray starts)

@@ -233,3 +233,16 @@ def test_aem_modulation_hand_computed():
     assert aem_modulation(adv, surprisal, g, alpha=5.0).tolist() == pytest.approx([0.5, 2.0, -2.0, -0.5], abs=1e-5)
     assert aem_modulation(adv, surprisal, g, alpha=0.0).tolist() == adv.tolist()
     assert torch.equal(torch.sign(aem_modulation(adv, surprisal, g, alpha=-0.9)), torch.sign(adv))
+
+
+def test_the_aem_docstring_says_what_the_code_does():
+    """Its docstring's examples run as written, and its words name the same direction as the code: at
+    α > 0 a confident bad reply is punished more, not more gently."""
+    import doctest
+
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    for test in doctest.DocTestFinder().find(aem_modulation, globs={"torch": torch, "aem_modulation": aem_modulation}):
+        runner.run(test)
+    assert runner.tries >= 2 and runner.failures == 0
+    doc = " ".join(aem_modulation.__doc__.split())
+    assert "a confident bad one punished more" in doc and "confident bad ones more gently" not in doc

@@ -469,3 +469,16 @@ def test_the_warm_starts_demonstrations_are_rewarded_as_the_runs_own_episodes(wa
         assert [s.reward for s in steps] == pytest.approx([combine(s.reward_parts, cfg.rewards) for s in steps])
         assert e.total_reward == pytest.approx(3.0 - 0.01 * len(steps))  # the task's weight 3, a step's -0.01
 
+
+@pytest.mark.browser
+def test_the_saved_config_is_the_stores_config(warm_started_run):
+    """A staged run without --data replays the warm start's demonstrations: config.yaml says so, as the
+    store's record of the run does (one config, written once the run's data is known)."""
+    from guiagent.config import load_yaml, read_yaml, to_mapping
+
+    cfg, out = warm_started_run
+    [run] = StoreReader(out).list_runs()
+    saved = read_yaml(out / "config.yaml")
+    assert saved["data"] == [str(out / "demos")] == run.config["data"]
+    assert saved == run.config
+    assert to_mapping(load_yaml(TrainConfig, out / "config.yaml")) == run.config
