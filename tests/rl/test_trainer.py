@@ -454,6 +454,7 @@ def warm_started_run(tmp_path_factory):
     return cfg, out
 
 
+@pytest.mark.slow  # ~20 s with the next test (one warm start for both: a tiny model, demonstrations, SFT)
 @pytest.mark.browser
 def test_the_warm_starts_demonstrations_are_rewarded_as_the_runs_own_episodes(warm_started_run):
     """--rewards.* weigh the warm start's demonstrations too: a learner reading them back (AWR's replay
@@ -470,6 +471,7 @@ def test_the_warm_starts_demonstrations_are_rewarded_as_the_runs_own_episodes(wa
         assert e.total_reward == pytest.approx(3.0 - 0.01 * len(steps))  # the task's weight 3, a step's -0.01
 
 
+@pytest.mark.slow  # the warm start above (~20 s)
 @pytest.mark.browser
 def test_the_saved_config_is_the_stores_config(warm_started_run):
     """A staged run without --data replays the warm start's demonstrations: config.yaml says so, as the
