@@ -78,6 +78,33 @@ def _set_budget(run: Path, *, saved: int, at: int) -> None:
     state_file.write_text(json.dumps(raw))
 
 
+def test_a_resume_takes_the_runs_saved_total_unless_iterations_is_given(tiny_model_dir, tmp_path):
+    """`train --resume` alone took the class default, 8, as its total; now the run's saved one (checked here
+    without training: the end-to-end run is the slow test below)."""
+    import dataclasses
+
+    from guiagent.cli.train import _gives_iterations, _resume_budget
+    from rl.checkpoint import load_config, save_config
+    from rl.config import TrainConfig
+
+    run = tmp_path / "run"
+    run.mkdir()
+    save_config(run, _tiny_cfg(tiny_model_dir, run, iterations=4))
+    bare = TrainConfig.build(resume=str(run))  # what `train --resume run` parses: the class default's 8
+    assert bare.iterations == 8 and not _gives_iterations(["--resume", str(run)])
+    assert _resume_budget(bare, given=False).iterations == 4
+    given = dataclasses.replace(bare, iterations=20)
+    assert _gives_iterations(["--resume", str(run), "--iterations", "20"]) and _gives_iterations(["--iterations=20"])
+    assert _resume_budget(given, given=True).iterations == 20
+    assert load_config(TrainConfig, run).iterations == 20  # saved: a later bare resume goes on to 20
+    assert load_config(TrainConfig, run).seed == 1  # the other saved settings stay the run's own
+    (tmp_path / "more.yaml").write_text("iterations: 30\n")
+    assert _gives_iterations(["--resume", str(run), "--config", str(tmp_path / "more.yaml")])
+    (tmp_path / "other.yaml").write_text("seed: 3\n")
+    assert not _gives_iterations(["--resume", str(run), f"--config={tmp_path / 'other.yaml'}"])
+
+
+@pytest.mark.slow  # ~20 s on a quiet machine (98 s at load 7): three resumes of a real run
 def test_resume_without_iterations_trains_to_the_runs_saved_total(tiny_model_dir, tmp_path, capsys):
     """A run started with --iterations 4 and killed after its third: `train --resume` alone trained on to the
     class default, 8 (and a run saved with 20 and killed at 12 would have stopped at once); now it goes on to
