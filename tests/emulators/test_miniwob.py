@@ -170,13 +170,26 @@ def test_goal_is_text_even_when_the_page_returns_an_object(dev, task_id):
     assert isinstance(info["task"].goal, str) and info["task"].goal and "{" not in info["task"].goal
 
 
+_SHOWN_QUERY = "() => { const q = document.querySelector('#query'); return q ? q.innerText : null; }"
+
+
 @pytest.mark.slow
 def test_every_page_resets_with_a_text_goal(dev):
+    """Every page's goal is the instruction the page itself shows (its #query text, spaces aside): a
+    sentence, never an object written out, a placeholder or the empty string."""
+    import re
+
     from emulators.suites.miniwob import SUITE
 
-    for task_id in SUITE.task_ids():
+    ids = SUITE.task_ids()
+    assert len(ids) >= 100
+    for task_id in ids:
         _, info = env_for(dev, task_id).reset(seed=2)
-        assert isinstance(info["task"].goal, str) and info["task"].goal, task_id
+        goal = info["task"].goal
+        shown = dev.evaluate(_SHOWN_QUERY)
+        assert isinstance(goal, str) and isinstance(shown, str), task_id
+        assert " ".join(goal.split()) == " ".join(shown.split()) and re.search(r"[A-Za-z]{2}", goal), (task_id, goal)
+        assert not re.search(r"\[object |\{|\bundefined\b|\bnull\b|\bNaN\b", goal), (task_id, goal)
 
 
 def test_random_layout_task_set_moves_its_targets(dev):

@@ -130,14 +130,41 @@ def test_post_init_errors_surface_as_config_errors(tmp_path):
         load_yaml(Outer, tmp_path / "missing.yaml")
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def _holds(value, given) -> bool:
+    """Whether a config's ``value`` (a section or a setting) is what a file ``given``: each of its keys."""
+    value = to_mapping(value)
+    if isinstance(given, dict):
+        return isinstance(value, dict) and all(k in value and _holds(value[k], v) for k, v in given.items())
+    return value == to_mapping(given)
+
+
+SHIPPED = sorted((ROOT / "configs").glob("*.yaml"))
+
+
+def test_the_shipped_configs_are_found():
+    assert {p.name for p in SHIPPED} >= {"train_webapps_tiny.yaml", "train_webapps_fixed_json.yaml",
+                                        "train_grpo_learning_check.yaml", "train_qwen25vl_webapps.yaml",
+                                        "eval_miniwob_random.yaml"}
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_every_shipped_config_loads(path):
+    """`guiagent train --config FILE` (or `guiagent eval --config FILE`) takes the file as it is, every
+    check included (a setting the run would leave unused is refused), and every key of it is what the
+    run gets: none is dropped, renamed or overridden on the way."""
+    from guiagent.config import read_yaml
     from rl.config import TrainConfig
     from rl.evaluate import EvalConfig
 
     cls = TrainConfig if path.name.startswith("train") else EvalConfig
-    cfg = load_yaml(cls, path)
-    assert isinstance(cfg, cls)
+    cfg = parse_config(cls, ["--config", str(path)])  # what the command itself runs
+    assert type(cfg) is cls and cfg == load_yaml(cls, path)
+    given = read_yaml(path)
+    flat = flat_values(cfg)
+    assert given and all(k in flat and _holds(flat[k], v) for k, v in given.items()), \
+        [k for k, v in given.items() if k not in flat or not _holds(flat[k], v)]
+    if cls is TrainConfig:  # and the run reads each of them (TrainConfig.check_given refuses the others)
+        assert not [k for k in given if k in cfg.unused()], path.name
 
 
 def test_the_gpu_config_trains_every_webapps_task_on_vllm_in_the_models_own_format():

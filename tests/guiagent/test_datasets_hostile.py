@@ -110,11 +110,39 @@ def mutated_episode(draw):
 
 
 def _only_dataset_errors(fn):
+    """A reader's whole contract: it gives episodes, each a well-formed one (:func:`_an_episode`), or it
+    raises :class:`DatasetError` with one line of its own; anything else fails the test."""
     try:
-        return list(fn())
+        got = list(fn())
     except DatasetError as e:
-        assert str(e) and "\n" not in str(e).strip()
+        text = str(e).strip()
+        assert text and "\n" not in text and "Traceback" not in text, text
         return None
+    for t in got:
+        _an_episode(t)
+    return got
+
+
+def _an_episode(t) -> None:
+    """``t`` is an episode the rest of guiagent can take: a typed trajectory with a text goal, steps in
+    order, each a typed action (or a parse error) on a screen with a size and pixels (or a placeholder's
+    size), and nothing a JSON file or the store cannot hold (no NaN, no infinity, no object)."""
+    from guiagent.types import Action, Observation, Step, TaskSpec, Trajectory
+
+    assert isinstance(t, Trajectory) and isinstance(t.task, TaskSpec), type(t)
+    assert isinstance(t.episode_id, str) and t.episode_id and isinstance(t.task.goal, str)
+    indices = [s.index for s in t.steps]
+    assert all(isinstance(i, int) and i >= 0 for i in indices) and indices == sorted(set(indices)), indices
+    for s in t.steps:
+        assert isinstance(s, Step) and isinstance(s.observation, Observation)
+        w, h = s.observation.size
+        assert w > 0 and h > 0, (w, h)
+        shot = s.observation.screenshot
+        assert shot is None or (isinstance(shot, bytes) and shot), type(shot)
+        assert s.action is None or isinstance(s.action, Action), type(s.action)
+    data = t.to_dict(include_pixels=False)
+    text = json.dumps(data, allow_nan=False)  # ValueError on a NaN or an infinity, TypeError on an object
+    assert Trajectory.from_dict(json.loads(text)).to_dict(include_pixels=False) == json.loads(text)
 
 
 @SETTINGS

@@ -206,7 +206,13 @@ def test_awr_trains_offline_from_stored_runs_and_keeps_its_replay_buffer_in_chec
     turns, w, stats = credit.batch(RolloutResult(trajectories=[online]), policy, 0, store=store)
     assert [p[1] for p in state.replay] == ["demo-0", "online-0"] and stats["replay"] == 2.0
     assert len(turns) == 4 and (w > 0).all() and all(u.old_logprobs == (0.0,) * len(u.completion_ids) for u in turns)
-    assert credit.fit()["value_loss"] >= 0.0
+    # the critic is fitted after the actor, to the sampled turns' returns: its values move towards them
+    feats, returns, before = credit._pending
+    figs = credit.fit()
+    after = credit.critic.values(feats).float()
+    assert credit._pending is None and math.isfinite(figs["value_loss"]) and figs["value_loss"] >= 0.0
+    assert float(((after - returns) ** 2).mean()) < float(((before - returns) ** 2).mean())
+    assert credit.fit() == {}  # nothing pending: a second fit does not refit the same batch
     store.close()
     credit_rows = StoreReader(tmp_path / "online").step_credit("online-0")
     assert len(credit_rows) == 2 and all(c.value is not None and "awr_weight" in c.detail for c in credit_rows)
