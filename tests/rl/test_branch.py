@@ -105,12 +105,16 @@ def test_every_branches_g_siblings_from_each_trunk_state_and_stores_the_tree(poo
 def test_a_branch_prompt_equals_the_plain_rollout_prompt_for_the_same_history(pool):
     """A branch continues its trunk's step numbering: each of its turns sees the history a plain
     rollout would show for the same steps ("Step 1", "Step 2", ... with no restart at the branch)."""
+    import dataclasses
+
     from grounding import get_format
     from rl.prompting import build_chat
 
     fmt = get_format("json")
 
     class Recording(OraclePolicy):
+        """The oracle, least certain at the trunk's second step (where --branch-at uncertain branches)."""
+
         def __init__(self):
             self.seen = []
 
@@ -118,23 +122,23 @@ def test_a_branch_prompt_equals_the_plain_rollout_prompt_for_the_same_history(po
             self.seen += [(c.key, [s.index for s in c.history],
                            [part["text"] for part in build_chat(c.spec.goal, c.history, c.observation, fmt)[1]["content"]
                             if part["type"] == "text"]) for c in contexts]
-            return super().act_batch(contexts, p)
+            return [dataclasses.replace(t, logprobs=(-5.0,) if len(c.history) == 1 else (-0.1,))
+                    for c, t in zip(contexts, super().act_batch(contexts, p))]
 
     policy = Recording()
-    res = run_branched(pool, policy, make_groups(["settings_dark_theme"], [7], 1, tag="n"), BranchSettings("every"),
-                       group_size=1)
+    res = run_branched(pool, policy, make_groups(["settings_dark_theme"], [7], 1, tag="n"),
+                       BranchSettings("uncertain", branch_points=1), group_size=1)
     [trunk] = [t for t in res.trajectories if t.group_id is None]
-    assert len(trunk.steps) == 3
+    [branch] = [t for t in res.trajectories if t.metadata.get("branch_of")]
+    assert len(trunk.steps) == 3 and branch.metadata["branch_step"] == 1 and len(branch.steps) == 2
     trunk_turns = {len(idx): text for key, idx, text in policy.seen if ":trunk" in key}
-    branch_turns = [(key, idx, text) for key, idx, text in policy.seen if ":trunk" not in key]
-    # every branch turn after the first holds a branch step in its history
-    assert sum(len(idx) > int(key.split("@")[1].split("#")[0]) for key, idx, _ in branch_turns) == 3
-    for key, idx, text in branch_turns:
+    branch_turns = [(idx, text) for key, idx, text in policy.seen if ":trunk" not in key]
+    assert [len(idx) for idx, _ in branch_turns] == [1, 2]  # the second holds the branch's own first step
+    for idx, text in branch_turns:
         assert idx == list(range(len(idx)))  # numbered on from the trunk's steps
         assert text == trunk_turns[len(idx)]  # the oracle takes the trunk's actions: the very same prompt
     # the stored branch keeps its own step indices (from 0) and names the trunk step it starts at
-    for b in (t for t in res.trajectories if t.metadata.get("branch_of")):
-        assert [s.index for s in b.steps] == list(range(len(b.steps)))
+    assert [s.index for s in branch.steps] == [0, 1]
 
 
 def test_first_restores_one_captured_start_per_group(pool):
