@@ -55,8 +55,8 @@ def test_every_task_of_every_suite_is_registered():
         assert ids and all(i in gymnasium.registry for i in ids), suite.name
         spec = gymnasium.spec(ids[0])
         assert spec.entry_point == registration.ENTRY_POINT and spec.kwargs["suite"] == suite.name
-    # 52 fixed-layout tasks and the 5 *_shuffled variants of the easy ones (tasks/shuffled.py)
-    assert len(WEBAPPS.env_ids()) == 57
+    # 53 fixed-layout tasks and the 6 *_shuffled variants of the goal-conditioned ones (tasks/shuffled.py)
+    assert len(WEBAPPS.env_ids()) == 59
     assert registration.register_envs() == WEBAPPS.env_ids() + MINIWOB.env_ids()  # idempotent
 
 

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.browser
 SHUFFLED = {"open_app_shuffled": ("apps", "app", "link"), "settings_turn_on_shuffled": ("toggles", "key", "switch"),
             "settings_turn_off_shuffled": ("toggles", "key", "switch"),
             "settings_open_section_shuffled": ("sections", "section", "link"),
-            "files_open_folder_shuffled": ("folders", "folder", "link")}
+            "files_open_folder_shuffled": ("folders", "folder", "link"),
+            "files_open_file_shuffled": ("folders", "folder", "link")}
 #: seeds 0-9 by default, 10-24 with -m slow
 SEEDS = [pytest.param(range(10), id="seeds0-9"), pytest.param(range(10, 25), id="seeds10-24", marks=pytest.mark.slow)]
 
@@ -79,6 +80,22 @@ def _labels(lst: str, order: list[str]) -> list[str]:
 
     table = {"apps": APP_TITLES, "toggles": SETTINGS_TOGGLES, "sections": SETTINGS_SECTIONS}.get(lst)
     return [table[k] for k in order] if table else list(order)
+
+
+def test_a_folder_lists_its_files_in_the_episodes_order(device):
+    """files_open_file_shuffled also reorders the files a folder lists (by name in the fixed layout)."""
+    for task_id in ("files_open_file", "files_open_file_shuffled"):
+        env = GuiEnv(device, TASKS[task_id])
+        env.reset_typed(seed=6)
+        obs, *_ = env.step_typed(env.oracle_action())  # into the folder
+        params, world = env.task.params, env.task.initial_state()
+        held = [f["name"] for f in world["files"] if f["folder"] == params["folder"]]
+        order = params["layout"]["files"] if "layout" in params else sorted(held)
+        want = [n for n in order if n in held]
+        shown = [next(n for n in want if m.name.startswith(n)) for m in obs.marks
+                 if any(m.name.startswith(n) for n in want)]
+        assert shown == want, (task_id, shown, want)
+    assert want != sorted(want)  # seed 6 lists them out of name order
 
 
 def test_fixed_tasks_keep_the_fixed_order(device):
