@@ -138,6 +138,7 @@ class Trainer:
 
     def run(self) -> TrainResult:
         self.store = self.pool = self.async_rollout = self.engine = self.judge = self.loggers = None
+        self.session_out: Path | None = None  # set once the run writes in its output folders
         self.started = time.perf_counter()
         try:
             # a full disk is said with what was being written (guiagent.writing); inner blocks say more
@@ -234,8 +235,6 @@ class Trainer:
                 clear_previous_run(out, keep=(cfg.model, *cfg.data))
         out.mkdir(parents=True, exist_ok=True)
         mark_run(out)  # before anything else of the run: what a later --overwrite takes as evidence of it
-        begin_session(out)  # what this session writes in the run's folders is recorded as the run's (--overwrite)
-        self.session_out = out
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.stopped_by: str | None = None
@@ -273,6 +272,10 @@ class Trainer:
         A new run with a warm start records itself before it (opened already: nothing more to do)."""
         if self.store is not None:
             return
+        # from here on the run writes in its output folders: recorded as the run's (what --overwrite deletes);
+        # a resume refused before it (a damaged checkpoint) has changed nothing
+        begin_session(self.out)
+        self.session_out = self.out
         self.store = Store.open(self.out)
         if not self.state.run_id:
             cfg = _with_demos(self.cfg, self.out)  # as _config sets it after the warm start
@@ -486,7 +489,7 @@ class Trainer:
         if self.async_rollout is not None:  # the rollout in flight ends before the pool is used again
             self.async_rollout.close()
         final = self.out / "model"
-        with self.phases.timer("final model"):
+        with self.phases.timer("final model"), writing("the final model", final):
             self.policy.save(final)
         self.settings.save(str(final))
         after = self.evaluate("after")

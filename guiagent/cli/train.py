@@ -15,6 +15,7 @@ not load) leaves nothing behind. SIGTERM stops a run as Ctrl+C does: stored ``in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -31,7 +32,7 @@ from guiagent.cli._common import (
     quiet_library_bars,
     validate_out_dir,
 )
-from guiagent.config import parse_config, read_yaml
+from guiagent.config import ConfigError, parse_config, read_yaml
 from guiagent.logs import show_progress
 from guiagent.runlock import run_lock
 from guiagent.writing import writing
@@ -180,17 +181,28 @@ def _gives_iterations(argv: list[str]) -> bool:
 def _resume_budget(cfg, *, given: bool):
     """A resumed run's total of iterations: the one its config.yaml holds (what it was started with, or
     the last --iterations a resume gave) unless ``given`` (--iterations on this command line or in its
-    --config file); a given total that differs is saved, so that a later resume without it goes on to it."""
+    --config file). Returns the config and the total to save once the resume is under way (None: none),
+    so that a later resume without --iterations goes on to it."""
+    from rl.checkpoint import load_config  # lazy: the trainer loads torch (2 s); --help does not
+    from rl.config import TrainConfig  # lazy: as above
+
+    saved = load_config(TrainConfig, Path(cfg.resume))  # checked by preflight
+    if not given:
+        return dataclasses.replace(cfg, iterations=saved.iterations), None
+    return cfg, (cfg.iterations if saved.iterations != cfg.iterations else None)
+
+
+def _save_total(cfg, total: int | None) -> None:
+    """Save a resume's new total into the run's config.yaml (see :func:`_resume_budget`); a resume refused as
+    bad input (a damaged checkpoint) never gets here: it changes nothing."""
+    if total is None:
+        return
     from rl.checkpoint import load_config, save_config  # lazy: the trainer loads torch (2 s); --help does not
     from rl.config import TrainConfig  # lazy: as above
 
     run_dir = Path(cfg.resume)
-    saved = load_config(TrainConfig, run_dir)  # checked by preflight
-    if not given:
-        return dataclasses.replace(cfg, iterations=saved.iterations)
-    if saved.iterations != cfg.iterations:
-        save_config(run_dir, dataclasses.replace(saved, iterations=cfg.iterations))
-    return cfg
+    with contextlib.suppress(OSError):  # a full disk: the run's own line says so; the old total stays
+        save_config(run_dir, dataclasses.replace(load_config(TrainConfig, run_dir), iterations=total))
 
 
 def _names_a_start(argv: list[str]) -> bool:
@@ -275,8 +287,9 @@ def main(argv: list[str]) -> int:
     quiet_library_bars()
     # one writer per run folder: a second train, eval --out, sft --out or import into it is refused
     with run_lock(cfg.resume or cfg.out, "guiagent train " + shlex.join(argv)):
+        total = None
         if cfg.resume:  # the total the run was started with (or last given), unless --iterations names another
-            cfg = _resume_budget(cfg, given=_gives_iterations(argv))
+            cfg, total = _resume_budget(cfg, given=_gives_iterations(argv))
         before = None if cfg.resume else _entries(Path(cfg.out))
         try:
             result = train(cfg)
@@ -284,10 +297,14 @@ def main(argv: list[str]) -> int:
             _undo_failed_start(cfg, before)
             return fail("train", e)
         except NoEpisodeStarted as e:  # no browser (or device) would start: the run is stored as failed
+            _save_total(cfg, total)
             return fail("train", e, 1)
-        except BaseException:
+        except BaseException as e:
+            if not isinstance(e, ConfigError):  # bad input changes nothing; an interrupted resume keeps its total
+                _save_total(cfg, total)
             _undo_failed_start(cfg, before)
             raise
+        _save_total(cfg, total)
         with writing("the run's summary", Path(result.run_dir) / "summary.json"):
             write_summary(result)
     best = (f"; best {result.best_success:.1%} at iteration {result.best_iteration} -> {result.best_model}"

@@ -83,7 +83,7 @@ def test_a_resume_takes_the_runs_saved_total_unless_iterations_is_given(tiny_mod
     without training: the end-to-end run is the slow test below)."""
     import dataclasses
 
-    from guiagent.cli.train import _gives_iterations, _resume_budget
+    from guiagent.cli.train import _gives_iterations, _resume_budget, _save_total
     from rl.checkpoint import load_config, save_config
     from rl.config import TrainConfig
 
@@ -92,10 +92,12 @@ def test_a_resume_takes_the_runs_saved_total_unless_iterations_is_given(tiny_mod
     save_config(run, _tiny_cfg(tiny_model_dir, run, iterations=4))
     bare = TrainConfig.build(resume=str(run))  # what `train --resume run` parses: the class default's 8
     assert bare.iterations == 8 and not _gives_iterations(["--resume", str(run)])
-    assert _resume_budget(bare, given=False).iterations == 4
+    assert _resume_budget(bare, given=False) == (dataclasses.replace(bare, iterations=4), None)
     given = dataclasses.replace(bare, iterations=20)
     assert _gives_iterations(["--resume", str(run), "--iterations", "20"]) and _gives_iterations(["--iterations=20"])
-    assert _resume_budget(given, given=True).iterations == 20
+    assert _resume_budget(given, given=True) == (given, 20)
+    assert load_config(TrainConfig, run).iterations == 4  # not before the resume is under way
+    _save_total(given, 20)
     assert load_config(TrainConfig, run).iterations == 20  # saved: a later bare resume goes on to 20
     assert load_config(TrainConfig, run).seed == 1  # the other saved settings stay the run's own
     (tmp_path / "more.yaml").write_text("iterations: 30\n")
