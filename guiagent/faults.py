@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["fault", "VARIABLE"]
+__all__ = ["VARIABLE", "fault"]
 
 VARIABLE = "GUIAGENT_FAULT"
 

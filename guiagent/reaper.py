@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 
-__all__ = ["watch", "descendants"]
+__all__ = ["descendants", "watch"]
 
 POLL_S = 1.0
 """how often the watchdog notes the watched process's descendants"""

@@ -17,9 +17,7 @@ PARENT = textwrap.dedent("""
     from guiagent.reaper import watch
     watch()
     # a grandchild in a session of its own (as Chromium and Ray's agents are): no signal to the group reaches it
-    child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
-                              "subprocess.Popen(['sleep', '300'], start_new_session=True); time.sleep(300)"],
-                             start_new_session=True)
+    child = subprocess.Popen(["sh", "-c", "setsid sleep 300 & exec sleep 300"], start_new_session=True)
     print(child.pid, flush=True)
     time.sleep(300)
 """)
