@@ -4,16 +4,25 @@
 or a :class:`~guiagent.types.ParseError`. ``image_size`` is always the
 ``(width, height)`` of the screenshot the model was shown (before any resizing the
 format itself applies); actions come back in normalised [0, 1] coordinates.
+
+Formats are registered by name, as training algorithms are (``rl/strategies/base.py``): the module that
+defines a format calls :func:`register_format` for each name it answers to (one class may serve several,
+with different constructor arguments), and :func:`grounding.get_format` builds any name of
+:data:`FORMATS`. The package imports each format module once; the names come in the order they register.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 from abc import ABC, abstractmethod
+from typing import Any, Callable
 
 from guiagent.types import Action, ParseError
 
 from grounding.coords import ModelFrame
+
+__all__ = ["ActionFormat", "FORMATS", "register_format"]
 
 
 class ActionFormat(ABC):
@@ -54,3 +63,16 @@ class ActionFormat(ABC):
         frame = ModelFrame("smart_resize_pixels", factor, min_pixels, max_pixels)
         out.frame = frame  # type: ignore[attr-defined]
         return out
+
+
+#: name -> what builds that format (its options as keywords), filled by :func:`register_format`
+FORMATS: dict[str, Callable[..., ActionFormat]] = {}
+
+
+def register_format(name: str, cls: type[ActionFormat], *args: Any, **defaults: Any) -> None:
+    """Make ``cls`` available as ``get_format(name, **options)``: built as ``cls(*args, **defaults)``
+    with the options given to ``get_format`` over ``defaults``. A name is registered once (a second
+    registration is a ``ValueError``, not a silent replacement)."""
+    if name in FORMATS:
+        raise ValueError(f"an action format named {name!r} is registered already")
+    FORMATS[name] = functools.partial(cls, *args, **defaults)

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 from guiagent import jsontext
 from guiagent.types import ACTION_TYPES, ELEMENT_ACTION_TYPES, Action, ParseError, SCROLL_DIRECTIONS
 
-from grounding.base import ActionFormat
+from grounding.base import ActionFormat, register_format
 from grounding.coords import ModelFrame
 from grounding.spec import ActionSpec, ArgError, Ctx, Table, check_image_size, guarded_parse
 
@@ -233,3 +233,7 @@ class JsonFormat(ActionFormat):
             return ParseError("bad_arguments", f"{row.name} takes {list(row.param_names)}, "
                               f"got unexpected {sorted(unknown)}", text)
         return row.decode(args, Ctx(ModelFrame("pixels"), image_size))
+
+
+# plain JSON actions, normalised coordinates
+register_format("json", JsonFormat)

@@ -49,6 +49,7 @@ from guiagent.types import (
     ACTION_TYPES, element_at,
 )
 
+from grounding.base import register_format
 from grounding.jsonfmt import JsonFormat, _row
 from grounding.spec import Table
 
@@ -386,3 +387,7 @@ class _Refused(Exception):
 
 class _NoSuchName(ValueError):
     """A reply names an element the screen does not list."""
+
+
+# JSON actions on the screen's numbered elements (the prompt lists them each turn; the device needs marks on)
+register_format("marks", MarksFormat)

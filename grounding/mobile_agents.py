@@ -53,6 +53,7 @@ from guiagent.types import (
     NavigateHome, OpenApp, Scroll, Type, Wait,
 )
 
+from grounding.base import register_format
 from grounding.coords import ModelFrame
 from grounding.qwen import (
     QwenToolCallFormat, _dec_terminate, _dec_type, _enc_type, _mobile_rows, _need, _text,
@@ -260,3 +261,9 @@ class MaiUiFormat(QwenToolCallFormat):
     def format(self, action: Action, image_size: tuple[int, int], thought: str = "") -> str:
         check_image_size(image_size)
         return _with_thinking(super().format(action, image_size), thought)
+
+
+# GUI-Owl / Mobile-Agent-v3 in smart-resized pixels, GUI-Owl 1.5 relative 0-1000; MAI-UI relative 0-999
+register_format("guiowl", GuiOwlFormat)
+register_format("guiowl15", GuiOwlFormat, frame="relative1000")
+register_format("maiui", MaiUiFormat)

@@ -51,7 +51,7 @@ from guiagent.types import (
     OpenApp, ParseError, RightClick, Scroll, Swipe, Type, Wait,
 )
 
-from grounding.base import ActionFormat
+from grounding.base import ActionFormat, register_format
 from grounding.coords import ModelFrame
 from grounding.spec import (
     ActionSpec, ArgError, Ctx, Table, canonical_key, check_image_size, guarded_parse, model_key_parts,
@@ -489,3 +489,11 @@ class QwenToolCallFormat(ActionFormat):
             return ParseError("unknown_action", f"{msg}; expected one of {list(self.table.names)}", text)
         # arguments the action does not take are ignored, as the reference tools ignore them
         return row.decode(args, Ctx(self.frame, image_size))
+
+
+# Qwen2.5-VL's tools in smart-resized pixels; the same tools as Qwen3-VL speaks them, relative 0-999 (its
+# mobile cookbook) / 0-1000 coordinates (frame= picks the other)
+register_format("qwen_mobile", QwenToolCallFormat, "mobile_use")
+register_format("qwen_computer", QwenToolCallFormat, "computer_use")
+register_format("qwen3_mobile", QwenToolCallFormat, "mobile_use", frame="relative999")
+register_format("qwen3_computer", QwenToolCallFormat, "computer_use", frame="relative1000")

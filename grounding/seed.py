@@ -45,7 +45,7 @@ from guiagent.types import (
     NavigateHome, OpenApp, ParseError, RightClick, Scroll, Swipe, Type, Wait,
 )
 
-from grounding.base import ActionFormat
+from grounding.base import ActionFormat, register_format
 from grounding.coords import ModelFrame
 from grounding.spec import (
     ActionSpec, ArgError, Ctx, Table, canonical_key, check_image_size, guarded_parse, model_key_parts,
@@ -311,3 +311,7 @@ class SeedXmlFormat(ActionFormat):
             return ParseError("bad_arguments", f"{row.name} takes {takes}, got unexpected {sorted(unknown)}",
                               text)
         return row.decode(args, Ctx(self.frame, image_size))
+
+
+# UI-TARS-2's Seed XML function calls, relative 0-1000
+register_format("uitars2", SeedXmlFormat)

@@ -31,7 +31,7 @@ from guiagent.types import (
     NavigateHome, OpenApp, ParseError, RightClick, Scroll, Swipe, Type, Wait,
 )
 
-from grounding.base import ActionFormat
+from grounding.base import ActionFormat, register_format
 from grounding.coords import FrameKind, ModelFrame
 from grounding.spec import (
     ActionSpec, ArgError, Ctx, Table, canonical_key, check_image_size, guarded_parse, model_key_parts,
@@ -418,3 +418,8 @@ class UITarsFormat(ActionFormat):
             return ParseError("bad_arguments", f"{row.name} takes {list(row.param_names) or 'no arguments'}, "
                               f"got unexpected {sorted(unknown)}", text)
         return row.decode(args, ctx)
+
+
+# UI-TARS-1: relative 0-1000 coordinates; UI-TARS-1.5: pixels of the smart-resized image
+register_format("uitars", UITarsFormat, "relative1000")
+register_format("uitars15", UITarsFormat, "smart_resize_pixels")
