@@ -46,8 +46,8 @@ from rl.checkpoint import (
 )
 from rl.config import TINY_MAX_PIXELS, TrainConfig
 from rl.engine import RolloutEngine
-from rl.evaluate import (EvalConfig, check_started, run_eval, run_status_after, tasks_with_held_out_targets,
-                         warm_start)
+from rl.evaluate import (_has_oracles, EvalConfig, check_started, run_eval, run_status_after,
+                         tasks_with_held_out_targets, warm_start)
 from rl.learner import Learner
 from rl.loggers import make_loggers
 from rl.losses import AdaptiveKL
@@ -245,7 +245,8 @@ class Trainer:
         else:
             self.state = TrainerState()
             save_config(out, cfg)
-            if not cfg.model:  # the run's record before its warm start: one stopped in it is stored `interrupted`
+            if not cfg.model and (cfg.data or _has_oracles(cfg.env, self.tasks)):  # (else: warm_start's one line)
+                # the run's record before its warm start: one stopped in it is stored `interrupted`
                 self.model_dir = str(out / "sft")  # where the warm start puts its model
                 self._open_run()
             torch.manual_seed(cfg.seed)  # the tiny model's initialisation, when the warm start builds one
