@@ -158,6 +158,85 @@ def test_random_agent_and_bad_arguments():
     assert step_goal("g", eps[0].steps[0], "high") == "g"
 
 
+class Logged:
+    """A policy that keeps each act_batch call's step keys and slots, and answers like the oracle."""
+
+    def __init__(self, episodes, answer_less=False):
+        self.oracle, self.calls, self.answer_less = RecordedPolicy(episodes), [], answer_less
+
+    def act_batch(self, contexts, pool):
+        self.calls.append([(c.key, c.slot, len(c.history)) for c in contexts])
+        turns = self.oracle.act_batch(contexts, pool)
+        return turns[:-1] if self.answer_less else turns
+
+
+def test_the_steps_run_through_the_rollout_loop_on_a_side_over_recorded_steps(monkeypatch):
+    """Offline evaluation had a loop of its own beside the one every other rollout takes; its steps now
+    run through rl.loop.RolloutLoop, on OfflineSide (one request a recorded step and level)."""
+    from rl.loop import RolloutLoop
+    from rl.offline_eval import OfflineRequest, OfflineSide
+
+    eps = _episodes()
+    runs = []
+    real = RolloutLoop.run
+
+    def spy(self, requests):
+        runs.append((type(self.side).__name__, [r.key for r in requests]))
+        return real(self, requests)
+
+    monkeypatch.setattr(RolloutLoop, "run", spy)
+    res = run_offline_eval(RecordedPolicy(eps), eps, batch_size=2)
+    assert res["high"].step_sr == res["low"].step_sr == 1.0
+    assert [side for side, _ in runs] == ["OfflineSide", "OfflineSide"]  # a loop per level
+    assert runs[1][1] == [context_key("low", t.episode_id, i) for t in eps for i in range(len(t.steps))]
+    # the side on its own: a request is one turn at the step's screen, scored against its target
+    req = OfflineRequest(eps[0], 1, "low", StepTarget("swipe", direction="down", convention="scroll"))
+    out = real(RolloutLoop(OfflineSide(1), RecordedPolicy(eps), keep_turns=False), [req])
+    [t] = out.trajectories
+    assert t.status == "completed" and t.success == 1.0 and out.env_steps == 1
+    assert t.task.goal == "open the list\nStep instruction: swipe up" and t.steps[0].metadata["matched"]
+    assert t.metadata["recorded_episode"] == "e1" and t.metadata["level"] == "low"
+
+
+def test_the_steps_reach_the_policy_in_recorded_order_batch_by_batch():
+    """What a policy that draws from one stream in call order (RandomPolicy) depends on: each level's steps
+    in the recorded order, batch_size to a call, in slots 0.., each with the recorded steps before it."""
+    eps = _episodes()
+    agent = Logged(eps)
+    run_offline_eval(agent, eps, batch_size=2)
+    steps = [(t.episode_id, i) for t in eps for i in range(len(t.steps))]
+    want = []
+    for level in ("high", "low"):
+        keys = [(context_key(level, e, i), i) for e, i in steps]
+        want += [[(k, slot, i) for slot, (k, i) in enumerate(keys[j:j + 2])] for j in range(0, len(keys), 2)]
+    assert agent.calls == want
+    with pytest.raises(RuntimeError, match="the policy answered 1 of 2 turns"):
+        run_offline_eval(Logged(eps, answer_less=True), eps, batch_size=2)
+
+
+#: (type, grounding, step SR, episodes all right) per seed and level, from the driver with its own loop
+EXPECTED_RANDOM = {
+    0: {"high": (32 / 48, 22 / 32, 22 / 48, 0.0), "low": (34 / 48, 22 / 34, 22 / 48, 2 / 12)},
+    1: {"high": (29 / 48, 22 / 29, 22 / 48, 1 / 12), "low": (32 / 48, 22 / 32, 22 / 48, 2 / 12)},
+    2: {"high": (33 / 48, 24 / 33, 24 / 48, 0.0), "low": (35 / 48, 25 / 35, 25 / 48, 2 / 12)},
+}
+
+
+def test_a_random_agent_scores_as_it_did_before_the_loop_ran_its_steps():
+    """RandomPolicy's figures, seeds 0-2, on a set where it scores: the same to the digit as the driver
+    with its own loop gave (computed with it before the change)."""
+    eps = []
+    for n in range(12):
+        obs = Observation(png(n), 360, 640)
+        steps = tuple(Step(i, obs, Click(0.5, 0.5), metadata={"target": StepTarget(
+            "click", boxes=((0.0, 0.0, 1.0, 0.5 + 0.1 * i),), point=(0.5, 0.25)).to_dict()}) for i in range(4))
+        eps.append(Trajectory(f"r{n}", TaskSpec("uis1", f"f:{n}", n, "tap the top"), steps, success=1.0))
+    got = {seed: {lv: (m.type_acc, m.grounding_acc, m.step_sr, m.episode_success)
+                  for lv, m in run_offline_eval(RandomPolicy(seed=seed), eps, batch_size=5).items()}
+           for seed in (0, 1, 2)}
+    assert got == EXPECTED_RANDOM, got
+
+
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "guiagent", "eval", *args], capture_output=True, text=True,
                           timeout=300)
