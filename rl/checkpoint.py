@@ -2,11 +2,24 @@
 
 Layout of ``RUN_DIR/checkpoint/``::
 
-    config.json, model.safetensors, ...   the policy (``policy.save``)
+    config.json, model.safetensors, ...   a full policy's weights (``policy.save_weights``); a LoRA
+    or lora_adapter/                      policy's adapter alone (``policy.save_adapter``)
     trainer_state.json                    TrainerState and Python's RNG state (plain JSON)
     optimizer.pt                          optimiser state and torch's RNG state: tensors only,
                                           loaded with ``torch.load(weights_only=True)``
     COMPLETE                              written last: the folder is whole
+
+A checkpoint holds what training changes and nothing else: no tokenizer, image processor or chat
+template (they are the starting model's, ``TrainerState.model_dir``, which a resume loads them from,
+as it loads a LoRA run's base), and for a LoRA run no merged weights (a resume rebuilds them from the
+base and the adapter). ``model/``, ``model-best/`` and ``reference/`` are whole models that load alone
+(:func:`save_model`).
+
+Weights are written once per version of the policy: a save whose policy has not changed since another
+folder of the run took its weights (``model-best/`` and the same iteration's checkpoint; at the end,
+``model/``, the last checkpoint and ``model-best/``) hard-links those files instead of writing them
+again (:func:`note_weights`; a copy where the file system has no hard links). Every such folder is
+written anew and swapped in, never rewritten in place, so a link never sees its file change.
 
 Nothing in a checkpoint is unpickled as arbitrary objects: a crafted ``optimizer.pt`` is
 refused with :class:`CheckpointError`, never executed. ``trainer_state.json`` is checked field by
@@ -32,6 +45,7 @@ run with no checkpoint (which would start it again from iteration 0).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import logging
 import math
@@ -42,6 +56,7 @@ import shutil
 import time
 import typing
 import warnings
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -58,7 +73,7 @@ from guiagent.written import entries, foreign, shown
 __all__ = ["TrainerState", "CheckpointError", "checkpoint_dir", "save_checkpoint", "find_checkpoint",
            "load_checkpoint", "restore_optimizer", "read_state", "save_config", "load_config", "check_out",
            "clear_previous_run", "mark_run", "holds_run", "begin_session", "end_session", "not_written",
-           "RUN_MARKER", "RUN_OUTPUTS"]
+           "save_model", "note_weights", "RUN_MARKER", "RUN_OUTPUTS"]
 
 log = logging.getLogger(__name__)
 
@@ -101,17 +116,138 @@ def checkpoint_dir(out: Path) -> Path:
     return out / "checkpoint"
 
 
+# ---- weights on disk: written once a version, hard-linked where another folder of the run holds them ------
+
+#: a plain model's weight files as ``save_pretrained`` names them (beside them a folder may hold anything)
+_WEIGHT_FILE = re.compile(r"config\.json|generation_config\.json|model(-[0-9]+-of-[0-9]+)?\.safetensors"
+                          r"|model\.safetensors\.index\.json")
+ADAPTER_DIR = "lora_adapter"
+
+#: per policy: the folders holding its weights at its current version, and a folder holding its
+#: tokenizer, processor and template (with their file names), which never change
+_ON_DISK: "weakref.WeakKeyDictionary[Any, dict[str, Any]]" = weakref.WeakKeyDictionary()
+
+
+def _on_disk(policy: Any) -> dict[str, Any]:
+    try:
+        return _ON_DISK.setdefault(policy, {"weights": [], "parts": None})
+    except TypeError:  # an object without weak references: nothing is remembered, everything written
+        return {"weights": [], "parts": None}
+
+
+def note_weights(policy: Any, folder: Path) -> None:
+    """``folder`` (a folder of the run, written anew and swapped in) now holds ``policy``'s weights as they
+    are (``policy.version``): a later save at the same version links its files instead of writing them."""
+    version = getattr(policy, "version", None)
+    if version is None:
+        return
+    rec = _on_disk(policy)
+    folder = Path(folder)
+    rec["weights"] = [(v, f) for v, f in rec["weights"] if v == version and f != folder] + [(version, folder)]
+
+
+def _weight_files(folder: Path) -> list[str]:
+    try:
+        names = sorted(e.name for e in os.scandir(folder) if _WEIGHT_FILE.fullmatch(e.name) and e.is_file())
+    except OSError:
+        return []
+    return names if any(n.endswith(".safetensors") for n in names) and "config.json" in names else []
+
+
+def _adapter_files(folder: Path) -> list[str]:
+    names = [f"{ADAPTER_DIR}/{e}" for e in entries(folder / ADAPTER_DIR)] if (folder / ADAPTER_DIR).is_dir() else []
+    needed = {f"{ADAPTER_DIR}/adapter_config.json", f"{ADAPTER_DIR}/adapter_model.safetensors"}
+    return names if needed <= set(names) else []
+
+
+def _saved(policy: Any, dst: Path, files: Callable[[Path], list[str]]) -> tuple[Path, list[str]] | None:
+    """A folder of ``dst``'s run that holds ``policy``'s weights at its current version, and the files of
+    it that ``files`` names (None: none holds them)."""
+    version = getattr(policy, "version", None)
+    for v, folder in reversed(_on_disk(policy)["weights"]):
+        if v == version and folder.parent.resolve() == dst.parent.resolve():
+            names = files(folder)
+            if names:
+                return folder, names
+    return None
+
+
+def _link(src: Path, dst: Path, names: list[str]) -> None:
+    """Hard-link ``names`` (relative paths) from ``src`` into ``dst``; a copy where links cannot be made."""
+    for name in names:
+        target = dst / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(src / name, target)
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                raise
+            shutil.copy2(src / name, target)
+
+
+def _save_trainable(policy: Any, folder: Path) -> None:
+    """What a checkpoint keeps of the policy: a LoRA policy's adapter, a full policy's weights; linked
+    from a folder of the run that holds them at this version."""
+    lora = getattr(policy, "lora", None) is not None
+    got = _saved(policy, folder, _adapter_files if lora else _weight_files)
+    if got is not None:
+        _link(got[0], folder, got[1])
+    elif lora:
+        policy.save_adapter(folder)
+    else:
+        policy.save_weights(folder)
+
+
+def save_model(policy: Any, folder: Path, settings: Any = None) -> None:
+    """A whole model that loads alone (``model/``, ``model-best/``, ``reference/``): the inference weights
+    (a LoRA policy's merged, and its adapter), tokenizer, processor and chat template, and ``settings``'
+    ``guiagent_agent.json`` when given. Written to ``folder.tmp`` and swapped in (a folder that another
+    holds links into is never rewritten in place); what another folder of the run holds already (the
+    same weights, the parts) is hard-linked rather than written again."""
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    rec = _on_disk(policy)
+    parts = rec["parts"]
+    if parts is not None and parts[0].parent.resolve() == folder.parent.resolve() and \
+            all((parts[0] / n).is_file() for n in parts[1]):
+        _link(parts[0], tmp, parts[1])
+        names = parts[1]
+    else:
+        policy.save_parts(tmp)
+        names = entries(tmp)
+    got = _saved(policy, folder, _weight_files)
+    if got is not None:
+        _link(got[0], tmp, got[1])
+    else:
+        policy.save_weights(tmp)
+    if getattr(policy, "lora", None) is not None:
+        got = _saved(policy, folder, _adapter_files)
+        if got is not None:
+            _link(got[0], tmp, got[1])
+        else:
+            policy.save_adapter(tmp)
+    if settings is not None:
+        settings.save(str(tmp))
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+    rec["parts"] = (folder, names)
+    note_weights(policy, folder)
+
+
 def save_checkpoint(out: Path, policy: Any, opt: torch.optim.Optimizer, state: TrainerState, *,
                     extra: Callable[[Path], None] | None = None) -> None:
     """Write the checkpoint to a fresh folder, then swap it in: a kill never leaves a torn one.
 
-    ``extra(folder)`` writes more weights into the folder before it is marked whole (the
+    The weights are what training changes (see the module docstring: a LoRA policy's adapter alone, no
+    tokenizer); ``extra(folder)`` writes more weights into the folder before it is marked whole (the
     critic's ``critic.safetensors``)."""
     tmp = out / "checkpoint.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         with writing("the checkpoint", tmp):
-            policy.save(tmp)
+            tmp.mkdir(parents=True)
+            _save_trainable(policy, tmp)
             fault("checkpoint_write")  # tests: a signal in the middle of a save
             if extra is not None:
                 extra(tmp)
@@ -130,6 +266,7 @@ def save_checkpoint(out: Path, policy: Any, opt: torch.optim.Optimizer, state: T
         fault("checkpoint_swap")  # the moment with no checkpoint/: find_checkpoint covers it
     os.replace(tmp, final)
     shutil.rmtree(old, ignore_errors=True)
+    note_weights(policy, final)
 
 
 def _whole(folder: Path) -> bool:
@@ -475,7 +612,8 @@ _MARKED_BY = "guiagent train"
 #: folders): ``--overwrite`` deletes these, nothing else
 RUN_OUTPUTS = (RUN_MARKER, RUN_MARKER + ".tmp", "config.yaml", "config.yaml.tmp", "summary.json", "checkpoint",
                "checkpoint.tmp", "checkpoint.old",
-               "model", "model-best", "model-best.tmp", "reference", "reference.tmp", "base", "sft", "demos",
+               "model", "model.tmp", "model-best", "model-best.tmp", "reference", "reference.tmp", "base", "sft",
+               "demos",
                "tensorboard", "wandb")
 #: the held-out evaluations a run writes (Trainer.evaluate's tags)
 _EVAL_DIR = re.compile(r"eval-(before|after|after-semi-online|iter-[0-9]+)")

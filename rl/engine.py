@@ -38,15 +38,19 @@ class RolloutEngine:
 
     def __init__(self, cfg: "TrainConfig", policy: Any, model_dir: str, *, engine_dir: str | None = None,
                  max_images: int = 1):
-        """``model_dir``: the weights an async copy loads (a resumed run's checkpoint); ``engine_dir``:
-        the folder a vLLM engine is built from (the starting model: its weights are pushed in at once)."""
+        """``model_dir``: the policy's folder (a resumed run's checkpoint); ``engine_dir``: the starting
+        model, which an async copy and a vLLM engine are built from (the learner's weights go into
+        them at once)."""
         self.learner = policy
         self.lock = threading.Lock()
         self.colocated: Any = None
         if cfg.rollouts.rollout_engine == "vllm":
             self.policy, self.colocated = self._vllm(cfg, engine_dir or model_dir, max_images)
-        elif cfg.rollouts.rollout == "async":
-            self.policy = load_transformers(model_dir, threads=cfg.threads or None)
+        elif cfg.rollouts.rollout == "async":  # the starting model's folder, then the learner's weights: a
+            # resumed run's checkpoint holds what training changed alone (a LoRA run's adapter, no tokenizer)
+            self.policy = load_transformers(engine_dir or model_dir, threads=cfg.threads or None)
+            self.policy.load_state_dict(policy.state_dict())
+            self.policy.version = policy.version
         else:
             self.policy = policy
 

@@ -7,18 +7,22 @@
   stage`` the policy where a staged run's online stage begins takes its place, saved as
   ``RUN_DIR/reference`` so that a resume reads it back;
 * a tripped stability guard rolls weights and optimiser back to the last checkpoint;
-* ``model-best/`` keeps the policy with the best held-out success so far.
+* ``model-best/`` keeps the policy with the best held-out success so far, ``model/`` the final one
+  (:meth:`Learner.save_model`: whole models; weights another folder of the run holds at the same
+  version are hard-linked, not written again: ``rl.checkpoint.save_model``).
+
+A checkpoint holds no tokenizer, processor or chat template, and a LoRA run's no merged weights: they
+come from the starting model (``state.model_dir``) when a checkpoint is loaded.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guiagent.policy.hf import LoraSettings, load_transformers, resolve_precision
-from rl.checkpoint import find_checkpoint, load_checkpoint, restore_optimizer
+from rl.checkpoint import find_checkpoint, load_checkpoint, restore_optimizer, save_model
 from rl.critic import turn_features
 from rl.optim import build_optimizer, estimate_memory_for
 
@@ -75,13 +79,15 @@ class Learner:
 
     def load(self, model_dir: str, *, resumed: bool) -> Any:
         """The learner's policy: precision, LoRA adapters (resumed from the checkpoint's adapter folder)
-        and gradient checkpointing as configured."""
+        and gradient checkpointing as configured. A checkpoint's tokenizer, processor and template are
+        the starting model's."""
         cfg, ls = self.cfg, self.cfg.learner
         lora = LoraSettings(rank=ls.lora_rank, alpha=ls.lora_alpha) if ls.lora_rank else None
         adapter = str(Path(model_dir) / "lora_adapter") if lora is not None and resumed else None
         base = self.state.model_dir if adapter else model_dir  # a LoRA run resumes from base + its adapter
         policy = load_transformers(base, threads=cfg.threads or None, precision=ls.precision, lora=lora,
-                                   adapter=adapter, gradient_checkpointing=ls.gradient_checkpointing)
+                                   adapter=adapter, gradient_checkpointing=ls.gradient_checkpointing,
+                                   parts=self.state.model_dir if resumed else None)
         self.precision = resolve_precision(ls.precision, policy.device).name
         return policy
 
@@ -100,11 +106,8 @@ class Learner:
     def anchor_reference(self) -> None:
         """--kl-reference stage: the policy as the online stage begins becomes the KL reference, saved
         (whole, then renamed) before this iteration's checkpoint so that a resume reads it back."""
-        tmp, dst = self.out / "reference.tmp", self.out / "reference"
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.policy.save(tmp)
-        shutil.rmtree(dst, ignore_errors=True)
-        tmp.rename(dst)
+        dst = self.out / "reference"
+        save_model(self.policy, dst)  # this iteration's checkpoint links its weights
         self.ref.load_state_dict(self.policy.state_dict())
         log.info("KL reference: the policy at the end of the semi-online stage (%s)", dst)
 
@@ -120,7 +123,7 @@ class Learner:
             saved = self.load(src, resumed=ckpt is not None)
             self.policy.model.load_state_dict(saved.model.state_dict())
         else:
-            self.policy.load_state_dict(load_transformers(src).state_dict())
+            self.policy.load_state_dict(load_transformers(src, parts=self.state.model_dir).state_dict())
         if ckpt is not None:
             restore_optimizer(self.opt, load_checkpoint(ckpt))
         else:  # no checkpoint yet: back to a fresh optimiser too
@@ -133,14 +136,16 @@ class Learner:
         """model-best/: the policy with the best held-out success so far (ties keep the earlier)."""
         if success != success or (self.state.best_success is not None and success <= self.state.best_success):
             return
-        tmp, best = self.out / "model-best.tmp", self.out / "model-best"
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.policy.save(tmp)
-        settings.save(str(tmp))
-        shutil.rmtree(best, ignore_errors=True)
-        tmp.rename(best)
+        best = self.out / "model-best"
+        self.save_model(best, settings)
         self.state.best_success, self.state.best_iteration = success, iteration
         log.info("best held-out success so far (%.1f%% at iteration %d): kept in %s", 100 * success, iteration, best)
+
+    def save_model(self, folder: Path, settings: Any) -> None:
+        """The policy as a whole model in ``folder`` (``model/``, ``model-best/``), with the agent
+        settings that say how to prompt it; weights the run holds already at this version (the
+        iteration's checkpoint, ``model-best/``) are linked, not written again."""
+        save_model(self.policy, folder, settings)
 
     def critic_encoder(self) -> Any:
         """What a critic reads with --critic-features start: the frozen starting model."""

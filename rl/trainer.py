@@ -491,8 +491,7 @@ class Trainer:
             self.async_rollout.close()
         final = self.out / "model"
         with self.phases.timer("final model"), writing("the final model", final):
-            self.policy.save(final)
-        self.settings.save(str(final))
+            self.learner.save_model(final, self.settings)  # weights the last checkpoint holds: linked
         after = self.evaluate("after")
         s = self.state
         if self.suite_eval and s.iteration > 0:  # the end of each suite's held-out curve

@@ -56,7 +56,8 @@ def load_transformers(path: str, *, device: str | None = None, dtype: str | None
                       min_pixels: int | None = None, max_pixels: int | None = None,
                       threads: int | None = None, attn_implementation: str | None = None,
                       precision: str | None = None, lora: "LoraSettings | None" = None,
-                      adapter: str | None = None, gradient_checkpointing: bool = False) -> "TransformersPolicy":
+                      adapter: str | None = None, gradient_checkpointing: bool = False,
+                      parts: str | None = None) -> "TransformersPolicy":
     """Load a Qwen-VL checkpoint (local folder or hub id) as a :class:`TransformersPolicy`.
 
     ``dtype`` (without ``precision``) stores every weight in that dtype; it defaults
@@ -67,7 +68,9 @@ def load_transformers(path: str, *, device: str | None = None, dtype: str | None
     folder (``<checkpoint>/lora_adapter``) onto ``path``, the base it was trained on.
     ``gradient_checkpointing`` recomputes each decoder layer in the backward pass.
     ``min_pixels`` / ``max_pixels`` override the image processor's limits (its ``size``).
-    ``threads`` sets torch's intra-op threads.
+    ``threads`` sets torch's intra-op threads. ``parts``: the folder the tokenizer, image processor and
+    chat template come from when ``path`` holds weights alone (a training checkpoint: the run's
+    starting model); default ``path``.
     """
     if precision is not None and dtype is not None:
         raise ValueError("give either dtype (inference) or precision (training), not both")
@@ -83,7 +86,7 @@ def load_transformers(path: str, *, device: str | None = None, dtype: str | None
         torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if dev.type == "cuda" else torch.float32)
     model, tokenizer, image_processor, template = load_pretrained(
         path, dev, torch_dtype, min_pixels=min_pixels, max_pixels=max_pixels,
-        attn_implementation=attn_implementation)
+        attn_implementation=attn_implementation, parts=parts)
     policy = TransformersPolicy(model, tokenizer, image_processor, chat_template=template, name=str(path))
     if plan is not None or lora is not None or gradient_checkpointing:
         configure_training(policy, plan=plan, lora=lora, adapter=adapter,
@@ -541,16 +544,37 @@ class TransformersPolicy:
         A LoRA policy saves the merged weights (a standalone model, what inference and vLLM load)
         and its adapter in ``path/lora_adapter`` (to continue training: ``load_transformers(base,
         lora=..., adapter=path/"lora_adapter")``). fp32 training weights are saved as they are.
+        The three parts: :meth:`save_weights`, :meth:`save_adapter`, :meth:`save_parts`.
         """
+        self.save_weights(path)
+        if self.lora is not None:
+            self.save_adapter(path)
+        self.save_parts(path)
+
+    def save_weights(self, path: str | os.PathLike) -> None:
+        """The inference weights and the model's config (``config.json``, ``generation_config.json``,
+        ``model*.safetensors``): a LoRA policy's merged, a full policy's as they are."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         if self.lora is not None:
             base = self.model.get_base_model()
             merged = {k: v.contiguous() for k, v in merged_weights(self.model)}
             _plain_save(base, path, merged)
-            self.model.save_pretrained(path / "lora_adapter")
         else:
             self.model.save_pretrained(path)
+
+    def save_adapter(self, path: str | os.PathLike) -> None:
+        """A LoRA policy's adapter alone, in ``path/lora_adapter`` (what training changes; a few MB
+        where the merged weights are GB)."""
+        if self.lora is None:
+            raise ValueError("save_adapter needs a LoRA policy")
+        self.model.save_pretrained(Path(path) / "lora_adapter")
+
+    def save_parts(self, path: str | os.PathLike) -> None:
+        """Tokenizer, image processor and chat template: what training never changes (a folder of
+        weights alone loads with them: ``load_transformers(weights, parts=folder)``)."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
         self.tokenizer.save_pretrained(path)
         self.image_processor.save_pretrained(path)
         (path / "chat_template.jinja").write_text(self.encoder.chat_template)

@@ -80,12 +80,14 @@ def _load_failure(e: BaseException) -> str:
 
 
 def load_pretrained(path: str, device: torch.device, dtype: torch.dtype, *, min_pixels: int | None = None,
-                    max_pixels: int | None = None, attn_implementation: str | None = None
-                    ) -> tuple[Any, Any, Any, str | None]:
+                    max_pixels: int | None = None, attn_implementation: str | None = None,
+                    parts: str | None = None) -> tuple[Any, Any, Any, str | None]:
     """The parts of a Qwen-VL checkpoint (local folder or hub id): the model in ``dtype`` on ``device`` (eval
     mode), its tokenizer (left padding), its image processor (``min_pixels`` / ``max_pixels`` override the
     limits it was saved with) and its chat template (``None``: the tokenizer has none and none is saved
-    beside it). A folder that does not load raises :class:`ModelLoadError` with a one-line reason."""
+    beside it). ``parts``: where the tokenizer, processor and template come from when ``path`` holds the
+    weights alone (default ``path``). A folder that does not load raises :class:`ModelLoadError` with a
+    one-line reason."""
     from transformers import AutoConfig, AutoTokenizer
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
@@ -95,16 +97,17 @@ def load_pretrained(path: str, device: torch.device, dtype: torch.dtype, *, min_
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
         model = model_class(config.model_type).from_pretrained(path, **kwargs).to(device).eval()
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        src = parts or path  # the tokenizer, processor and template
+        tokenizer = AutoTokenizer.from_pretrained(src)
         tokenizer.padding_side = "left"
         limits = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v}
-        image_processor = Qwen2VLImageProcessorPil.from_pretrained(path, **limits)
+        image_processor = Qwen2VLImageProcessorPil.from_pretrained(src, **limits)
         if max_pixels and not min_pixels and _min_pixels(image_processor) > max_pixels:
             # a max_pixels under the saved min_pixels (a published Qwen3-VL processor keeps 65,536):
             # the processor would scale small screens up past it; the cap asked for holds instead
-            image_processor = Qwen2VLImageProcessorPil.from_pretrained(path, min_pixels=max_pixels,
+            image_processor = Qwen2VLImageProcessorPil.from_pretrained(src, min_pixels=max_pixels,
                                                                        max_pixels=max_pixels)
-        template = tokenizer.chat_template or chat_template_file(path)
+        template = tokenizer.chat_template or chat_template_file(src)
     except (ImportError, MemoryError):
         raise
     except Exception as e:
