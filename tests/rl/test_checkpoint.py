@@ -158,7 +158,7 @@ def _step(learner, ids) -> float:
     learner.opt.step()
     learner.opt.zero_grad()
     policy.mark_updated()
-    return float(loss)
+    return float(loss.detach())
 
 
 def _files(folder):
