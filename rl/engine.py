@@ -59,7 +59,7 @@ class RolloutEngine:
         folder's), and the sync that hands memory over."""
         from guiagent.policy.vllm_backend import ColocatedSync, VLLMPolicy  # lazy: vllm is an optional extra
 
-        from guiagent.policy.vllm_backend import on_cpu
+        from guiagent.policy.vllm_backend import on_cpu  # lazy: the vLLM backend module, as above
 
         v = cfg.vllm
         g = self.learner.image_geometry()

@@ -222,7 +222,7 @@ def to_generation(output: Any, version: int) -> Generation:
 def _engine_encoded() -> type:
     """:class:`~guiagent.policy.encode.Encoded` with the chat's images beside the ids (made on first use:
     the encode module imports torch, which this module must not at import)."""
-    from guiagent.policy.encode import Encoded
+    from guiagent.policy.encode import Encoded  # lazy: the encode module imports torch (2.3 s)
 
     @dataclass(frozen=True)
     class EngineEncoded(Encoded):
@@ -309,7 +309,7 @@ class VLLMPolicy:
         if encoder is None:  # the engine's own: the model's image processor at the engine's pixel limits
             from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-            from guiagent.policy.encode import ChatEncoder
+            from guiagent.policy.encode import ChatEncoder  # lazy: torch, as above
 
             limits = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v}
             encoder = ChatEncoder(tokenizer, Qwen2VLImageProcessorPil.from_pretrained(model, **limits), template)
