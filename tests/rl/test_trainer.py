@@ -56,6 +56,13 @@ def test_update_changes_parameters_with_finite_loss(tiny_model_dir):
     cfg3 = TrainConfig.build(micro_batch_size=1, mini_batch_size=1, epochs=3, lr=1e-3, max_kl_old=1e-9)
     stats3 = update(make_strategy(cfg3, ".", None), cfg3.update, policy, None, opt, turns, adv)
     assert stats3["early_stopped"] == 1.0 and stats3["optimizer_steps"] == 0 and policy.version == v0 + 2
+    # what a loss does not compute is not reported: AWR's weighted regression has no ratio to clip, and
+    # without a reference there is no KL (a chart of flat zeros would read as a measurement)
+    cfg4 = TrainConfig.build(algo="awr", micro_batch_size=1, lr=1e-3)
+    stats4 = update(make_strategy(cfg4, ".", None), cfg4.update, policy, None, opt, turns, adv.abs())
+    assert stats4["optimizer_steps"] == 1 and math.isfinite(stats4["loss"])
+    assert not {"clip_frac", "approx_kl_old", "kl"} & set(stats4), sorted(stats4)
+    assert "clip_frac" in stats and "approx_kl_old" in stats
 
 
 def test_compute_advantages_filters_zero_variance_groups(tiny_model_dir):
