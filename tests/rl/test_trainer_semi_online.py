@@ -159,7 +159,10 @@ def test_kl_reference_stage_reanchors_where_the_online_stage_begins(tiny_model_d
 
     with pytest.raises(ValueError, match="--kl-reference stage"):
         TrainConfig.build(mode="staged", kl_coef=0.1, kl_reference="stage", lora_rank=8)
-    assert TrainConfig.build(model=tiny_model_dir, kl_coef=0.1, kl_reference="stage").mode == "online"  # one stage
+    # an online run has one stage: a reference to re-anchor at its boundary is a setting it would not use
+    with pytest.raises(ValueError, match="has one stage"):
+        TrainConfig.build(model=tiny_model_dir, kl_coef=0.1, kl_reference="stage")
+    assert TrainConfig.build(model=tiny_model_dir, kl_coef=0.1).mode == "online"
 
 
 def _semi_result():
