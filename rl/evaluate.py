@@ -458,7 +458,7 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
                action_format: str = "json", device: dict[str, str] | None = None,
                words: str = "prefixed", copy_steps: int = 0, copy_until: float = 0.0, name_weight: float = 1.0,
                action_weight: float = 1.0,
-               goal_frames: float = 0.0, goal_relabel: float = 0.0, targets: str = "all",
+               goal_frames: float = 0.0, goal_relabel: float = 0.0, rename: float = 0.0, targets: str = "all",
                phases: PhaseTimes | None = None, rewards: RewardConfig | None = None) -> str:
     """A tiny model, SFT on ``demos`` oracle episodes of ``tasks`` (training seeds): the RL warm start.
 
@@ -505,7 +505,7 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
     settings = tiny_model_settings(action_format)
     policy = load_transformers(str(base), threads=threads)
     sft_cfg = SFTConfig(steps=steps, seed=seed, name_weight=name_weight, action_weight=action_weight,
-                        goal_frames=goal_frames, goal_relabel=goal_relabel)
+                        goal_frames=goal_frames, goal_relabel=goal_relabel, rename=rename)
     examples = load_examples(load_trajectories(demo_dirs), policy, settings.format(),
                              settings.prompt_config(), sft_cfg)
     log.info("warm start: SFT on %d examples for %d steps", len(examples), sft_cfg.steps)

@@ -405,6 +405,11 @@ class WarmStartSettings:
     """no --model: the share of the warm start's first steps that name their element in the goal
     drawn relabelled in hindsight: the goal names a sibling element on the same screen and the reply
     acts on it (guiagent sft --train.goal-relabel)"""
+    warm_start_rename: float = 0.0
+    """no --model: the share of the warm start's examples whose target name is replaced by a made-up one
+    of the same shape in the whole prompt and the reply (guiagent sft --train.rename): names that never
+    repeat leave copying the goal's name as the only way, which carries over to targets held out of
+    training (0: the names as recorded)"""
 
     def __post_init__(self) -> None:
         if self.warm_start_demos <= 0 or self.warm_start_steps < 0:
@@ -419,6 +424,8 @@ class WarmStartSettings:
             raise ValueError(f"--warm-start-action-weight must be positive, got {self.warm_start_action_weight}")
         if not 0.0 <= self.warm_start_goal_frames <= 1.0:
             raise ValueError(f"--warm-start-goal-frames must be in [0, 1], got {self.warm_start_goal_frames}")
+        if not 0.0 <= self.warm_start_rename <= 1.0:
+            raise ValueError(f"--warm-start-rename must be in [0, 1], got {self.warm_start_rename}")
         if not 0.0 <= self.warm_start_goal_relabel <= 1.0:
             raise ValueError(f"--warm-start-goal-relabel must be in [0, 1], got {self.warm_start_goal_relabel}")
 
@@ -559,7 +566,12 @@ class VLLMSettings:
 
     gpu_memory_utilization: float = 0.35
     """share of the GPU's memory vLLM takes for weights and KV cache (the learner has the rest; during
-    an update the engine sleeps and hands its memory back)"""
+    an update the engine sleeps and hands its memory back). Not used on vLLM's CPU build, where vLLM
+    would take it of host memory: there --vllm.kv-cache-gib sizes the KV cache"""
+    kv_cache_gib: float = 0.0
+    """the engine's KV cache in GiB (vLLM's kv_cache_memory_bytes; 0: auto: on a GPU what
+    --vllm.gpu-memory-utilization leaves after the weights, on vLLM's CPU build room for 4 prompts of
+    --vllm.max-model-len tokens, at least 0.25 GiB of host memory)"""
     max_model_len: int = 8192
     """longest prompt + reply in tokens"""
     sleep_level: int = 1
@@ -573,6 +585,8 @@ class VLLMSettings:
     def __post_init__(self) -> None:
         if not 0.0 < self.gpu_memory_utilization < 1.0:
             raise ValueError("--vllm.gpu-memory-utilization must lie in (0, 1)")
+        if self.kv_cache_gib < 0:
+            raise ValueError("--vllm.kv-cache-gib must be >= 0 (0: auto)")
         if self.max_model_len <= 0 or self.sleep_level not in (0, 1, 2):
             raise ValueError("--vllm.max-model-len must be positive and --vllm.sleep-level 0, 1 or 2")
         if self.dtype not in ("auto", "bfloat16", "float16", "float32"):

@@ -69,6 +69,13 @@ class SFTConfig:
     the Clock app." -> tap Clock). Every name on a screen then becomes a target as often as any
     other, in every context the recorded goals give it, and the reply is the goal's name copied
     (0 = the goals as recorded)"""
+    rename: float = 0.0
+    """share of the examples drawn whose target element's name (the name an element action gives by, when
+    the goal names it too) is replaced in the whole chat (goal, element list, history) and in the reply by
+    a made-up name of the same shape, drawn afresh each time (:func:`made_up_name`; never a name the
+    suite holds out of training): with names that never repeat, the model cannot keep a map from each
+    name to itself and has to copy the name the goal spells, which carries over to targets no
+    demonstration held (0 = the names as recorded)"""
     max_grad_norm: float = 1.0
     seed: int = 0
     checkpoint_every: int = 0
@@ -85,6 +92,8 @@ class SFTConfig:
             raise ValueError(f"goal_frames must be in [0, 1], got {self.goal_frames}")
         if not 0.0 <= self.goal_relabel <= 1.0:
             raise ValueError(f"goal_relabel must be in [0, 1], got {self.goal_relabel}")
+        if not 0.0 <= self.rename <= 1.0:
+            raise ValueError(f"rename must be in [0, 1], got {self.rename}")
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,11 @@ class SFTExample:
     relabels: tuple["Relabel", ...] = ()
     """hindsight relabellings of this step (:func:`goal_relabels`; built when
     :attr:`SFTConfig.goal_relabel` is on)"""
+    name: str = ""
+    """the element name the reply acts on, when the goal names it too (what :attr:`SFTConfig.rename`
+    replaces); "" otherwise"""
+    suite: str = ""
+    """the suite of the episode (whose held-out names a made-up name must not be)"""
 
 
 @dataclass(frozen=True)
@@ -230,8 +244,8 @@ def _reply_name(target: str) -> str | None:
         return None
 
 
-def goal_relabels(trajectory: Trajectory, index: int, fmt: Any, chat: list, target: str
-                  ) -> list[tuple[str, str]]:
+def goal_relabels(trajectory: Trajectory, index: int, fmt: Any, chat: list, target: str,
+                  avoid: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
     """Hindsight relabellings of step ``index``: ``(goal, target)`` pairs on the same screen.
 
     Only a first step (no history to contradict) whose reply acts on a listed element by its name,
@@ -242,7 +256,8 @@ def goal_relabels(trajectory: Trajectory, index: int, fmt: Any, chat: list, targ
     same action on that element. "Open the Files app." -> tap Files gives "Open the Clock app." ->
     tap Clock, as true a demonstration as the recorded one. Toggles (:data:`TOGGLE_ROLES`) give
     none, since the marks do not say which way each one stands; nor do goals the chat does not
-    state as ``Goal: ...`` (nothing to swap)."""
+    state as ``Goal: ...`` (nothing to swap), nor an element named as one of ``avoid`` (targets held out
+    of training)."""
     if index != 0 or getattr(fmt, "adapt", None) is None or not hasattr(fmt, "format_on"):
         return []
     step = trajectory.steps[index]
@@ -265,7 +280,7 @@ def goal_relabels(trajectory: Trajectory, index: int, fmt: Any, chat: list, targ
         alt = fmt.format_on(replace(action, element=m.id), step.observation, thought)
         other = _reply_name(alt)
         if (not other or not other.strip() or other in seen or _names_in(goal, other)
-                or other in name or name in other):
+                or other in name or name in other or other in avoid):
             continue
         seen.add(other)
         new_goal = re.sub(r"(?<!\w)" + re.escape(name) + r"(?!\w)", lambda _: other, goal)
@@ -302,6 +317,8 @@ def load_examples(trajs: Sequence[Trajectory], policy: Any, fmt: Any, prompt_con
     with coordinates in the frame of ``policy``'s image processor (see
     :func:`rl.agents.format_for_policy`)."""
     fmt = format_for_policy(fmt, policy)  # targets in the frame of the model's own image processor
+    # a relabelled goal never asks for a target held out of training
+    avoid = _held_out_names({t.task.suite for t in trajs}) if cfg.goal_relabel else frozenset()
     out = []
     for t in trajs:
         for i, step in enumerate(t.steps):
@@ -316,13 +333,88 @@ def load_examples(trajs: Sequence[Trajectory], policy: Any, fmt: Any, prompt_con
                               coord_weight=cfg.coord_weight, name_weight=cfg.name_weight)
             relabels = []
             if cfg.goal_relabel:
-                for goal, alt in goal_relabels(t, i, fmt, chat, target):
+                for goal, alt in goal_relabels(t, i, fmt, chat, target, avoid):
                     alt_ids = policy.encode_completion(alt)
                     relabels.append(Relabel(goal, alt, tuple(alt_ids), token_weights(
                         policy, alt_ids, alt, step.action.kind, action_weight=cfg.action_weight,
                         coord_weight=cfg.coord_weight, name_weight=cfg.name_weight)))
+            name = _reply_name(target) or ""
             out.append(SFTExample(chat, target, tuple(ids), w, t.episode_id, i, goal=t.task.goal,
-                                  relabels=tuple(relabels)))
+                                  relabels=tuple(relabels), name=name if _names_in(t.task.goal, name) else "",
+                                  suite=t.task.suite))
+    return out
+
+
+#: the pieces of a made-up name (:func:`made_up_name`): syllables of a consonant, a vowel and maybe a
+#: consonant, and the extensions of file names
+_ONSETS, _VOWELS, _CODAS = "bcdfghjklmnprstvwz", "aeiou", "klmnrst"
+_EXTENSIONS = ("pdf", "txt", "docx", "xlsx", "csv", "zip", "png", "jpg", "mp3", "wav", "odt", "pptx")
+
+
+def made_up_name(rng: random.Random, like: str, avoid: frozenset[str] = frozenset()) -> str:
+    """A name no screen shows, shaped as ``like``: as many words, each capitalised where ``like``'s is,
+    of one to three made-up syllables; a file name (``jazz_mix.mp3``) gives one of the same kind
+    (``rulo_ket.pdf``: parts joined by ``_``, an extension). Never one of ``avoid`` (case ignored).
+
+        >>> made_up_name(random.Random(1), "Wi-Fi"), made_up_name(random.Random(1), "road_trip.mp3")
+        ('Dit', 'dit_vofot.png')
+    """
+    def word(cap: bool) -> str:
+        w = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + (rng.choice(_CODAS) if rng.random() < 0.3 else "")
+                    for _ in range(rng.randint(1, 3)))
+        return w.capitalize() if cap else w
+
+    banned = {a.casefold() for a in avoid}
+    for _ in range(100):
+        file = re.fullmatch(r"([^\s.]+)\.(\w{2,5})", like)
+        if file:
+            stem = "_".join(word(False) for _ in file.group(1).split("_"))
+            name = f"{stem}.{rng.choice(_EXTENSIONS)}"
+        else:
+            name = " ".join(word(w[:1].isupper()) for w in like.split()) or word(True)
+        if name.casefold() not in banned and name != like:
+            return name
+    raise ValueError(f"no made-up name like {like!r} outside the names to avoid")
+
+
+def rename_target(e: SFTExample, new: str, policy: Any, cfg: "SFTConfig") -> SFTExample:
+    """``e`` with its target's name (:attr:`SFTExample.name`) made ``new`` wherever it stands as a whole
+    name in the chat's text and in the reply; the reply's ids and weights made again."""
+    old = e.name
+    pattern = re.compile(r"(?<![\w.])" + re.escape(old) + r"(?![\w])")
+
+    def swap(text: str) -> str:
+        return pattern.sub(lambda _: new, text)
+
+    chat = []
+    for m in e.chat:
+        content = m.get("content")
+        if isinstance(content, str):
+            m = {**m, "content": swap(content)}
+        elif isinstance(content, list):
+            m = {**m, "content": [{**part, "text": swap(part["text"])}
+                                  if part.get("type") == "text" and isinstance(part.get("text"), str) else part
+                                  for part in content]}
+        chat.append(m)
+    target = e.target.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1])
+    ids = policy.encode_completion(target)
+    kind = next((cls.kind for cls in ELEMENT_ACTION_TYPES if f'"{cls.kind}"' in target), "")
+    w = token_weights(policy, ids, target, kind, action_weight=cfg.action_weight, coord_weight=cfg.coord_weight,
+                      name_weight=cfg.name_weight)
+    return replace(e, chat=chat, target=target, completion_ids=tuple(ids), weights=w, goal=swap(e.goal),
+                   name=new, relabels=())
+
+
+def _held_out_names(suites: set[str]) -> frozenset[str]:
+    """Every name the ``suites`` hold out of training (a made-up name must never be one)."""
+    from emulators.suites import get_suite  # lazy: the suite table (gymnasium), only when names are made up
+
+    out: frozenset[str] = frozenset()
+    for s in suites:
+        try:
+            out |= get_suite(s).held_out_names()
+        except KeyError:  # episodes of a suite this install does not have: it holds nothing out here
+            continue
     return out
 
 
@@ -366,6 +458,7 @@ def train_sft(policy: Any, examples: Sequence[SFTExample], cfg: SFTConfig, *, ou
 
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
+    avoid = _held_out_names({e.suite for e in examples if e.suite}) if cfg.rename else frozenset()
     params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, cfg.beta2), weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg))
@@ -389,6 +482,8 @@ def train_sft(policy: Any, examples: Sequence[SFTExample], cfg: SFTConfig, *, ou
                 e = examples[order.pop()]
                 if e.relabels and cfg.goal_relabel and rng.random() < cfg.goal_relabel:
                     e = rng.choice(e.relabels).apply(e)
+                if e.name and cfg.rename and rng.random() < cfg.rename:
+                    e = rename_target(e, made_up_name(rng, e.name, avoid), policy, cfg)
                 if cfg.goal_frames and rng.random() < cfg.goal_frames:
                     e = replace(e, chat=frame_goal(e.chat, e.goal, rng))
                 mb.append(e)

@@ -257,7 +257,8 @@ class Trainer:
                 action_format=fmt, words=w.warm_start_words, copy_steps=w.warm_start_copy_steps,
                 copy_until=w.warm_start_copy_until,
                 name_weight=w.warm_start_name_weight, action_weight=w.warm_start_action_weight,
-                goal_frames=w.warm_start_goal_frames, goal_relabel=w.warm_start_goal_relabel, targets=cfg.targets,
+                goal_frames=w.warm_start_goal_frames, goal_relabel=w.warm_start_goal_relabel,
+                rename=w.warm_start_rename, targets=cfg.targets,
                 phases=self.phases, rewards=cfg.rewards)
             self.state.model_dir = self.model_dir
         if cfg.mode != "online" and not cfg.data:  # staged embedded default: replay the warm start's demos

@@ -44,5 +44,10 @@ class Suite(ABC):
         """Named groups of this suite's task ids (training sets), by name; none by default."""
         return dict(getattr(self, "TASK_SETS", {}))
 
+    def held_out_names(self) -> frozenset[str]:
+        """The names of the targets this suite holds out of training, as goals and screens write them
+        (what no training example may be made to ask for; :meth:`Task.target_split`); none by default."""
+        return frozenset()
+
     def close(self) -> None:
         """Stop what the suite started (app servers)."""

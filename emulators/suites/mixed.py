@@ -75,6 +75,9 @@ class MixedSuite(Suite):
         except (ValueError, KeyError) as e:
             raise KeyError(f"unknown task {task_id!r} in {self.name}: {e.args[0] if e.args else e}") from None
 
+    def held_out_names(self) -> frozenset[str]:
+        return frozenset().union(*(s.held_out_names() for s in self.suites.values()))
+
     def make_device(self, **options: Any) -> Device:
         raise TypeError(f"{self.name} mixes device kinds: run it on a MixedPool (emulators.pool_mixed), "
                         "one pool per suite")

@@ -303,3 +303,93 @@ def test_bad_goal_relabel_is_one_clear_error():
         SFTConfig(goal_relabel=-0.5)
     with pytest.raises(ValueError, match=r"--warm-start-goal-relabel must be in \[0, 1\]"):
         WarmStartSettings(warm_start_goal_relabel=2.0)
+
+
+def test_goal_relabels_never_ask_for_a_name_held_out_of_training():
+    from guiagent.types import ClickElement
+    from rl.agents import tiny_model_settings
+    from rl.prompting import sft_example
+    from rl.sft import goal_relabels
+
+    traj = _home("Open the Clock app.", ClickElement(1))
+    st = tiny_model_settings("marks")
+    chat, target = sft_example(traj, 0, st.format(), st.prompt_config())
+    out = goal_relabels(traj, 0, st.format(), chat, target, frozenset({"Notes"}))
+    assert [g for g, _ in out] == ["Open the Files app."]
+
+
+class _Completer(_Tok):
+    """A tokenizer with the policy's ``encode_completion``."""
+
+    def encode_completion(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+
+
+@pytest.mark.parametrize("goal, element, name", [("Open the Clock app.", 1, "Clock"), ("Turn on Wi-Fi.", 5, "Wi-Fi")])
+def test_renaming_swaps_the_target_name_everywhere_and_nothing_else(goal, element, name):
+    import random
+
+    from guiagent.types import ClickElement
+    from rl.agents import tiny_model_settings
+    from rl.prompting import sft_example
+    from rl.sft import SFTConfig, made_up_name, rename_target, token_weights
+
+    traj = _home(goal, ClickElement(element))
+    st = tiny_model_settings("marks")
+    chat, target = sft_example(traj, 0, st.format(), st.prompt_config())
+    policy, cfg = _Completer("bare"), SFTConfig(name_weight=5.0, rename=1.0)
+    ids = policy.encode_completion(target)
+    e = SFTExample(chat, target, tuple(ids), token_weights(policy, ids, target, "click_element", action_weight=1.0,
+                                                           coord_weight=1.0, name_weight=5.0),
+                   "e0", 0, goal=goal, name=name, suite="webapps")
+    new = made_up_name(random.Random(4), name)
+    r = rename_target(e, new, policy, cfg)
+    before, after = _texts(e.chat), _texts(r.chat)
+    assert name in before and name not in after and after == before.replace(name, new)
+    assert json.loads(r.target)["action"]["name"] == new and r.goal == goal.replace(name, new)
+    assert list(r.completion_ids) == policy.encode_completion(r.target)
+    heavy = "".join(policy.tokenizer.decode([i]) for i, w in zip(r.completion_ids, r.weights) if w == 5.0)
+    assert heavy.strip() == new  # the name's weight moved with it
+    assert r.chat[0]["content"] == e.chat[0]["content"] or name not in _texts([e.chat[0]])
+    assert e.target == target and name in _texts(e.chat)  # the example itself is left as it was
+
+
+def test_made_up_names_keep_the_shape_and_avoid_held_out_names():
+    import random
+    import re
+
+    from rl.sft import made_up_name
+
+    rng = random.Random(0)
+    for like in ("Clock", "About phone", "Do not disturb", "road_trip.mp3", "invoice_march.pdf"):
+        for _ in range(200):
+            n = made_up_name(rng, like)
+            assert len(n.split()) == len(like.split()) and n != like
+            if "." in like:
+                assert re.fullmatch(r"[a-z]+(_[a-z]+)*\.\w+", n) and n.count("_") == like.count("_")
+            else:
+                assert all(w[0].isupper() == v[0].isupper() for w, v in zip(n.split(), like.split()))
+    # a name to avoid is never drawn (every one-syllable name is banned here: a third of the draws)
+    banned = frozenset(o.upper() + v for o in "bcdfghjklmnprstvwz" for v in "aeiou")
+    banned |= frozenset(o.upper() + v + c for o in "bcdfghjklmnprstvwz" for v in "aeiou" for c in "klmnrst")
+    draws = {made_up_name(random.Random(s), "Xy", banned) for s in range(300)}
+    assert len(draws) > 250 and not {d.casefold() for d in draws} & {b.casefold() for b in banned}
+
+
+def test_the_webapps_suite_names_every_held_out_target():
+    from emulators.suites import get_suite
+
+    names = get_suite("webapps").held_out_names()
+    assert {"Clock", "Tasks", "Location", "Storage", "Pictures", "road_trip.mp3", "beach.jpg"} <= names
+    assert not {"Files", "Wi-Fi", "Display", "Music", "report.pdf"} & names
+    assert get_suite("webapps,miniwob").held_out_names() == names
+
+
+def test_bad_rename_is_one_clear_error():
+    from rl.settings import WarmStartSettings
+    from rl.sft import SFTConfig
+
+    with pytest.raises(ValueError, match=r"rename must be in \[0, 1\]"):
+        SFTConfig(rename=2.0)
+    with pytest.raises(ValueError, match=r"--warm-start-rename must be in \[0, 1\]"):
+        WarmStartSettings(warm_start_rename=-1.0)

@@ -31,6 +31,7 @@ from emulators.suites.base import Suite
 
 from . import snapshot as _snapshot
 from .tasks import TASKS, WebTask
+from .world import held_out_names
 
 # WebTask's snapshot methods (session state + the page) live in .snapshot beside the server code
 # they depend on; the task modules hold the tasks' data
@@ -57,6 +58,9 @@ class WebAppsSuite(Suite):
 
     def task_ids(self) -> list[str]:
         return sorted(TASKS)
+
+    def held_out_names(self) -> frozenset[str]:
+        return held_out_names()
 
     def task_class(self, task_id: str) -> type[WebTask]:
         try:

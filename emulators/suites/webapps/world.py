@@ -24,7 +24,7 @@ __all__ = [
     "APPS", "APP_TITLES", "SETTINGS_TOGGLES", "SETTINGS_SECTIONS", "FOLDERS", "CATEGORIES",
     "RINGTONES", "FONT_SIZES", "SCREEN_TIMEOUTS", "CLOCK_TABS", "TODAY", "CONTACT_COUNT",
     "make_world", "empty_world", "money", "pretty_date", "next_id", "LAYOUT_LISTS", "shuffled_layout",
-    "check_layout", "copy_json", "HELD_OUT_TARGETS",
+    "check_layout", "copy_json", "HELD_OUT_TARGETS", "held_out_names",
 ]
 
 #: app slugs in launcher order (fixed: easy tasks rely on the icons' places)
@@ -154,6 +154,15 @@ HELD_OUT_TARGETS: dict[str, frozenset[str]] = {
     "file": frozenset({"budget.xlsx", "letter.docx", "thesis_draft.pdf", "manual.pdf", "slides.pptx",
                        "dataset.csv", "jazz_mix.mp3", "piano_sonata.flac", "choir.wav", "road_trip.mp3"}),
 }
+
+
+def held_out_names() -> frozenset[str]:
+    """:data:`HELD_OUT_TARGETS` as goals and screens write them (``Clock``, ``Location``, ``Storage``...),
+    the files of a held-out folder included (a file episode names its folder)."""
+    names = {APP_TITLES[a] for a in HELD_OUT_TARGETS["app"]} | {SETTINGS_TOGGLES[k] for k in HELD_OUT_TARGETS["toggle"]}
+    names |= {SETTINGS_SECTIONS[k] for k in HELD_OUT_TARGETS["section"]}
+    names |= {f for folder in HELD_OUT_TARGETS["folder"] for f in _FILES[folder]}
+    return frozenset(names | HELD_OUT_TARGETS["folder"] | HELD_OUT_TARGETS["file"])
 
 
 #: the lists a world's ``layout`` may reorder, by name, each in its fixed order: the launcher's icon
