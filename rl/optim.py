@@ -135,8 +135,7 @@ def build_optimizer(policy: Any, lr: float, betas: tuple[float, float] = (0.9, 0
         if low:
             warnings.warn(f"precision 'bf16': AdamW steps {len(low)} low-precision tensors in place; "
                           "updates below their resolution are lost", stacklevel=2)
-        return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay,
-                                 fused=_fusable(params))
+        return _adamw(params, lr=lr, betas=betas, weight_decay=weight_decay)
     if low and plan.name == "fp32":
         raise ValueError(f"precision 'fp32' but {len(low)} trainable tensors are {low[0].dtype}: "
                          "load the policy with precision='fp32'")
@@ -144,7 +143,23 @@ def build_optimizer(policy: Any, lr: float, betas: tuple[float, float] = (0.9, 0
         if len(low) != len(params):
             raise ValueError("trainable parameters mix fp32 and low-precision dtypes")
         return MasterWeightAdamW(params, lr=lr, betas=betas, weight_decay=weight_decay)
-    return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay, fused=_fusable(params))
+    return _adamw(params, lr=lr, betas=betas, weight_decay=weight_decay)
+
+
+def _adamw(params: list[torch.Tensor], **kw: Any) -> torch.optim.AdamW:
+    """``torch.optim.AdamW``, fused where :func:`_fusable`. The fused kernel writes the weights without
+    moving their in-place version counters, which is how a policy knows its cached vision-tower outputs
+    still hold (``TransformersPolicy._vision_inputs``); each step then marks them changed
+    (``torch.autograd.graph.increment_version``: metadata only, no pass over the weights)."""
+    fused = _fusable(params)
+    opt = torch.optim.AdamW(params, fused=fused, **kw)
+    if fused:
+        opt.register_step_post_hook(_mark_changed)
+    return opt
+
+
+def _mark_changed(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    torch.autograd.graph.increment_version([p for g in opt.param_groups for p in g["params"]])
 
 
 def _fusable(params: list[torch.Tensor]) -> bool | None:

@@ -259,3 +259,24 @@ def test_train_precision_help_says_what_the_trainer_builds(tiny_model_dir, capsy
         assert isinstance(opt, MasterWeightAdamW) is masters
         one_update(policy, opt)
         assert {s["exp_avg"].dtype for s in opt.state.values()} == {weights}  # AdamW's state in the weights' dtype
+
+
+def test_a_fused_step_marks_the_weights_changed_so_no_vision_output_outlives_it(tiny_model_dir):
+    """torch's fused AdamW writes the weights without moving their in-place version counters; the policy keeps
+    vision-tower outputs for as long as those counters stay put. build_optimizer's step marks them changed, so
+    scoring after a step (with no mark_updated between) reads the tower's new outputs: the same log-probs as a
+    fresh policy holding the stepped weights, not the old screens' features."""
+    chats, comps = batch()
+    pol = load_transformers(tiny_model_dir, device="cpu", precision="fp32")
+    opt = build_optimizer(pol, lr=1e-2, precision="fp32")
+    assert opt.defaults.get("fused") is True
+    pol.score(chats[:1], comps[:1])  # the first screen's tower output, kept
+    sb = pol.score_batch(chats[:1], comps[:1], grad=True)
+    (-sb.logprobs[sb.mask].sum()).backward()
+    versions = [p._version for p in pol.parameters()]
+    opt.step()
+    assert all(p._version > v for p, v in zip(pol.parameters(), versions))
+    after = pol.score(chats[:1], comps[:1])[0]
+    fresh = load_transformers(tiny_model_dir, device="cpu", precision="fp32")
+    fresh.load_state_dict(pol.state_dict())
+    assert max(abs(a - b) for a, b in zip(after, fresh.score(chats[:1], comps[:1])[0])) < 1e-5
