@@ -57,9 +57,7 @@ class RolloutEngine:
     def _vllm(self, cfg: "TrainConfig", model_dir: str, max_images: int) -> tuple[Any, Any]:
         """A vLLM engine holding the learner's current weights (a resumed or LoRA run's differ from the
         folder's), and the sync that hands memory over."""
-        from guiagent.policy.vllm_backend import ColocatedSync, VLLMPolicy  # lazy: vllm is an optional extra
-
-        from guiagent.policy.vllm_backend import on_cpu  # lazy: the vLLM backend module, as above
+        from guiagent.policy.vllm_backend import ColocatedSync, VLLMPolicy, on_cpu  # lazy: the optional vllm extra
 
         v = cfg.vllm
         g = self.learner.image_geometry()
@@ -71,7 +69,8 @@ class RolloutEngine:
                             gpu_memory_utilization=v.gpu_memory_utilization, max_model_len=v.max_model_len,
                             enforce_eager=v.enforce_eager or cpu, dtype=dtype, seed=cfg.seed,
                             min_pixels=g.min_pixels, max_pixels=g.max_pixels, max_images=max_images,
-                            encoder=self.learner.encoder)
+                            encoder=self.learner.encoder,
+                            kv_cache_memory_bytes=int(v.kv_cache_gib * (1 << 30)) if v.kv_cache_gib else None)
         level = v.sleep_level if engine.sleep_mode else 0  # the CPU build has none (said once by the engine)
         sync = ColocatedSync(engine, self.learner, dtype=engine_dtype(dtype, self.learner), level=level)
         sync.push()

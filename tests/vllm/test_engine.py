@@ -247,3 +247,76 @@ def test_a_turn_is_encoded_once(pair):
         base._encode = real
     assert len(calls) == 4 and stats["optimizer_steps"] > 0 and stats["mismatch_mean_abs"] <= 1e-3
     _restore(learner, engine, start)
+
+
+def test_torch_threads_hold_after_the_engine_started(pair):
+    """vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process; with the engine in
+    this process the backend puts it back (one line), so a learner's --threads holds after the engine started."""
+    assert torch.set_num_threads is torch._C.set_num_threads
+    before = torch.get_num_threads()
+    try:
+        for n in (1, 2, 1):
+            torch.set_num_threads(n)
+            assert torch.get_num_threads() == n
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_cpu_build_gets_a_kv_cache_of_its_own_size_not_a_share_of_host_memory(pair, tiny_model_dir):
+    """On the CPU build the engine's KV cache is sized by cpu_kv_cache_bytes (the tiny model: its 256 MiB
+    floor), not by gpu_memory_utilization, which vLLM takes there as a share of host memory."""
+    from guiagent.policy.vllm_backend import cpu_kv_cache_bytes, kv_bytes_per_token
+
+    _, engine, _ = pair
+    cache = engine.llm.llm_engine.vllm_config.cache_config
+    want = cpu_kv_cache_bytes(tiny_model_dir, 4096, "float32")
+    assert cache.kv_cache_memory_bytes == want == 256 << 20
+    assert kv_bytes_per_token(tiny_model_dir, "float32") == 2 * 3 * 2 * 48 * 4  # layers, KV heads, head dim, fp32
+
+
+def _finite(xs):
+    import math
+
+    return bool(xs) and all(isinstance(x, float) and math.isfinite(x) for x in xs)
+
+
+def test_guiagent_train_on_the_real_engine(tiny_model_dir, tmp_path):
+    """Part 3 in small: ``guiagent train --rollout-engine vllm`` end to end on the real engine (2 iterations of
+    one group in real Chromium, 2 held-out episodes): the run finishes, every iteration stores the engine-learner
+    gap (mean |diff|, max |diff|, k3 KL) and the truncated importance weights, finite and small (the engine holds
+    the learner's weights after each sync), the web UI charts them, and --threads holds with the engine in the
+    trainer's process."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from guiagent.store import StoreReader
+    from webui import AppConfig, create_app
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "guiagent", "train", "--model", tiny_model_dir, "--tasks", "go_home",
+           "--algo", "grpo", "--iterations", "2", "--groups-per-iteration", "1", "--group-size", "2", "--slots", "2",
+           "--pool", "inprocess", "--max-new-tokens", "8", "--eval-episodes", "2", "--no-filter-zero-variance",
+           "--rollout-engine", "vllm", "--vllm.max-model-len", "4096", "--threads", "1", "--seed", "3",
+           "--out", str(out), "--json"]
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"}
+    p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    result = json.loads(p.stdout.strip().splitlines()[-1])
+    assert result["iterations"] == 2 and result["stopped_by"] is None
+    assert "torch threads: 1" in p.stderr  # the learner's --threads, put back after the engine started
+    names = ["mismatch_mean_abs", "mismatch_max_abs", "mismatch_kl", "tis_weight_mean", "tis_clip_frac"]
+    with StoreReader(out) as reader:
+        run = reader.get_run(result["run_id"])
+        assert run.status == "finished"
+        got = {n: [p.value for p in pts] for n, pts in reader.metrics(run.run_id, names).items()}
+    assert sorted(got) == sorted(names) and all(len(v) == 2 and _finite(v) for v in got.values())
+    print("gap per iteration:", {n: [f"{x:.2e}" for x in v] for n, v in got.items()})
+    assert max(got["mismatch_mean_abs"]) <= 1e-3 and max(got["mismatch_max_abs"]) <= 1e-2  # synced weights
+    assert all(abs(w - 1) <= 1e-2 for w in got["tis_weight_mean"]) and max(got["tis_clip_frac"]) == 0.0
+    client = create_app(AppConfig(runs=tmp_path)).test_client()
+    (key,) = [r["key"] for r in client.get("/api/runs").get_json()["runs"] if r["run_id"] == run.run_id]
+    charts = {c["title"]: c["series"] for c in client.get(f"/api/runs/{key}/metrics").get_json()["charts"]}
+    assert sorted(charts["Engine-learner log-prob gap"]) == ["mismatch_kl", "mismatch_max_abs", "mismatch_mean_abs"]
+    assert sorted(charts["Truncated importance weights"]) == ["tis_clip_frac", "tis_weight_mean"]
