@@ -264,8 +264,8 @@ def test_train_precision_help_says_what_the_trainer_builds(tiny_model_dir, capsy
 def test_a_fused_step_marks_the_weights_changed_so_no_vision_output_outlives_it(tiny_model_dir):
     """torch's fused AdamW writes the weights without moving their in-place version counters; the policy keeps
     vision-tower outputs for as long as those counters stay put. build_optimizer's step marks them changed, so
-    scoring after a step (with no mark_updated between) reads the tower's new outputs: the same log-probs as a
-    fresh policy holding the stepped weights, not the old screens' features."""
+    scoring after a step (with no mark_updated between) reads the tower's new outputs: the same log-probs as
+    with no reuse at all, not the old screen's features (0.04 nats off before the fix)."""
     chats, comps = batch()
     pol = load_transformers(tiny_model_dir, device="cpu", precision="fp32")
     opt = build_optimizer(pol, lr=1e-2, precision="fp32")
@@ -277,6 +277,5 @@ def test_a_fused_step_marks_the_weights_changed_so_no_vision_output_outlives_it(
     opt.step()
     assert all(p._version > v for p, v in zip(pol.parameters(), versions))
     after = pol.score(chats[:1], comps[:1])[0]
-    fresh = load_transformers(tiny_model_dir, device="cpu", precision="fp32")
-    fresh.load_state_dict(pol.state_dict())
-    assert max(abs(a - b) for a, b in zip(after, fresh.score(chats[:1], comps[:1])[0])) < 1e-5
+    pol.vision_cache_bytes = 0  # the tower run on the patches every time
+    assert max(abs(a - b) for a, b in zip(after, pol.score(chats[:1], comps[:1])[0])) < 1e-5
