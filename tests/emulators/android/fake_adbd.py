@@ -65,7 +65,19 @@ def read_packet(conn: socket.socket) -> tuple[int, int] | None:
 def start_adb_and_wait(adb: str, env: dict[str, str], serial: str, timeout_s: float = 10.0) -> bool:
     """Start the real adb server under ``env`` and wait until it lists ``serial`` as a device;
     False when it did not within ``timeout_s`` (the caller skips)."""
-    subprocess.run([adb, "start-server"], env=env, capture_output=True, timeout=30, check=True)
+    # The server is a daemon that must answer its client in time: on a loaded machine (the whole suite
+    # in CI) its first start can miss that ("ADB server didn't ACK", exit 255), so a few tries, and the
+    # server's own words if every one failed.
+    for attempt in range(4):
+        started = subprocess.run([adb, "start-server"], env=env, capture_output=True, text=True, timeout=60,
+                                 check=False)
+        if started.returncode == 0:
+            break
+        subprocess.run([adb, "kill-server"], env=env, capture_output=True, timeout=30, check=False)
+        time.sleep(1.0 + attempt)
+    else:
+        raise RuntimeError(f"adb start-server failed 4 times (exit {started.returncode}): "
+                           f"{(started.stderr or started.stdout).strip()[-600:]}")
     deadline = time.monotonic() + timeout_s
     while f"{serial}\tdevice" not in subprocess.run([adb, "devices"], env=env, capture_output=True, text=True,
                                                      check=False, timeout=30).stdout:
