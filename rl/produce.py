@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from rl.config import TrainConfig
     from rl.strategies import Strategy
 
-__all__ = ["Producer", "sample_tasks", "resolve_tasks"]
+__all__ = ["Producer", "sample_tasks", "resolve_tasks", "warm_start_tasks"]
 
 
 def sample_tasks(rng: random.Random, tasks: Sequence[str], n: int, weights: dict[str, float] | None = None
@@ -72,6 +72,19 @@ def resolve_tasks(cfg: "TrainConfig") -> list[str]:
     if "," in cfg.env:  # a mixed run: webapps' share is its fixed-layout family too
         return [t for t in ids if not t.startswith("webapps.") or t.removeprefix("webapps.") in WARM_START_TASKS]
     return ids
+
+
+def warm_start_tasks(cfg: "TrainConfig", tasks: Sequence[str]) -> list[str]:
+    """The tasks the warm start's demonstrations cover: ``--warm-start-tasks``, each one of ``tasks`` (the
+    run's), or all of ``tasks``; ``KeyError`` names one that the run does not train on."""
+    chosen = cfg.warm_start.warm_start_tasks
+    if not chosen:
+        return list(tasks)
+    stray = [t for t in chosen if t not in tasks]
+    if stray:
+        raise KeyError(f"--warm-start-tasks {stray} are not among the run's tasks; the warm start demonstrates "
+                       "a part of --tasks")
+    return list(dict.fromkeys(chosen))
 
 
 class Producer:

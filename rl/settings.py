@@ -405,6 +405,9 @@ class WarmStartSettings:
     """no --model: the share of the warm start's first steps that name their element in the goal
     drawn relabelled in hindsight: the goal names a sibling element on the same screen and the reply
     acts on it (guiagent sft --train.goal-relabel)"""
+    warm_start_tasks: tuple[str, ...] = ()
+    """no --model: the tasks the warm start's demonstrations cover, a part of --tasks (default: all of
+    them); the others the run meets only in RL, learned from the model's own samples"""
     warm_start_rename: float = 0.0
     """no --model: the share of the warm start's examples whose target name is replaced by a made-up one
     of the same shape in the whole prompt and the reply (guiagent sft --train.rename): names that never

@@ -52,7 +52,7 @@ from rl.learner import Learner
 from rl.loggers import make_loggers
 from rl.losses import AdaptiveKL
 from rl.metrics import guard_tripped, iteration_line, rollout_metrics
-from rl.produce import Producer, resolve_tasks
+from rl.produce import Producer, resolve_tasks, warm_start_tasks
 from rl.replay import recorded_episodes
 from rl.rollout import AsyncRollout
 from rl.strategies import SemiOnline, Strategy, strategy_class
@@ -222,6 +222,7 @@ class Trainer:
         self.cfg = cfg
         # before anything is created: a typo leaves nothing behind
         self.tasks = resolve_tasks(cfg)
+        self.demo_tasks = warm_start_tasks(cfg, self.tasks)
         self.phases = PhaseTimes()
         self.unseen_tasks = tasks_with_held_out_targets(cfg.env, self.tasks) if cfg.targets == "seen" else []
         self.recorded = recorded_episodes(cfg.data, cfg.tasks) if cfg.mode != "online" and cfg.data else []
@@ -252,7 +253,7 @@ class Trainer:
             torch.manual_seed(cfg.seed)  # the tiny model's initialisation, when the warm start builds one
             w, fmt = cfg.warm_start, "json" if cfg.action_format == "auto" else cfg.action_format
             self.model_dir = cfg.model or warm_start(
-                out, env=cfg.env, tasks=self.tasks, demos=w.warm_start_demos, steps=w.warm_start_steps, seed=cfg.seed,
+                out, env=cfg.env, tasks=self.demo_tasks, demos=w.warm_start_demos, steps=w.warm_start_steps, seed=cfg.seed,
                 max_pixels=TINY_MAX_PIXELS, threads=cfg.threads or None, demos_from=cfg.data, device=cfg.fleet.device,
                 action_format=fmt, words=w.warm_start_words, copy_steps=w.warm_start_copy_steps,
                 copy_until=w.warm_start_copy_until,

@@ -108,3 +108,17 @@ def test_the_embedded_recipes_list_only_what_they_use(env):
         assert parse_config(TrainConfig, ["--config", str(YAML)]) == cfg
         flat = flat_values(cfg)
         assert all(flat[k] == v for k, v in spelled.items() if k not in ("device", "rewards", "tasks"))
+
+
+def test_the_warm_start_can_demonstrate_a_part_of_the_tasks():
+    """--warm-start-tasks: the demonstrations cover those tasks only (the others are met in RL alone); a task
+    the run does not train on is refused, naming it; none given: all of the run's tasks."""
+    from rl.produce import warm_start_tasks
+
+    tasks = ["open_app", "settings_turn_on", "files_open_folder"]
+    assert warm_start_tasks(TrainConfig.build(tasks=tuple(tasks)), tasks) == tasks
+    cfg = TrainConfig.build(tasks=tuple(tasks), warm_start_tasks=("files_open_folder", "open_app", "open_app"))
+    assert warm_start_tasks(cfg, tasks) == ["files_open_folder", "open_app"]
+    cfg = TrainConfig.build(tasks=tuple(tasks), warm_start_tasks=("open_app", "go_home"))
+    with pytest.raises(KeyError, match=r"\['go_home'\] are not among the run's tasks"):
+        warm_start_tasks(cfg, tasks)
