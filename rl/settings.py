@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from guiagent.config import KeyValues
-from rl.advantages import SemiOnlineRewardConfig
 from rl.match import MatchConfig
 from rl.patching import PatchConfig
 
@@ -48,6 +47,35 @@ WARM_START_TASKS = ("open_app", "settings_turn_on", "settings_turn_off", "settin
 
 
 # ---- shared by train and eval ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SemiOnlineRewardConfig:
+    """Per-step reward of semi-online RL (UI-S1's ``gui_traj`` score).
+
+    ``r = format_weight · format_ok + action_weight · s`` with ``s = match_score`` when
+    the action matched the recorded one, ``kind_score`` when only its kind did,
+    ``parsed_score`` when it parsed but was of another kind, 0 when it did not parse.
+    UI-S1: 0.1 / 0.9 with scores 1.0 / 0.5 / 0.1. ``format_requires_thought``: the
+    format counts as valid only when the reply also has a thought (UI-S1's check; the
+    driver applies it, this function takes ``format_ok`` as given).
+    """
+
+    format_weight: float = 0.1
+    action_weight: float = 0.9
+    match_score: float = 1.0
+    kind_score: float = 0.5
+    parsed_score: float = 0.1
+    format_requires_thought: bool = False
+    point_sigma: float = 0.0
+    """> 0: a point action of the right kind that missed scores between ``kind_score`` and
+    ``match_score`` by a Gaussian of its distance to the target, ``exp(-d² / 2σ²)`` (σ in
+    normalised screen units), so a near miss earns more than a far one (a dense signal toward
+    the target, after GUI-G²'s Gaussian point rewards); 0: UI-S1's flat ``kind_score``"""
+
+    def __post_init__(self) -> None:
+        if self.point_sigma < 0:
+            raise ValueError("point_sigma must be >= 0")
 
 
 @dataclass(frozen=True)
