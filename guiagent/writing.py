@@ -75,9 +75,44 @@ def writing(what: str, where: str | os.PathLike[str] | None) -> Iterator[None]:
     except NoSpace:
         raise
     except Exception as e:
-        if not disk_full(e):
-            raise
-        raise NoSpace(what, where, e) from e
+        if disk_full(e):
+            raise NoSpace(what, where, e) from e
+        if _stream_writer_failed(e) and where is not None and _no_room(where):
+            raise NoSpace(what, where, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))) from e
+        raise
+
+
+#: torch.save's zip writer words a failed write without its errno: ``basic_ios::clear: iostream error``, then,
+#: on closing the archive, ``[enforce fail at inline_container.cc:...] . unexpected pos 1152 vs 1046``; older
+#: releases ``PytorchStreamWriter failed writing file ...``
+_TORCH_WRITE = re.compile(r"iostream error|unexpected pos \d+ vs \d+|PytorchStreamWriter failed writing|"
+                          r"file write failed")
+#: free bytes under which a write that failed without an errno is taken for a full disk
+NO_ROOM_BYTES = 8 << 20
+
+
+def _stream_writer_failed(e: BaseException) -> bool:
+    """``e`` (or an error it was raised while handling) is torch's zip writer failing to write."""
+    seen = 0
+    cur: BaseException | None = e
+    while cur is not None and seen < 8:
+        if isinstance(cur, RuntimeError) and _TORCH_WRITE.search(str(cur)):
+            return True
+        cur, seen = cur.__cause__ or cur.__context__, seen + 1
+    return False
+
+
+def _no_room(where: str | os.PathLike[str]) -> bool:
+    """The file system holding ``where`` (or its nearest existing parent) has under :data:`NO_ROOM_BYTES`
+    free: a write that failed there without saying why found no room."""
+    path = os.path.abspath(os.fspath(where))
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < NO_ROOM_BYTES
 
 
 def describe(e: BaseException) -> str | None:

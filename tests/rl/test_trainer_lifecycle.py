@@ -307,3 +307,27 @@ def test_a_full_disk_under_a_command_with_no_word_for_the_write_names_the_file(t
         last = capsys.readouterr().err.strip().splitlines()[-1]
         # the library words it its own way (safetensors: "... (os error 28)"): exit 1 all the same, not a traceback
         assert last.startswith("guiagent model: no space left on the device while writing a file"), last
+
+
+def test_torch_saves_full_disk_in_its_own_words_is_a_full_disk(tmp_path):
+    """torch.save on a full disk says no errno: ``basic_ios::clear: iostream error``, then ``[enforce fail at
+    inline_container.cc:...] unexpected pos ...`` (found by the fault soak: a checkpoint's optimizer state
+    met the full disk and a traceback reached the user). Inside a write, on a file system with no room, it is
+    the one line of a full disk; the same error where there is room passes unchanged."""
+    import torch
+
+    from guiagent.writing import NoSpace, writing
+
+    with _small_disk(tmp_path / "disk", "24m") as disk:
+        filler = _fill(disk)
+        target = disk / "checkpoint.tmp"
+        target.mkdir()
+        with pytest.raises(NoSpace, match=r"^no space left on the device while writing the checkpoint to "):
+            with writing("the checkpoint", target):
+                torch.save({"optimizer": torch.zeros(1 << 18)}, target / "optim.pt")
+        filler.unlink()
+        (target / "optim.pt").unlink(missing_ok=True)
+        with pytest.raises(RuntimeError) as got:  # room again: torch's words alone say nothing of a full disk
+            with writing("the checkpoint", target):
+                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1152 vs 1046")
+        assert not isinstance(got.value, NoSpace)
