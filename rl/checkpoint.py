@@ -800,10 +800,13 @@ def _run_outputs(out: Path) -> list[str]:
 
 
 def _foreign(out: str, names: list[str]) -> ConfigError:
-    shown = ", ".join(sorted(names))
-    return ConfigError(f"--out {out} holds {shown}, which no guiagent training run wrote (no run marker "
-                       f"{RUN_MARKER}, nor a config.yaml a run saved): nothing there is deleted or written "
-                       "over, even with --overwrite; move them away or give another --out")
+    shown = ", ".join(sorted(n for n in names if n != RUN_MARKER))
+    marker = Path(out) / RUN_MARKER
+    why = (f"its {RUN_MARKER} is not a run marker guiagent train wrote, and no config.yaml a run saved is there"
+           if marker.exists() or marker.is_symlink() else f"no run marker {RUN_MARKER}, nor a config.yaml a run saved")
+    return ConfigError(f"--out {out} holds {shown or RUN_MARKER}, which no guiagent training run wrote ({why}): "
+                       "nothing there is deleted or written over, even with --overwrite; move them away or give "
+                       "another --out")
 
 
 def check_out(out: str, *, resume: str | None, overwrite: bool, keep: tuple[str, ...] = ()) -> None:

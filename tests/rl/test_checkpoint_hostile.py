@@ -293,3 +293,26 @@ def test_train_resume_refuses_a_damaged_checkpoint_and_changes_nothing(saved, ti
     err = capsys.readouterr().err.strip().splitlines()
     assert err and message in err[-1] and not any("Traceback" in line for line in err), err
     assert _files(out) == before  # no store, no new checkpoint: the damaged one is kept as it was
+
+
+@pytest.mark.parametrize("forged", [b"{}", b"not json", b'{"by": "someone else"}'])
+def test_a_forged_run_marker_is_said_as_it_is(tmp_path, forged):
+    """A folder whose run marker guiagent train did not write: the refusal said "no run marker" while one was
+    there. Now it says the marker is not one a run wrote, and deletes nothing, with or without --overwrite."""
+    from guiagent.config import ConfigError
+    from rl.checkpoint import RUN_MARKER, check_out, clear_previous_run
+
+    out = tmp_path / "run"
+    (out / "base").mkdir(parents=True)
+    (out / "base" / "mynotes.txt").write_text("mine")
+    (out / RUN_MARKER).write_bytes(forged)
+    for refuse in (lambda: check_out(str(out), resume=None, overwrite=True), lambda: clear_previous_run(out)):
+        with pytest.raises(ConfigError) as got:
+            refuse()
+        said = str(got.value)
+        assert f"its {RUN_MARKER} is not a run marker guiagent train wrote" in said and "no run marker" not in said
+        assert "holds base, which no guiagent training run wrote" in said
+    assert (out / "base" / "mynotes.txt").read_text() == "mine" and (out / RUN_MARKER).read_bytes() == forged
+    (out / RUN_MARKER).unlink()
+    with pytest.raises(ConfigError, match=f"no run marker {RUN_MARKER}, nor a config.yaml"):
+        clear_previous_run(out)
