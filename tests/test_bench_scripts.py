@@ -195,3 +195,35 @@ def test_env_cpu_bench_runs_each_operation():
         assert task.milestones(rig.device) == [bool(x) for x in task.progress(task.state())]
     finally:
         rig.close()
+
+
+def test_the_miniwob_table_counts_each_stage_per_task_beside_the_published_figures(tmp_path):
+    """``bench/miniwob_table.py RUN``: per task, the run's held-out success of the warm start and after RL
+    (success = raw reward > 0, counted from the stores), the published agents' figures from the CSV, and
+    each column's mean over the set; a run without its evaluations is one line and exit 2."""
+    from guiagent.store import Store
+    from guiagent.types import Click, Step, TaskSpec
+    from tests.webui.conftest import obs
+
+    run = tmp_path / "run"
+    for part, wins in (("eval-before", {"click-test": 1, "enter-text": 0}),
+                       ("eval-after", {"click-test": 2, "enter-text": 1})):
+        store = Store.open(run / part)
+        rid = store.create_run(part)
+        for task, won in wins.items():
+            for k in range(2):
+                w = store.begin_episode(rid, TaskSpec("miniwob", task, 1_000_000 + k, task, 3), "model")
+                w.add_step(Step(0, obs(k), Click(0.5, 0.5), response="x", reward=0.0, terminated=True))
+                w.complete(1.0 if k < won else -1.0)
+        store.close()
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "miniwob_table.py"), str(run), "--agents", "human",
+                          "cc_net"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = out.stdout.splitlines()
+    assert rows[0] == "| task | ours: warm start | ours: after RL | human | CC-Net (BC+RL) |"
+    assert "| `click-test` | 50% (1/2) | 100% (2/2) | 100% | 100% |" in rows
+    assert "| `enter-text` | 0% (0/2) | 50% (1/2) | 98% | 100% |" in rows
+    assert rows[-1] == "| mean over the set | **25.0%** | **75.0%** | 99.0% (2 tasks) | 100.0% (2 tasks) |"
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "miniwob_table.py"), str(tmp_path / "none")],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "holds no held-out evaluation" in bad.stderr

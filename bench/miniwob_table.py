@@ -1,0 +1,91 @@
+"""The MiniWoB++ benchmark table: a run's held-out success per task beside the published figures.
+
+    python bench/miniwob_table.py runs/miniwob-bench [--agents human cc_net synapse rci prior_best]
+
+Reads the run's held-out evaluations (``eval-before``: the warm start, ``eval-after``: after RL; the benchmark's
+own success, raw reward > 0, as the suite scores it) and ``docs/miniwob_published.csv`` (task, agent, success,
+where the figure comes from, the table it was read from), and prints a Markdown table, one row a task of the
+run plus the mean over the set, each agent's mean over the tasks it reports. Episodes are counted from the
+stores, so a row says how many episodes its figure rests on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+#: the published agents shown by default, in this order, with their column heads
+AGENTS = {"human": "human", "cc_net": "CC-Net (BC+RL)", "synapse": "Synapse", "rci": "RCI",
+          "prior_best": "best before CC-Net (WGE, DOM-Q-Net, ...)"}
+
+
+def per_task(store_dir: Path) -> dict[str, tuple[int, int]]:
+    """``{task: (successes, episodes)}`` over the completed and aborted episodes of a held-out evaluation."""
+    from guiagent.store import EpisodeFilter, StoreReader
+
+    counts: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
+    reader = StoreReader(store_dir)
+    for status in ("completed", "aborted"):
+        for e in reader.list_episodes(EpisodeFilter(status=status), limit=10_000).items:
+            counts[e.task_id][0] += int(bool(e.success and e.success > 0))
+            counts[e.task_id][1] += 1
+    return {t: (s, n) for t, (s, n) in counts.items()}
+
+
+def published(path: Path) -> dict[tuple[str, str], float]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return {(row["task"], row["agent"]): float(row["success"]) for row in csv.DictReader(f)}
+
+
+def table(run: Path, agents: list[str], csv_path: Path) -> str:
+    before, after = per_task(run / "eval-before"), per_task(run / "eval-after")
+    pub = published(csv_path)
+    tasks = sorted(set(before) | set(after))
+    head = ["task", "ours: warm start", "ours: after RL", *(AGENTS.get(a, a) for a in agents)]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def cell(counts: dict[str, tuple[int, int]], t: str) -> str:
+        if t not in counts:
+            return "–"
+        s, n = counts[t]
+        return f"{100 * s / n:.0f}% ({s}/{n})"
+
+    for t in tasks:
+        cells = [f"`{t}`", cell(before, t), cell(after, t)]
+        cells += [f"{100 * pub[(t, a)]:.0f}%" if (t, a) in pub else "–" for a in agents]
+        rows.append("| " + " | ".join(cells) + " |")
+
+    def mean_of(counts: dict[str, tuple[int, int]]) -> str:
+        shares = [s / n for t, (s, n) in counts.items() if t in tasks and n]
+        return f"**{100 * sum(shares) / len(shares):.1f}%**" if shares else "–"
+
+    means = ["mean over the set", mean_of(before), mean_of(after)]
+    for a in agents:
+        got = [pub[(t, a)] for t in tasks if (t, a) in pub]
+        means.append(f"{100 * sum(got) / len(got):.1f}% ({len(got)} tasks)" if got else "–")
+    rows.append("| " + " | ".join(means) + " |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("run", type=Path, help="a training run's folder (holding eval-before/ and eval-after/)")
+    p.add_argument("--agents", nargs="*", default=list(AGENTS), help="published agents to show (the CSV's names)")
+    p.add_argument("--published", type=Path, default=ROOT / "docs" / "miniwob_published.csv")
+    a = p.parse_args(argv)
+    for part in ("eval-before", "eval-after"):
+        if not (a.run / part / "store.sqlite").is_file():
+            print(f"miniwob_table: {a.run / part} holds no held-out evaluation", file=sys.stderr)
+            return 2
+    print(table(a.run, a.agents, a.published))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
