@@ -104,7 +104,8 @@ class TrainerState:
     rollbacks: int = 0
     """how often a stability guard rolled the run back"""
     replay: list = dataclasses.field(default_factory=list)
-    """--algo awr: the replay buffer, as [run directory, episode id] pairs (the episodes stay in their stores)"""
+    """read from checkpoints written before strategies kept their own state: --algo awr's replay buffer, as
+    [run directory, episode id] pairs (AWR now keeps it itself, in the checkpoint's ``replay.json``)"""
     data_cursor: int | None = None
     """async: the data iteration to produce next; ahead of ``iteration`` by the results dropped
     for lagging (None: a sync run, or an async one from before this field: ``iteration``)"""

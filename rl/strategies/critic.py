@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -20,6 +21,7 @@ import torch
 
 from guiagent.store import EpisodeFilter, StoreReader
 from rl.advantages import awr_weights, gae, normalize_per_key, whiten
+from rl.checkpoint import CheckpointError
 from rl.critic import TurnCritic
 from rl.losses import PolicyLossStats, awr_loss
 from rl.loop import TrainTurn
@@ -135,38 +137,67 @@ class AWR(_WithCritic):
                                 "KL term: drop it")
         return out
 
+    #: the replay buffer's file in a checkpoint folder: [run directory, episode id] pairs, oldest first
+    REPLAY_FILE = "replay.json"
+
+    def __init__(self, cfg: "TrainConfig", out: Path, state: Any, settings: Any = None):
+        super().__init__(cfg, out, state, settings)
+        #: the replay buffer, as [run directory, episode id] pairs (the episodes stay in their stores)
+        self.replay: list[list[str]] = []
+
+    def save(self, folder: Path) -> None:
+        super().save(folder)
+        (Path(folder) / self.REPLAY_FILE).write_text(json.dumps(self.replay), encoding="utf-8")
+
+    def load(self, folder: Path) -> None:
+        """The critic and the replay buffer back from a checkpoint folder (one written before the buffer had a
+        file of its own keeps it in the trainer state: taken from there)."""
+        super().load(folder)
+        path = Path(folder) / self.REPLAY_FILE
+        if not path.is_file():
+            self.replay = [list(r) for r in getattr(self.state, "replay", [])]
+            return
+        try:
+            pairs = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise CheckpointError(f"{path}: the replay buffer cannot be read ({e})") from None
+        if not (isinstance(pairs, list) and all(isinstance(r, list) and len(r) == 2
+                                                 and all(isinstance(x, str) for x in r) for r in pairs)):
+            raise CheckpointError(f"{path}: the replay buffer is not a list of [run directory, episode id] pairs")
+        self.replay = pairs
+
     def offline(self, iteration: int) -> bool:
         return iteration < self.cfg.awr.offline_iterations
 
     def seed_replay(self, data: Sequence[str]) -> int:
         """Put the completed episodes of the stores ``data`` into an empty replay buffer."""
-        if self.state.replay:
+        if self.replay:
             return 0
         for d in data:
             reader = StoreReader(d)
             try:
                 for s in reader.iter_episodes(EpisodeFilter(status="completed")):
                     if not self.cfg.tasks or s.task_id in self.cfg.tasks:
-                        self.state.replay.append([str(Path(d).resolve()), s.episode_id])
+                        self.replay.append([str(Path(d).resolve()), s.episode_id])
             finally:
                 reader.close()
         self._trim()
-        return len(self.state.replay)
+        return len(self.replay)
 
     def _trim(self) -> None:
-        over = len(self.state.replay) - self.cfg.awr.replay_size
+        over = len(self.replay) - self.cfg.awr.replay_size
         if over > 0:
-            del self.state.replay[:over]  # FIFO: the oldest episodes leave first
+            del self.replay[:over]  # FIFO: the oldest episodes leave first
 
     def _sample(self, iteration: int) -> list[Any]:
         """This iteration's episodes from the buffer, with pixels."""
         cfg = self.cfg
         rng = random.Random(cfg.seed * 7919 + iteration)
         k = min(cfg.awr.replay_episodes or cfg.groups.groups_per_iteration * cfg.groups.group_size,
-                len(self.state.replay))
+                len(self.replay))
         by_dir: dict[str, list[str]] = {}
-        for i in rng.sample(range(len(self.state.replay)), k):
-            d, eid = self.state.replay[i]
+        for i in rng.sample(range(len(self.replay)), k):
+            d, eid = self.replay[i]
             by_dir.setdefault(d, []).append(eid)
         trajs = []
         for d, eids in by_dir.items():
@@ -183,14 +214,14 @@ class AWR(_WithCritic):
         self._pending = None
         for t in result.trajectories:
             if t.status == "completed":
-                self.state.replay.append([str(self.out.resolve()), t.episode_id])
+                self.replay.append([str(self.out.resolve()), t.episode_id])
         self._trim()
-        if not self.state.replay:
+        if not self.replay:
             return Batch(stats={"replay": 0.0})
         trajs = self._sample(iteration)
         examples = load_examples(trajs, policy, self.settings.format(), self.settings.prompt_config(), SFTConfig())
         if not examples:
-            return Batch(stats={"replay": float(len(self.state.replay))})
+            return Batch(stats={"replay": float(len(self.replay))})
         returns = {t.episode_id: episode_returns(t, cfg.credit.gamma) for t in trajs}
         task_of = {t.episode_id: t.task.task_id for t in trajs}
         g = torch.tensor([returns[e.episode_id][e.step_index] for e in examples], dtype=torch.float64)
@@ -209,7 +240,7 @@ class AWR(_WithCritic):
         self.record(store, iteration, turns, a, [{"value": float(vi), "return": float(gi),
                                                   "detail": {"awr_weight": float(wi)}}
                                                  for vi, gi, wi in zip(v, g, w)])
-        return Batch(turns, w.float(), {"replay": float(len(self.state.replay)), "replay_turns": float(len(turns)),
+        return Batch(turns, w.float(), {"replay": float(len(self.replay)), "replay_turns": float(len(turns)),
                                         "adv_mean": float(a.mean()), "awr_weight_mean": float(w.mean())})
 
     def loss(self, logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, *,

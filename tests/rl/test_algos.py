@@ -13,7 +13,7 @@ from guiagent.types import Click, Finish, Observation, Step, TaskSpec, Trajector
 from rl.settings import horizon_at, parse_horizon_schedule
 from rl.strategies import make_strategy
 from rl.strategies.gigpo import thumbnail
-from rl.checkpoint import TrainerState
+from rl.checkpoint import CheckpointError, TrainerState
 from rl.config import TrainConfig
 from rl.critic import TurnCritic
 from rl.rollout import RolloutResult, TrainTurn
@@ -184,15 +184,25 @@ def test_awr_trains_offline_from_stored_runs_and_keeps_its_replay_buffer_in_chec
     assert math.isfinite(r.last["value_loss"]) and r.last["optimizer_steps"] == 1.0
     ckpt = out / "checkpoint"
     assert (ckpt / "critic.safetensors").is_file()
-    state_file = ckpt / "trainer_state.json"
+    state_file, replay_file = ckpt / "trainer_state.json", ckpt / "replay.json"
     raw = json.loads(state_file.read_text())
-    assert [eid for _, eid in raw["state"]["replay"]] == ["demo-0", "demo-1", "demo-2"]
-    raw["state"]["replay"] = raw["state"]["replay"][:2]  # the resumed run must take the buffer from here
-    state_file.write_text(json.dumps(raw))
+    assert raw["state"]["replay"] == []  # the strategy keeps its own state: the buffer is AWR's, in its file
+    buffer = json.loads(replay_file.read_text())
+    assert [eid for _, eid in buffer] == ["demo-0", "demo-1", "demo-2"]
+    replay_file.write_text(json.dumps(buffer[:2]))  # the resumed run must take the buffer from here
     saved_head = TurnCritic()
     saved_head.load(ckpt)
     r2 = train(TrainConfig.build(resume=str(out), iterations=2))
     assert r2.iterations == 2 and r2.last["replay"] == 2.0
+    # a checkpoint from before the buffer had its own file: the buffer is read from the trainer state
+    replay_file.unlink()
+    older = make_strategy(cfg, out, TrainerState(replay=buffer[:1]), AgentSettings())
+    older.load(ckpt)
+    assert older.replay == buffer[:1]
+    # a replay.json that is not a list of pairs: one line
+    replay_file.write_text('[["x"], 3]')
+    with pytest.raises(CheckpointError, match="replay.json: the replay buffer is not a list of"):
+        make_strategy(cfg, out, TrainerState(), AgentSettings()).load(ckpt)
 
     # online episodes join the buffer and are read back from the run's own store
     policy = load_transformers(tiny_model_dir)
@@ -200,11 +210,11 @@ def test_awr_trains_offline_from_stored_runs_and_keeps_its_replay_buffer_in_chec
     run = store.create_run("awr")
     online = _episode("online-0", [_screen(0), _screen(1)], [0.0, 1.0], group="g")
     store.write_trajectory(run, online)
-    state = TrainerState(replay=[[str(demos.resolve()), "demo-0"]])
-    credit = make_strategy(TrainConfig.build(algo="awr", model="m", replay_episodes=2), tmp_path / "online", state,
-                    AgentSettings.load(tiny_model_dir) or AgentSettings())
+    credit = make_strategy(TrainConfig.build(algo="awr", model="m", replay_episodes=2), tmp_path / "online",
+                           TrainerState(), AgentSettings.load(tiny_model_dir) or AgentSettings())
+    credit.replay = [[str(demos.resolve()), "demo-0"]]
     turns, w, stats = credit.batch(RolloutResult(trajectories=[online]), policy, 0, store=store)
-    assert [p[1] for p in state.replay] == ["demo-0", "online-0"] and stats["replay"] == 2.0
+    assert [p[1] for p in credit.replay] == ["demo-0", "online-0"] and stats["replay"] == 2.0
     assert len(turns) == 4 and (w > 0).all() and all(u.old_logprobs == (0.0,) * len(u.completion_ids) for u in turns)
     # the critic is fitted after the actor, to the sampled turns' returns: its values move towards them
     feats, returns, before = credit._pending
