@@ -41,7 +41,7 @@ from judge.calibration import rollout_judge_metrics
 from judge.settings import make_judge
 from rl.agents import AgentSettings, load_agent
 from rl.checkpoint import (
-    TrainerState, begin_session, check_out, clear_previous_run, end_session, find_checkpoint, load_checkpoint,
+    CheckpointError, TrainerState, begin_session, check_out, clear_previous_run, end_session, find_checkpoint, load_checkpoint,
     load_config, mark_run, save_checkpoint, save_config,
 )
 from rl.config import TINY_MAX_PIXELS, TrainConfig
@@ -172,7 +172,10 @@ class Trainer:
         self.strategy: Strategy = strategy_class(cfg.algo)(cfg, out, self.state, self.settings)
         self.semi = SemiOnline(cfg, out, self.state, self.settings) if cfg.mode != "online" else None
         if restored is not None:
-            self.strategy.load(self.ckpt)
+            try:
+                self.strategy.load(self.ckpt)
+            except ValueError as e:  # the strategy's own state in the checkpoint is damaged: bad input
+                raise CheckpointError(str(e)) from None
         else:
             self.strategy.seed_replay(cfg.data or ([str(out / "demos")] if (out / "demos").is_dir() else []))
         self.learner = Learner(cfg, out, self.state, self.model_dir, restored=restored)

@@ -21,7 +21,6 @@ import torch
 
 from guiagent.store import EpisodeFilter, StoreReader
 from rl.advantages import awr_weights, gae, normalize_per_key, whiten
-from rl.checkpoint import CheckpointError
 from rl.critic import TurnCritic
 from rl.losses import PolicyLossStats, awr_loss
 from rl.loop import TrainTurn
@@ -151,7 +150,8 @@ class AWR(_WithCritic):
 
     def load(self, folder: Path) -> None:
         """The critic and the replay buffer back from a checkpoint folder (one written before the buffer had a
-        file of its own keeps it in the trainer state: taken from there)."""
+        file of its own keeps it in the trainer state: taken from there); ``ValueError`` for a buffer file that
+        is not [run directory, episode id] pairs."""
         super().load(folder)
         path = Path(folder) / self.REPLAY_FILE
         if not path.is_file():
@@ -160,10 +160,10 @@ class AWR(_WithCritic):
         try:
             pairs = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError) as e:
-            raise CheckpointError(f"{path}: the replay buffer cannot be read ({e})") from None
+            raise ValueError(f"{path}: the replay buffer cannot be read ({e})") from None
         if not (isinstance(pairs, list) and all(isinstance(r, list) and len(r) == 2
                                                  and all(isinstance(x, str) for x in r) for r in pairs)):
-            raise CheckpointError(f"{path}: the replay buffer is not a list of [run directory, episode id] pairs")
+            raise ValueError(f"{path}: the replay buffer is not a list of [run directory, episode id] pairs")
         self.replay = pairs
 
     def offline(self, iteration: int) -> bool:

@@ -201,8 +201,10 @@ def test_awr_trains_offline_from_stored_runs_and_keeps_its_replay_buffer_in_chec
     assert older.replay == buffer[:1]
     # a replay.json that is not a list of pairs: one line
     replay_file.write_text('[["x"], 3]')
-    with pytest.raises(CheckpointError, match="replay.json: the replay buffer is not a list of"):
+    with pytest.raises(ValueError, match="replay.json: the replay buffer is not a list of"):
         make_strategy(cfg, out, TrainerState(), AgentSettings()).load(ckpt)
+    with pytest.raises(CheckpointError, match="replay.json: the replay buffer is not a list of"):
+        train(TrainConfig.build(resume=str(out), iterations=4))  # the trainer: a damaged checkpoint, one line
 
     # online episodes join the buffer and are read back from the run's own store
     policy = load_transformers(tiny_model_dir)
