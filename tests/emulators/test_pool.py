@@ -608,9 +608,10 @@ def test_hung_worker_is_killed_after_the_timeout_and_replaced(ray_pool):
 def test_ray_pool_hands_each_slots_calls_back_as_they_end(ray_pool):
     pool = ray_pool
     _reset_all(pool, seed=90)
-    # slot 0 (worker 0) waits 1.5 s; slot 1 on the same worker and slots 2, 3 on the other solve their
-    # episodes meanwhile (A, then B)
-    pool.submit([ActionRequest(0, Wait(1.5))])
+    # slot 0 (worker 0) waits 4 s; slot 1 on the same worker and slots 2, 3 on the other solve their
+    # episodes meanwhile (A, then B: two rounds of three steps, well under 4 s even on a loaded machine,
+    # where 1.5 s was not)
+    pool.submit([ActionRequest(0, Wait(4.0))])
     for _ in range(2):
         pool.submit([ActionRequest(s, a) for s, a in zip([1, 2, 3], pool.oracle_actions([1, 2, 3]))])
         got = {o.slot: o for o in pool.collect(least=3)}
