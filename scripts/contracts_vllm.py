@@ -240,24 +240,19 @@ def main() -> int:
     for name in ContractEngine.METHODS:
         check(f"vllm.LLM.{name} exists", lambda n=name: table["LLM"].__setitem__(n, signature_row(getattr(vllm.LLM, n))))
 
-    def prompt_keys() -> set[str]:
-        tp, path = find("vllm.inputs:TextPrompt", "vllm.inputs.data:TextPrompt", "vllm.inputs.llm:TextPrompt")
+    def prompt_keys(name: str, needed: set[str]) -> set[str]:
+        """The keys of the TypedDict ``name`` (vllm.inputs), which must hold ``needed``; recorded in the table."""
+        tp, _ = find(*(f"{m}:{name}" for m in ("vllm.inputs", "vllm.inputs.data", "vllm.inputs.llm")))
         keys = set(getattr(tp, "__required_keys__", set())) | set(getattr(tp, "__optional_keys__", set()))
-        assert {"prompt", "multi_modal_data"} <= keys, sorted(keys)
-        table["TextPrompt"] = sorted(keys)
+        assert needed <= keys, sorted(keys)
+        table[name] = sorted(keys)
         return keys
 
-    keys = check("TextPrompt has prompt and multi_modal_data", prompt_keys) or {"prompt", "multi_modal_data"}
-
-    def token_keys() -> set[str]:
-        tp, _ = find("vllm.inputs:TokensPrompt", "vllm.inputs.data:TokensPrompt", "vllm.inputs.llm:TokensPrompt")
-        keys = set(getattr(tp, "__required_keys__", set())) | set(getattr(tp, "__optional_keys__", set()))
-        assert {"prompt_token_ids", "multi_modal_data"} <= keys, sorted(keys)
-        table["TokensPrompt"] = sorted(keys)
-        return keys
-
+    text_needed, token_needed = {"prompt", "multi_modal_data"}, {"prompt_token_ids", "multi_modal_data"}
+    keys = check("TextPrompt has prompt and multi_modal_data",
+                 lambda: prompt_keys("TextPrompt", text_needed)) or text_needed
     tkeys = check("TokensPrompt has prompt_token_ids and multi_modal_data (token in, images beside)",
-                  token_keys) or {"prompt_token_ids", "multi_modal_data"}
+                  lambda: prompt_keys("TokensPrompt", token_needed)) or token_needed
 
     def reload_and_caches() -> str:
         worker, _ = find("vllm.v1.worker.gpu_worker:Worker")
