@@ -365,8 +365,8 @@ def made_up_name(rng: random.Random, like: str, avoid: frozenset[str] = frozense
         return w.capitalize() if cap else w
 
     banned = {a.casefold() for a in avoid}
+    file = re.fullmatch(r"([^\s.]+)\.(\w{2,5})", like)
     for _ in range(100):
-        file = re.fullmatch(r"([^\s.]+)\.(\w{2,5})", like)
         if file:
             stem = "_".join(word(False) for _ in file.group(1).split("_"))
             name = f"{stem}.{rng.choice(_EXTENSIONS)}"
