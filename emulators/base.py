@@ -144,9 +144,9 @@ class Device(ABC):
 #: the kind of device a task drives: ``Task[BrowserDevice]`` gets a ``BrowserDevice`` in every method
 DeviceT = TypeVar("DeviceT", bound=Device)
 
-#: which targets an episode may have (:meth:`Task.sample_targets`): any, only those training may use, or
-#: only the held-out ones
-TARGET_SPLITS = ("all", "seen", "unseen")
+#: which targets an episode may have (:meth:`Task.sample_targets`): any, only those training may use, only
+#: the held-out ones, or those training may use shown under made-up names (:meth:`Task.rename_targets`)
+TARGET_SPLITS = ("all", "seen", "unseen", "renamed")
 #: draws :meth:`Task.sample_targets` tries before it gives up (a split that holds out a share p of the
 #: episodes fails to fit with probability (1 - p) ** draws)
 MAX_TARGET_DRAWS = 256
@@ -205,9 +205,12 @@ class Task(ABC, Generic[DeviceT]):
         """:meth:`sample_params` restricted to ``targets``: ``all`` (any), ``seen`` (no held-out target:
         what training may use) or ``unseen`` (a held-out target: what shows generalisation). Draws
         again from the same ``rng`` until the episode fits, so a seed still fixes the parameters.
+        ``renamed``: a ``seen`` episode with its targets under made-up names (:meth:`rename_targets`).
         :class:`ValueError` for ``unseen`` on a task without held-out targets."""
         if targets not in TARGET_SPLITS:
             raise ValueError(f"targets must be one of {', '.join(TARGET_SPLITS)}, got {targets!r}")
+        if targets == "renamed":
+            return cls.rename_targets(cls.sample_targets(rng, "seen"), rng)
         if targets == "all" or (targets == "seen" and not cls.has_held_out_targets()):
             return cls.sample_params(rng)
         if not cls.has_held_out_targets():
@@ -217,6 +220,14 @@ class Task(ABC, Generic[DeviceT]):
             if cls.target_split(params) == targets:
                 return params
         raise ValueError(f"{cls.task_id}: no episode with {targets} targets in {MAX_TARGET_DRAWS} draws")
+
+    @classmethod
+    def rename_targets(cls, params: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+        """``params`` with each target of the episode shown under a made-up name (on the screens and in
+        the goal; :func:`emulators.names.made_up_name`), drawn from ``rng``: the ``renamed`` split of
+        :meth:`sample_targets`, training episodes that no name can be learnt from, only the copying of
+        the goal's name to the screen. The default: a task without targets to rename keeps ``params``."""
+        return params
 
     @property
     def goal(self) -> str:

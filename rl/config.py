@@ -136,6 +136,11 @@ class TrainConfig:
     apps and one setting, section and folder, are the target of no demonstration and no training rollout;
     the held-out evaluation then reports episodes on seen and on unseen targets apart). Suites without
     held-out targets have seen targets only"""
+    rename_targets: float = 0.0
+    """share of online training groups whose targets are shown under made-up names, on the screens and in
+    the goal (with --targets seen: a seen target renamed, never to a name of the phone): names that no
+    model can memorise, so that what the model's own successes reward is copying the goal's name to the
+    screen, which carries over to the held-out targets (0: none; suites without targets to rename ignore it)"""
     data: tuple[str, ...] = ()
     """--mode semi-online|mixed: run directories of recorded trajectories (e.g. from
     guiagent eval --agent oracle, or guiagent data import); episodes of --tasks only, when given"""
@@ -230,6 +235,10 @@ class TrainConfig:
             if n > MAX_EPISODES:
                 raise ValueError(f"{name} is {n:,}: at most {MAX_EPISODES:,} episodes a round (each is kept in "
                                  "memory)")
+        if not 0.0 <= self.rename_targets <= 1.0:
+            raise ValueError(f"--rename-targets is a share of the training groups, in [0, 1]; got {self.rename_targets}")
+        if self.rename_targets and self.targets != "seen":
+            raise ValueError("--rename-targets shows seen targets under made-up names: give --targets seen too")
         if strategy.online_only and self.mode == "auto":
             self.mode = "online"
         strategy.check(self)

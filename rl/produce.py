@@ -15,6 +15,8 @@ member, the turn index), so a reply depends on neither batching, slot order nor 
 
 from __future__ import annotations
 
+import dataclasses
+
 import random
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -124,6 +126,9 @@ class Producer:
         requests = make_groups(picks, seeds, 1 if branched else cfg.groups.group_size,
                                max_steps=cfg.credit.max_steps(iteration), tag=f"i{iteration}r{rnd}",
                                targets=cfg.targets)
+        if cfg.rename_targets:  # whole groups renamed (a group's members share their episode)
+            renamed = {gid for gid in dict.fromkeys(r.group_id for r in requests) if rng.random() < cfg.rename_targets}
+            requests = [dataclasses.replace(r, targets="renamed") if r.group_id in renamed else r for r in requests]
         if branched:  # a trunk (or a captured start) per (task, seed), G branches from its states
             return run_branched(self.pool(), self.sampler, requests, cfg.branch, group_size=cfg.groups.group_size,
                                 rewards=cfg.rewards, store=self.store, run_id=self.run_id, suite=cfg.env,

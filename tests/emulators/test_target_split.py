@@ -14,7 +14,8 @@ import pytest
 
 from emulators.base import TARGET_SPLITS, Task
 from emulators.suites.webapps import TASKS
-from emulators.suites.webapps.world import FOLDERS, HELD_OUT_TARGETS, LAYOUT_LISTS
+from emulators.suites.webapps.world import (FOLDERS, HELD_OUT_TARGETS, LAYOUT_LISTS, check_labels, held_out_names,
+                                           phone_names, target_name)
 
 SPLIT = sorted(t for t, cls in TASKS.items() if cls.has_held_out_targets())
 
@@ -55,8 +56,76 @@ def test_a_task_without_held_out_targets_has_only_seen_episodes():
         cls.sample_targets(random.Random(5), "unseen")
     with pytest.raises(ValueError, match="targets must be one of"):
         cls.sample_targets(random.Random(5), "held-out")
-    assert TARGET_SPLITS == ("all", "seen", "unseen")
+    assert TARGET_SPLITS == ("all", "seen", "unseen", "renamed")
+    assert cls.sample_targets(random.Random(5), "renamed") == cls.sample_params(random.Random(5)), \
+        "nothing to rename: the seen episode itself"
     assert Task.target_split.__func__ is not None  # the base class says "no split" for any other suite
+
+
+@pytest.mark.parametrize("task_id", SPLIT)
+def test_renamed_episodes_show_each_seen_target_under_a_made_up_name(task_id):
+    """--rename-targets' episodes: a seen episode (the same draw as ``seen`` from the seed) whose every target
+    is shown under a made-up name, in the goal too; never a name of the phone (held out or not), never two
+    targets under one name."""
+    cls = TASKS[task_id]
+    shown: set[str] = set()
+    for seed in range(40):
+        seen = cls.sample_targets(random.Random(seed), "seen")
+        renamed = cls.sample_targets(random.Random(seed), "renamed")
+        assert {k: v for k, v in renamed.items() if k != "labels"} == seen
+        assert cls.target_split(renamed) == "seen"
+        labels = renamed["labels"]
+        check_labels(labels)
+        olds = {target_name(kind, seen[key]) for key, kind in cls.family.targets.items()}
+        assert set(labels) == olds and len(set(labels.values())) == len(olds)
+        assert not set(labels.values()) & (phone_names() | held_out_names())
+        goal = cls(renamed).goal
+        assert all(new in goal for new in labels.values()) and not any(old in goal for old in olds), goal
+        assert cls.sample_targets(random.Random(seed), "renamed") == renamed  # the seed fixes the names too
+        shown |= set(labels.values())
+    assert len(shown) >= 30  # drawn afresh: no name to memorise
+
+
+def test_labels_of_a_world_are_checked():
+    from emulators.suites.webapps.server import StateError, validate_state
+
+    assert validate_state({"labels": {"Wi-Fi": "Dit", "report.pdf": "rulo.txt"}})["labels"]["Wi-Fi"] == "Dit"
+    for labels, words in (([], "must be dict"), ({"Nope": "x"}, "not a name of the phone"),
+                          ({"Wi-Fi": ""}, "printable name"), ({"Wi-Fi": "a\nb"}, "printable name"),
+                          ({"Wi-Fi": "x" * 65}, "printable name"), ({"Wi-Fi": 3}, "printable name"),
+                          ({n: "x" for n in sorted(phone_names())[:9]}, "at most 8")):
+        with pytest.raises(StateError, match=words):
+            validate_state({"labels": labels})
+
+
+@pytest.mark.browser
+def test_a_renamed_target_is_shown_and_reached_under_its_new_name(tmp_path):
+    """The screens write the made-up name where the real one stood (the element list too), the oracle
+    reaches the real target through it, and the task's success reads the real state."""
+    from emulators.browser import BrowserConfig, launch_browser
+    from emulators.suites.webapps import SUITE
+
+    browser = launch_browser(BrowserConfig())
+    try:
+        device = SUITE.make_device(browser=browser, marks=True)
+        for task_id, seed in (("settings_turn_on_shuffled", 3), ("open_app", 4), ("files_open_file_shuffled", 5)):
+            env = SUITE.make_env(task_id, device=device)
+            obs, _ = env.reset_typed(seed=seed, options={"targets": "renamed"})
+            labels = env.task_spec.params["labels"]
+            names = []
+            done, info = False, None
+            while not done:
+                names += [m.name for m in obs.marks or []]
+                obs, term, trunc, info = env.step_typed(env.task.oracle(device))
+                done = term or trunc
+            assert info.success == 1.0, (task_id, env.task_spec.goal)
+            # every made-up name was on a screen on the way, the real one it stands for never as a name
+            assert all(any(n.startswith(new) for n in names) for new in labels.values()), (labels, names)
+            assert not any(n.startswith(old) for n in names for old in labels), (labels, names)
+            assert all(new in env.task_spec.goal for new in labels.values())
+    finally:
+        SUITE.close()
+        browser.close()
 
 
 @pytest.mark.browser

@@ -110,6 +110,38 @@ def test_the_embedded_recipes_list_only_what_they_use(env):
         assert all(flat[k] == v for k, v in spelled.items() if k not in ("device", "rewards", "tasks"))
 
 
+def test_renamed_targets_are_a_share_of_the_groups_of_a_seen_targets_run():
+    """--rename-targets P: about P of each iteration's groups (whole groups) run renamed episodes; it needs
+    --targets seen (a made-up name stands for a seen target) and a share in [0, 1]."""
+    import random
+
+    from rl.produce import Producer
+
+    with pytest.raises(ValueError, match="give --targets seen too"):
+        TrainConfig.build(rename_targets=0.5)
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        TrainConfig.build(targets="seen", rename_targets=1.5)
+    seen: dict[str, set[str]] = {}
+
+    def rollout(pool, sampler, requests, **kw):
+        for r in requests:
+            seen.setdefault(r.group_id, set()).add(r.targets)
+        return "result"
+
+    cfg = TrainConfig.build(targets="seen", rename_targets=0.5, tasks=("open_app",),
+                            groups_per_iteration=64, group_size=2)
+    producer = Producer(cfg, ["open_app"], [], None, store=None, run_id="r", judge=None, pool=lambda: None)
+    import rl.produce as produce
+    real, produce.run_rollout = produce.run_rollout, rollout
+    try:
+        assert producer._online(random.Random(0), 1, 0) == "result"
+    finally:
+        produce.run_rollout = real
+    assert all(len(t) == 1 for t in seen.values()), "a group's members share one episode"
+    renamed = sum(t == {"renamed"} for t in seen.values())
+    assert len(seen) == 64 and 20 <= renamed <= 44 and {"seen", "renamed"} >= set().union(*seen.values())
+
+
 def test_the_warm_start_can_demonstrate_a_part_of_the_tasks():
     """--warm-start-tasks: the demonstrations cover those tasks only (the others are met in RL alone); a task
     the run does not train on is refused, naming it; none given: all of the run's tasks."""

@@ -361,10 +361,10 @@ def test_made_up_names_keep_the_shape_and_avoid_held_out_names():
     from rl.sft import made_up_name
 
     rng = random.Random(0)
-    for like in ("Clock", "About phone", "Do not disturb", "road_trip.mp3", "invoice_march.pdf"):
+    for like in ("Clock", "About phone", "Do not disturb", "Wi-Fi", "road_trip.mp3", "invoice_march.pdf"):
         for _ in range(200):
             n = made_up_name(rng, like)
-            assert len(n.split()) == len(like.split()) and n != like
+            assert len(n.split()) == len(like.split()) and n.count("-") == like.count("-") and n != like
             if "." in like:
                 assert re.fullmatch(r"[a-z]+(_[a-z]+)*\.\w+", n) and n.count("_") == like.count("_")
             else:

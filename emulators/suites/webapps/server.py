@@ -48,7 +48,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.serving import WSGIRequestHandler, make_server
 
 from .views import bp
-from .world import check_layout, copy_json, empty_world
+from .world import check_labels, check_layout, copy_json, empty_world
 
 __all__ = ["StateError", "SessionStore", "validate_state", "create_app", "AppServer", "AppClient", "LocalClient",
            "shared_server", "stop_shared_server"]
@@ -88,6 +88,7 @@ def validate_state(state: Any) -> dict[str, Any]:
                 raise StateError(f"every item of state[{key!r}] needs an integer 'id'")
     try:
         check_layout(out["layout"])
+        check_labels(out["labels"])
     except ValueError as e:
         raise StateError(str(e)) from None
     return out

@@ -55,9 +55,15 @@ def page(template: str, **context: Any) -> str:
         st["log"] = (st["log"] + [rel])[-200:]
         flash, st["flash"] = st["flash"], None
         snap = copy_json(st)
+    labels = snap.get("labels") or {}
+
+    def shown(name: Any) -> Any:
+        """The name a screen shows for ``name`` (the world's ``labels`` rename some targets)."""
+        return labels.get(name, name) if isinstance(name, str) else name
+
     return render_template(template, S=snap, flash=flash, u=u, now=NOW, money=money, pretty_date=pretty_date,
-                           app_titles=APP_TITLES, app_icons=APP_ICONS, icon=icon, request=request,
-                           **context)
+                           app_titles={k: shown(v) for k, v in APP_TITLES.items()}, app_icons=APP_ICONS,
+                           icon=icon, request=request, shown=shown, **context)
 
 
 def mutate(fn: Callable[[dict[str, Any]], Any]) -> Any:

@@ -24,7 +24,8 @@ __all__ = [
     "APPS", "APP_TITLES", "SETTINGS_TOGGLES", "SETTINGS_SECTIONS", "FOLDERS", "CATEGORIES",
     "RINGTONES", "FONT_SIZES", "SCREEN_TIMEOUTS", "CLOCK_TABS", "TODAY", "CONTACT_COUNT",
     "make_world", "empty_world", "money", "pretty_date", "next_id", "LAYOUT_LISTS", "shuffled_layout",
-    "check_layout", "copy_json", "HELD_OUT_TARGETS", "held_out_names",
+    "check_layout", "copy_json", "HELD_OUT_TARGETS", "held_out_names", "target_name", "check_labels",
+    "phone_names",
 ]
 
 #: app slugs in launcher order (fixed: easy tasks rely on the icons' places)
@@ -128,7 +129,8 @@ def empty_world() -> dict[str, Any]:
     """A world with no user data and default settings (the server's schema in one place).
 
     ``layout`` reorders lists of the screens (:data:`LAYOUT_LISTS`); empty, every list keeps its
-    fixed order.
+    fixed order. ``labels`` shows names of targets under others (``{"Wi-Fi": "Dit"}``: the screens write
+    the Wi-Fi toggle "Dit"; :func:`check_labels`); empty, every name is its own.
     """
     return {
         "today": TODAY.isoformat(),
@@ -137,7 +139,7 @@ def empty_world() -> dict[str, Any]:
         "settings": {"wifi": True, "bluetooth": False, "airplane": False, "location": True, "dnd": False,
                      "dark_theme": False, "font_size": "Default", "screen_timeout": "1 minute",
                      "ringtone": "Chime", "vibrate": True, "device_name": "My Phone"},
-        "log": [], "flash": None, "layout": {},
+        "log": [], "flash": None, "layout": {}, "labels": {},
     }
 
 
@@ -163,6 +165,40 @@ def held_out_names() -> frozenset[str]:
     names |= {SETTINGS_SECTIONS[k] for k in HELD_OUT_TARGETS["section"]}
     names |= {f for folder in HELD_OUT_TARGETS["folder"] for f in _FILES[folder]}
     return frozenset(names | HELD_OUT_TARGETS["folder"] | HELD_OUT_TARGETS["file"])
+
+
+def target_name(kind: str, value: Any) -> str:
+    """The name the screens show for a target of ``kind`` (:data:`HELD_OUT_TARGETS`' kinds) that a task's
+    parameter holds: an app's title, a toggle's or section's label, a folder's or file's own name."""
+    table = {"app": APP_TITLES, "toggle": SETTINGS_TOGGLES, "section": SETTINGS_SECTIONS}.get(kind)
+    return table[str(value)] if table is not None else str(value)
+
+
+@functools.lru_cache(maxsize=1)
+def phone_names() -> frozenset[str]:
+    """Every name of an app, toggle, section, folder and file the worlds draw from (a made-up name shown
+    in place of a target must be none of them)."""
+    return frozenset({*APP_TITLES.values(), *SETTINGS_TOGGLES.values(), *SETTINGS_SECTIONS.values(), *FOLDERS,
+                      *(f for files in _FILES.values() for f in files)})
+
+
+#: the most names a world's ``labels`` may rename, and the longest a shown name may be
+MAX_LABELS, MAX_LABEL_CHARS = 8, 64
+
+
+def check_labels(labels: Any) -> None:
+    """Raise ``ValueError`` unless ``labels`` maps names of the phone (:func:`phone_names`) to other
+    printable names, one line each, at most :data:`MAX_LABELS` of them."""
+    if not isinstance(labels, dict):
+        raise ValueError(f"labels must be an object, got {type(labels).__name__}")
+    if len(labels) > MAX_LABELS:
+        raise ValueError(f"labels may rename at most {MAX_LABELS} names, got {len(labels)}")
+    known = phone_names()
+    for old, new in labels.items():
+        if old not in known:
+            raise ValueError(f"labels: {str(old)[:40]!r} is not a name of the phone's apps, settings, folders or files")
+        if not isinstance(new, str) or not new.strip() or len(new) > MAX_LABEL_CHARS or not new.isprintable():
+            raise ValueError(f"labels[{old!r}] must be a printable name of 1-{MAX_LABEL_CHARS} characters")
 
 
 #: the lists a world's ``layout`` may reorder, by name, each in its fixed order: the launcher's icon

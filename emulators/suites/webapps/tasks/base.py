@@ -36,9 +36,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from urllib.parse import parse_qs, urlsplit
 
 from emulators.base import ActionError, Task
+from emulators.names import made_up_name
 from guiagent.types import Action, Answer, Click, Finish, Key, NavigateHome, Scroll, Type
 
-from ..world import APP_TITLES, APPS, HELD_OUT_TARGETS, make_world, shuffled_layout
+from ..world import (APP_TITLES, APPS, HELD_OUT_TARGETS, held_out_names, make_world, phone_names, shuffled_layout,
+                     target_name)
 
 if TYPE_CHECKING:
     from emulators.browser import BrowserDevice
@@ -389,6 +391,28 @@ class WebTask(Task["BrowserDevice"]):
         return "unseen" if held else "seen"
 
     @classmethod
+    def rename_targets(cls, params: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+        """``params`` with ``labels``: each target a :attr:`Family.targets` parameter names shown under a
+        made-up name of its shape, on every screen (the world's ``labels``) and in the goal; never a name
+        of the phone, held out or not. The state, the oracle and the success check still read the real
+        target (the screens' keys and addresses do not change)."""
+        if not cls.family.targets:
+            return params
+        avoid = phone_names() | held_out_names()
+        labels: dict[str, str] = {}
+        for key, kind in cls.family.targets.items():
+            old = target_name(kind, params[key])
+            labels[old] = made_up_name(rng, old, avoid | frozenset(labels.values()))
+        return {**params, "labels": labels}
+
+    @property
+    def goal(self) -> str:
+        """The template filled in, each renamed target (``params["labels"]``) under its shown name."""
+        labels = self.params.get("labels") or {}
+        return self.template.format(**{k: labels.get(v, v) if isinstance(v, str) else v
+                                       for k, v in self.params.items()})
+
+    @classmethod
     def choose(cls, world: State, rng: random.Random) -> dict[str, Any]:
         """Task parameters drawn from ``world`` and ``rng`` (JSON-serialisable)."""
         return cls.family.choose(world, rng)
@@ -403,6 +427,8 @@ class WebTask(Task["BrowserDevice"]):
         self.prepare(world)
         if self.params.get("layout"):
             world["layout"] = {k: list(v) for k, v in dict(self.params["layout"]).items()}
+        if self.params.get("labels"):
+            world["labels"] = {str(k): str(v) for k, v in dict(self.params["labels"]).items()}
         return world
 
     def start_page(self) -> str:
