@@ -38,7 +38,8 @@ class ResetRequest:
     max_steps: int | None = None
     state: EnvState | None = None
     targets: str = "all"
-    """which targets the episode may have: all, seen or unseen (:meth:`emulators.base.Task.sample_targets`)"""
+    """which targets the episode may have: all, seen, unseen or renamed
+    (:meth:`emulators.base.Task.sample_targets`)"""
 
 
 @dataclass(frozen=True)

@@ -88,10 +88,11 @@ class EvalConfig:
     """--agent model: parts of every observation the model is not shown, to measure what it relies on:
     screenshot (a grey image of the same size), elements (no element list or tree in the prompt); the env
     acts on the full screen as always"""
-    targets: Literal["all", "seen", "unseen"] = "all"
+    targets: Literal["all", "seen", "unseen", "renamed"] = "all"
     """which targets the episodes have: all; seen (none of the suite's held-out targets, which training
     with --targets seen never uses); unseen (a held-out target each: of the tasks that hold targets out,
-    the others are left out). See `guiagent tasks list --env webapps --json` for which tasks do"""
+    the others are left out); renamed (seen targets shown under made-up names, as --rename-targets
+    trains on). See `guiagent tasks list --env webapps --json` for which tasks do"""
     seed: int = EVAL_SEED_BASE
     """first seed; held-out by default"""
     max_steps: int | None = None
@@ -241,7 +242,7 @@ def make_policy(cfg: EvalConfig) -> Any:
 
 
 def episode_plan(ids: list[str], episodes: int, seed: int, max_steps: int | None, targets: str = "all") -> list[Any]:
-    """Episode i runs task ids[i % n] with seed ``seed + i // n`` (on ``targets``: all, seen or unseen)."""
+    """Episode i runs task ids[i % n] with seed ``seed + i // n`` (on ``targets``: all, seen, unseen or renamed)."""
     n = len(ids)
     return [EpisodeRequest(ids[i % n], seed + i // n, "", max_steps, targets=targets) for i in range(episodes)]
 

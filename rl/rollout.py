@@ -47,8 +47,8 @@ class EpisodeRequest:
     prefix: tuple[Step, ...] = ()
     """the steps before ``state`` (the policy's history in the continuation)"""
     targets: str = "all"
-    """which targets the episode may have: all, seen (none held out of training) or unseen (a held-out
-    one); :meth:`emulators.base.Task.sample_targets`"""
+    """which targets the episode may have: all, seen (none held out of training), unseen (a held-out
+    one) or renamed (seen, shown under made-up names); :meth:`emulators.base.Task.sample_targets`"""
 
     @property
     def key(self) -> str:

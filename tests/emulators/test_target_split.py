@@ -144,3 +144,14 @@ def test_eval_runs_held_out_targets_only(tmp_path, capsys):
     for t in trajectories:
         assert TASKS[t.task.task_id].target_split(t.task.params) == "unseen", t.task.params
         assert t.success
+    # --targets renamed: seen targets under made-up names, the goal saying the made-up one
+    out = tmp_path / "renamed"
+    rc = main(["eval", "--env", "webapps", "--agent", "oracle", "--tasks", "settings_turn_off", "--targets", "renamed",
+               "--episodes", "2", "--pool", "inprocess", "--out", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    trajectories = list(StoreReader(out).iter_trajectories(pixels=False))
+    assert len(trajectories) == 2 and all(t.success for t in trajectories)
+    for t in trajectories:
+        [(old, new)] = t.task.params["labels"].items()
+        assert new in t.task.goal and old not in t.task.goal and TASKS["settings_turn_off"].target_split(
+            t.task.params) == "seen"
