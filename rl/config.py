@@ -318,6 +318,7 @@ class TrainConfig:
                                   "--semi.step-weight and --semi.episode-weight weigh"),
                     ("neg_adv_min_scale", f"scales online group advantages; --mode semi-online {replays}, whose "
                                           "advantages it does not scale"),
+                    ("rename_targets", f"renames the targets of online rollouts; --mode semi-online {replays}"),
                     ("semi.iterations", "is for --mode staged"), ("semi.per_online", "is for --mode mixed")):
                 out[key] = why
         elif self.mode == "mixed":

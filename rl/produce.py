@@ -16,7 +16,6 @@ member, the turn index), so a reply depends on neither batching, slot order nor 
 from __future__ import annotations
 
 import dataclasses
-
 import random
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 

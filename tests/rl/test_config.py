@@ -122,6 +122,8 @@ def test_renamed_targets_are_a_share_of_the_groups_of_a_seen_targets_run():
         TrainConfig.build(rename_targets=0.5)
     with pytest.raises(ValueError, match=r"in \[0, 1\]"):
         TrainConfig.build(targets="seen", rename_targets=1.5)
+    with pytest.raises(ValueError, match="renames the targets of online rollouts; --mode semi-online replays"):
+        TrainConfig.build(mode="semi-online", data=("d",), targets="seen", rename_targets=0.5)
     seen: dict[str, set[str]] = {}
 
     def rollout(pool, sampler, requests, **kw):
