@@ -27,9 +27,9 @@ from typing import Any, Callable, Sequence
 import torch
 from tqdm import tqdm
 
+from emulators.names import made_up_name
 from guiagent.store import EpisodeFilter, StoreReader
 from guiagent.types import ELEMENT_ACTION_TYPES, Trajectory
-from emulators.names import made_up_name
 from rl.agents import format_for_policy
 from rl.prompting import sft_example
 

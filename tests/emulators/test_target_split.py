@@ -14,8 +14,15 @@ import pytest
 
 from emulators.base import TARGET_SPLITS, Task
 from emulators.suites.webapps import TASKS
-from emulators.suites.webapps.world import (FOLDERS, HELD_OUT_TARGETS, LAYOUT_LISTS, check_labels, held_out_names,
-                                           phone_names, target_name)
+from emulators.suites.webapps.world import (
+    FOLDERS,
+    HELD_OUT_TARGETS,
+    LAYOUT_LISTS,
+    check_labels,
+    held_out_names,
+    phone_names,
+    target_name,
+)
 
 SPLIT = sorted(t for t, cls in TASKS.items() if cls.has_held_out_targets())
 

@@ -134,7 +134,7 @@ def test_renamed_targets_are_a_share_of_the_groups_of_a_seen_targets_run():
     cfg = TrainConfig.build(targets="seen", rename_targets=0.5, tasks=("open_app",),
                             groups_per_iteration=64, group_size=2)
     producer = Producer(cfg, ["open_app"], [], None, store=None, run_id="r", judge=None, pool=lambda: None)
-    import rl.produce as produce
+    from rl import produce
     real, produce.run_rollout = produce.run_rollout, rollout
     try:
         assert producer._online(random.Random(0), 1, 0) == "result"

@@ -39,8 +39,16 @@ from emulators.base import ActionError, Task
 from emulators.names import made_up_name
 from guiagent.types import Action, Answer, Click, Finish, Key, NavigateHome, Scroll, Type
 
-from ..world import (APP_TITLES, APPS, HELD_OUT_TARGETS, held_out_names, make_world, phone_names, shuffled_layout,
-                     target_name)
+from ..world import (
+    APP_TITLES,
+    APPS,
+    HELD_OUT_TARGETS,
+    held_out_names,
+    make_world,
+    phone_names,
+    shuffled_layout,
+    target_name,
+)
 
 if TYPE_CHECKING:
     from emulators.browser import BrowserDevice
