@@ -236,7 +236,8 @@ class TrainConfig:
                 raise ValueError(f"{name} is {n:,}: at most {MAX_EPISODES:,} episodes a round (each is kept in "
                                  "memory)")
         if not 0.0 <= self.rename_targets <= 1.0:
-            raise ValueError(f"--rename-targets is a share of the training groups, in [0, 1]; got {self.rename_targets}")
+            raise ValueError(f"--rename-targets is a share of the training groups, in [0, 1]; got "
+                             f"{self.rename_targets}")
         if self.rename_targets and self.targets != "seen":
             raise ValueError("--rename-targets shows seen targets under made-up names: give --targets seen too")
         if strategy.online_only and self.mode == "auto":

@@ -41,8 +41,8 @@ from judge.calibration import rollout_judge_metrics
 from judge.settings import make_judge
 from rl.agents import AgentSettings, load_agent
 from rl.checkpoint import (
-    CheckpointError, TrainerState, begin_session, check_out, clear_previous_run, end_session, find_checkpoint, load_checkpoint,
-    load_config, mark_run, save_checkpoint, save_config,
+    CheckpointError, TrainerState, begin_session, check_out, clear_previous_run, end_session, find_checkpoint,
+    load_checkpoint, load_config, mark_run, save_checkpoint, save_config,
 )
 from rl.config import TINY_MAX_PIXELS, TrainConfig
 from rl.engine import RolloutEngine

@@ -167,10 +167,15 @@ def held_out_names() -> frozenset[str]:
     return frozenset(names | HELD_OUT_TARGETS["folder"] | HELD_OUT_TARGETS["file"])
 
 
+#: the names the screens show for the targets a task's parameter holds by key: apps, toggles, sections
+#: (folders and files are shown by their own names)
+_SHOWN_NAMES: dict[str, dict[str, str]] = {"app": APP_TITLES, "toggle": SETTINGS_TOGGLES, "section": SETTINGS_SECTIONS}
+
+
 def target_name(kind: str, value: Any) -> str:
     """The name the screens show for a target of ``kind`` (:data:`HELD_OUT_TARGETS`' kinds) that a task's
     parameter holds: an app's title, a toggle's or section's label, a folder's or file's own name."""
-    table = {"app": APP_TITLES, "toggle": SETTINGS_TOGGLES, "section": SETTINGS_SECTIONS}.get(kind)
+    table = _SHOWN_NAMES.get(kind)
     return table[str(value)] if table is not None else str(value)
 
 

@@ -43,7 +43,6 @@ from ..world import (
     APP_TITLES,
     APPS,
     HELD_OUT_TARGETS,
-    held_out_names,
     make_world,
     phone_names,
     shuffled_layout,
@@ -406,11 +405,10 @@ class WebTask(Task["BrowserDevice"]):
         target (the screens' keys and addresses do not change)."""
         if not cls.family.targets:
             return params
-        avoid = phone_names() | held_out_names()
         labels: dict[str, str] = {}
         for key, kind in cls.family.targets.items():
             old = target_name(kind, params[key])
-            labels[old] = made_up_name(rng, old, avoid | frozenset(labels.values()))
+            labels[old] = made_up_name(rng, old, phone_names() | frozenset(labels.values()))
         return {**params, "labels": labels}
 
     @property
