@@ -32,6 +32,21 @@ def test_the_benchmark_set_is_declared_and_the_config_trains_it():
     assert cfg["eval_episodes"] >= 50 * len(BENCHMARK_TASKS)  # at least 50 held-out episodes a task
 
 
+def test_each_benchmark_task_has_a_budget_near_its_oracle_length():
+    """A failing episode runs its whole budget: the benchmark's budgets leave one wasted step per step the
+    task needs (twice the oracle's longest, plus one), not a flat 15; other pages keep the default."""
+    from emulators.suites.miniwob.oracles import MAX_STEPS
+    from emulators.suites.miniwob.tasks import TASK_CLASSES
+
+    classes = TASK_CLASSES()
+    assert set(BENCHMARK_TASKS) <= set(MAX_STEPS)
+    assert classes["click-test"].max_steps == 3 and classes["enter-password"].max_steps == 7
+    assert classes["click-checkboxes-large"].max_steps == 27
+    assert all(MAX_STEPS[t] % 2 == 1 and 3 <= MAX_STEPS[t] <= 27 for t in BENCHMARK_TASKS)
+    others = [n for n in classes if n not in MAX_STEPS]
+    assert others and all(classes[n].max_steps == 15 for n in others)
+
+
 def test_published_figures_cover_the_set_with_humans_and_two_agents_and_a_source():
     with open(ROOT / "docs" / "miniwob_published.csv", newline="") as f:
         rows = list(csv.DictReader(f))
