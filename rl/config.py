@@ -2,7 +2,7 @@
 and the constants that tie training, evaluation and the warm start together.
 
 Each section validates its own fields; :meth:`TrainConfig.__post_init__` checks what spans
-sections and asks the chosen algorithm's strategy (:meth:`rl.strategies.Strategy.check`) to
+sections and asks the chosen algorithm's declaration (:meth:`rl.algorithms.Algorithm.check`) to
 refuse what it cannot honour. Flags and YAML keys stay flat (``--lr``, ``temperature: 0.7``);
 a YAML file may also group a section's keys under its name (``update: {lr: 3e-4}``), and
 :meth:`TrainConfig.build` takes either form in Python. The forms merge (``lr: 3e-4`` beside
@@ -20,6 +20,7 @@ from typing import Any, Literal
 from guiagent.config import Flat, build
 from judge.compose import RewardConfig
 from judge.settings import JudgeSettings
+from rl.algorithms import algorithm
 from rl.settings import (
     MAX_EPISODES,
     TRAIN_SEED_RANGE,
@@ -41,7 +42,6 @@ from rl.settings import (
     VLLMSettings,
     WarmStartSettings,
 )
-from rl.strategies import strategy_class
 
 __all__ = [
     "EMBEDDED_RECIPE",
@@ -144,8 +144,8 @@ class TrainConfig:
     data: tuple[str, ...] = ()
     """--mode semi-online|mixed: run directories of recorded trajectories (e.g. from
     guiagent eval --agent oracle, or guiagent data import); episodes of --tasks only, when given"""
-    algo: Literal["grpo", "dr_grpo", "gigpo", "ppo", "awr"] = "grpo"
-    """grpo: std-normalised group advantages, token-mean loss; dr_grpo: no std, constant-length normaliser;
+    algo: str = "grpo"
+    """the training algorithm, one declared in rl/algorithms.py: grpo: std-normalised group advantages, token-mean loss; dr_grpo: no std, constant-length normaliser;
     gigpo: episode advantage + step advantage within anchor-state groups (same screen); ppo: a
     turn-level critic on the policy's hidden state, GAE over turns; awr: advantage-weighted
     regression over a replay buffer that starts from --data (or the warm start's demos), see
@@ -219,7 +219,7 @@ class TrainConfig:
         return build(cls, base=build(cls, env=env, **embedded_recipe(env)), **overrides)
 
     def __post_init__(self) -> None:
-        strategy = strategy_class(self.algo)
+        strategy = algorithm(self.algo)
         if self.resume and self.overwrite:
             raise ValueError("--resume continues a run and --overwrite starts one again: give one of them")
         if self.iterations < 0:
@@ -301,8 +301,8 @@ class TrainConfig:
 
     def unused(self) -> dict[str, str]:
         """The settings this config leaves unused: key path (or section prefix, ``semi.``) -> why (the
-        words after the flag). The algorithm's (:meth:`rl.strategies.Strategy.unused`), then the mode's."""
-        out = strategy_class(self.algo).unused(self)
+        words after the flag). The algorithm's (:meth:`rl.algorithms.Algorithm.unused`), then the mode's."""
+        out = algorithm(self.algo).unused(self)
         replays = "replays recorded episodes"
         if self.mode == "online":
             out["semi."] = "configures replayed iterations (--mode semi-online, mixed or staged); --mode online has none"

@@ -1,55 +1,51 @@
-"""What every training algorithm is: a :class:`Strategy`, registered by name.
+"""What every training algorithm's implementation is: a :class:`Strategy`.
 
-A strategy owns what differs between algorithms: the checks of its settings, which turns an
-iteration learns from and their advantages (from the stored step rewards only), the loss of a
-micro-batch, and a critic or a replay buffer where it has one. The trainer asks the strategy
-and never branches on an algorithm's name; the maths are the pure functions of
-:mod:`rl.advantages` and :mod:`rl.losses`.
+An algorithm is declared in :mod:`rl.algorithms` (its ``--algo`` name, flags, settings and
+checks: what a config reads, torch-free) and implemented here: a strategy subclasses its
+declaration and owns what differs between algorithms at run time: which turns an iteration learns
+from and their advantages (from the stored step rewards only), the loss of a micro-batch, and a
+critic or a replay buffer where it has one. The trainer asks the strategy and never branches on
+an algorithm's name; the maths are the pure functions of :mod:`rl.advantages` and :mod:`rl.losses`.
 
-Adding an algorithm: subclass :class:`Strategy` in a module of ``rl/strategies/``, decorate it
-with ``@register("name")``, import the module in ``rl/strategies/__init__.py`` and add the name
-to ``TrainConfig.algo``'s choices (ARCHITECTURE.md, "Where to add things").
+Adding an algorithm: declare it in :mod:`rl.algorithms` with ``@declare("name",
+"rl.strategies.module:Class")`` (its settings section, flags and checks), then subclass the
+declaration and :class:`Strategy` in that module of ``rl/strategies/`` (ARCHITECTURE.md, "Where to
+add things"). ``--algo`` takes the declared names; the module is imported when a run builds it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 
 from rl.advantages import aem_modulation, normalize_per_key, whiten
+from rl.algorithms import ALGORITHMS, Algorithm, algorithm
 from rl.losses import PolicyLossStats, ppo_clip_loss
 
 if TYPE_CHECKING:
     from rl.config import TrainConfig
     from rl.loop import RolloutResult, TrainTurn
 
-__all__ = ["Batch", "Strategy", "register", "STRATEGIES", "strategy_class", "make_strategy"]
+__all__ = ["Batch", "Strategy", "STRATEGIES", "strategy_class", "make_strategy"]
 
-#: name -> strategy class, filled by :func:`register`
-STRATEGIES: dict[str, type["Strategy"]] = {}
-
-
-def register(name: str):
-    """Class decorator: make a :class:`Strategy` available as ``--algo name``."""
-    def deco(cls: type["Strategy"]) -> type["Strategy"]:
-        if name in STRATEGIES:
-            raise ValueError(f"a strategy named {name!r} is registered already ({STRATEGIES[name].__name__})")
-        cls.name = name
-        STRATEGIES[name] = cls
-        return cls
-    return deco
+#: the declared algorithms (name -> declaration): :data:`rl.algorithms.ALGORITHMS`
+STRATEGIES = ALGORITHMS
 
 
 def strategy_class(name: str) -> type["Strategy"]:
-    """The strategy registered as ``name``; ``KeyError`` names the choices."""
-    try:
-        return STRATEGIES[name]
-    except KeyError:
-        raise KeyError(f"no training algorithm {name!r}; choose one of {', '.join(sorted(STRATEGIES))}") from None
+    """The implementation of ``--algo name`` (its module imported now); ``ValueError`` names the choices."""
+    declared = algorithm(name)
+    module, _, cls_name = declared.implementation.partition(":")
+    cls = getattr(importlib.import_module(module), cls_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, declared) and issubclass(cls, Strategy)):
+        raise TypeError(f"--algo {name}: {declared.implementation} is not a Strategy subclassing its declaration "
+                        f"{declared.__module__}.{declared.__qualname__}")
+    return cls
 
 
 @dataclass
@@ -70,26 +66,9 @@ def make_strategy(cfg: "TrainConfig", out: Path | str, state: Any, settings: Any
     return strategy_class(cfg.algo)(cfg, Path(out), state, settings)
 
 
-class Strategy:
-    """One training algorithm (see the module docstring). Subclasses override what differs."""
-
-    name: ClassVar[str] = ""
-    #: trains on online rollouts only (refuses --mode semi-online / mixed / staged)
-    online_only: ClassVar[bool] = False
-    #: the loss has a PPO ratio: it needs the sampling log-probs of every reply (re-scoring,
-    #: entropy modulation and a KL term apply)
-    ratio: ClassVar[bool] = True
-    #: group advantages divided by the group's standard deviation (GRPO) or not (Dr. GRPO)
-    normalize_std: ClassVar[bool] = False
-    #: --adv-norm auto means this
-    default_adv_norm: ClassVar[str] = "none"
-    #: --loss-agg "" means this
-    default_loss_agg: ClassVar[str] = "token_mean"
-    #: learns from groups of sibling episodes, so --branch-at can sample them from one env state
-    branches: ClassVar[bool] = False
-    #: the settings (flat key paths) that only some algorithms read, this one among them: another
-    #: algorithm refuses them when the user gives them (:meth:`unused`)
-    own_settings: ClassVar[tuple[str, ...]] = ()
+class Strategy(Algorithm):
+    """One training algorithm's implementation (see the module docstring); its flags, settings and
+    checks are its declaration's (:class:`rl.algorithms.Algorithm`). Subclasses override what differs."""
 
     def __init__(self, cfg: "TrainConfig", out: Path, state: Any, settings: Any = None):
         self.cfg, self.out, self.state, self.settings = cfg, Path(out), state, settings
@@ -98,43 +77,6 @@ class Strategy:
         #: what a critic reads hidden states from (--critic-features start: the frozen starting model,
         #: set by the trainer); None: the learner itself
         self.encoder: Any = None
-
-    # ---- the config ------------------------------------------------------------------------------
-
-    @classmethod
-    def check(cls, cfg: "TrainConfig") -> None:
-        """Refuse settings this algorithm cannot honour (``ValueError``, one line saying how to fix it).
-        (Whether ``--branch-at`` suits the mode is checked once the mode is known: ``TrainConfig``.)"""
-        if cfg.branch.branch_at != "none" and not cls.branches:
-            names = ", ".join(sorted(n for n, c in STRATEGIES.items() if c.branches))
-            raise ValueError(f"--branch-at samples sibling episodes for group advantages; --algo {cls.name} "
-                             f"has none: use one of {names}")
-        if cls.online_only and cfg.mode not in ("auto", "online"):
-            raise ValueError(f"--algo {cls.name} trains on online rollouts: drop --mode {cfg.mode} "
-                             "(awr reads recorded runs through --data without it)")
-        if not cls.ratio:
-            if cfg.credit.entropy_modulation:
-                raise ValueError(f"--entropy-modulation needs the sampling log-probs of each reply; {cls.name} "
-                                 "trains on replayed and demonstrated turns that have none")
-            if cfg.update.kl_coef > 0:
-                raise ValueError(f"--kl-coef is a term of the PPO-clip loss; {cls.name}'s weighted regression has "
-                                 "none: drop it")
-            if cfg.update.rescore == "on":
-                raise ValueError(f"--rescore on re-scores the PPO ratio's old log-probs; {cls.name}'s weighted "
-                                 "regression has no ratio: drop it")
-
-    @classmethod
-    def unused(cls, cfg: "TrainConfig") -> dict[str, str]:
-        """The settings this algorithm leaves unused under ``cfg``: key path (or a section's prefix,
-        ``semi.``) -> why, in words that follow the flag. ``TrainConfig.check_given`` refuses the ones
-        the user gave. By default: the other algorithms' own settings."""
-        out: dict[str, str] = {}
-        for other in STRATEGIES.values():
-            for key in other.own_settings:
-                if key not in cls.own_settings and key not in out:
-                    users = ", ".join(sorted(n for n, c in STRATEGIES.items() if key in c.own_settings))
-                    out[key] = f"is for --algo {users}; --algo {cls.name} does not use it"
-        return out
 
     # ---- the schedule ----------------------------------------------------------------------------
 

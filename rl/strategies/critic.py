@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from guiagent.store import EpisodeFilter, StoreReader
+from rl import algorithms
 from rl.advantages import awr_weights, gae, normalize_per_key, whiten
 from rl.critic import TurnCritic
-from rl.losses import PolicyLossStats, awr_loss
 from rl.loop import TrainTurn
+from rl.losses import PolicyLossStats, awr_loss
 from rl.sft import SFTConfig, load_examples
-from rl.strategies.base import Batch, Strategy, register
+from rl.strategies.base import Batch, Strategy
 from rl.strategies.gigpo import episode_returns
 
 if TYPE_CHECKING:
@@ -35,14 +36,9 @@ if TYPE_CHECKING:
 __all__ = ["PPO", "AWR"]
 
 
-#: the value head's settings (--critic-*, --value-clip): ppo and awr have one
-_CRITIC = ("critic_lr", "critic_epochs", "value_clip", "critic_features")
-
 
 class _WithCritic(Strategy):
     """A strategy with a value head: built from --critic-*, saved with each checkpoint."""
-
-    online_only = True
 
     def __init__(self, cfg: "TrainConfig", out: Path, state: Any, settings: Any = None):
         super().__init__(cfg, out, state, settings)
@@ -68,19 +64,8 @@ class _WithCritic(Strategy):
         self.critic.load(folder)
 
 
-@register("ppo")
-class PPO(_WithCritic):
+class PPO(algorithms.PPO, _WithCritic):
     """A turn-level critic on the policy's hidden state; GAE over turns."""
-
-    default_adv_norm = "batch"
-    own_settings = ("gae_lambda", "critic_warmup", *_CRITIC)
-
-    @classmethod
-    def check(cls, cfg: "TrainConfig") -> None:
-        super().check(cfg)
-        if cfg.critic.critic_warmup and cfg.critic.critic_warmup >= cfg.iterations:
-            raise ValueError(f"--critic-warmup must be below --iterations ({cfg.iterations}): "
-                             "the actor would never move")
 
     def warming_up(self, iteration: int) -> bool:
         return iteration < self.cfg.critic.critic_warmup
@@ -118,23 +103,8 @@ class PPO(_WithCritic):
         return self.finish(turns, adv, stats, result, iteration, store, rows)
 
 
-@register("awr")
-class AWR(_WithCritic):
+class AWR(algorithms.AWR, _WithCritic):
     """Advantage-weighted regression over a replay buffer (offline, then online)."""
-
-    ratio = False
-    own_settings = (*_CRITIC, "awr_beta", "awr_max_weight", "replay_size", "replay_episodes", "offline_iterations")
-    #: the PPO-clip loss's settings, which a weighted regression (no ratio, no KL term) leaves unused
-    RATIO_SETTINGS = ("clip_eps_low", "clip_eps_high", "kl_coef", "kl_kind", "kl_target", "kl_horizon",
-                      "kl_reference", "max_kl_old", "rescore", "tis_cap", "entropy_modulation")
-
-    @classmethod
-    def unused(cls, cfg: "TrainConfig") -> dict[str, str]:
-        out = super().unused(cfg)
-        for key in cls.RATIO_SETTINGS:
-            out.setdefault(key, "is a setting of the PPO-clip loss; awr's weighted regression has no ratio and no "
-                                "KL term: drop it")
-        return out
 
     #: the replay buffer's file in a checkpoint folder: [run directory, episode id] pairs, oldest first
     REPLAY_FILE = "replay.json"

@@ -16,8 +16,9 @@ import torch
 from PIL import Image
 
 from guiagent.store import blob_hash
+from rl import algorithms
 from rl.advantages import anchor_groups, discounted_returns, gigpo_advantages, tolerant_anchor_groups
-from rl.strategies.base import Batch, Strategy, register
+from rl.strategies.base import Batch, Strategy
 
 if TYPE_CHECKING:
     from rl.loop import RolloutResult
@@ -49,13 +50,8 @@ def episode_returns(traj: Any, gamma: float) -> dict[int, float]:
     return {s.index: float(g) for s, g in zip(traj.steps, discounted_returns(r, gamma=gamma)[0])}
 
 
-@register("gigpo")
-class GiGPO(Strategy):
+class GiGPO(algorithms.GiGPO, Strategy):
     """Episode advantage + step advantage within anchor-state groups (same screen)."""
-
-    branches = True
-    online_only = True
-    own_settings = ("step_weight", "gigpo_norm", "anchor_match", "anchor_tolerance")
 
     def batch(self, result: "RolloutResult", policy: Any, iteration: int, store: Any = None) -> Batch:
         cfg, g = self.cfg, self.cfg.gigpo

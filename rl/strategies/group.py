@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rl import algorithms
 from rl.advantages import (
     discounted_returns,
-    grpo_advantages,
     group_stats,
+    grpo_advantages,
     nonzero_variance_mask,
     scale_negative_advantages,
     step_group_advantages,
 )
-from rl.strategies.base import Batch, Strategy, register
+from rl.strategies.base import Batch, Strategy
 
 if TYPE_CHECKING:
-    from rl.config import TrainConfig
     from rl.loop import RolloutResult
 
 __all__ = ["GRPO", "DrGRPO", "group_advantages"]
@@ -90,21 +90,8 @@ def groups_short_by_aborts(trajectories: Any) -> int:
     return sum(1 for g in aborted if completed[g] < 2)
 
 
-@register("grpo")
-class GRPO(Strategy):
+class GRPO(algorithms.GRPO, Strategy):
     """Std-normalised group advantages, token-mean loss."""
-
-    branches = True
-    normalize_std = True
-    own_settings = ("advantage", "neg_adv_min_scale")
-
-    @classmethod
-    def unused(cls, cfg: "TrainConfig") -> dict[str, str]:
-        out = super().unused(cfg)
-        if cfg.credit.advantage == "episode":
-            out["gamma"] = (f"discounts step returns; --algo {cls.name} with --advantage episode has none "
-                            "(give --advantage step, or drop it)")
-        return out
 
     def batch(self, result: "RolloutResult", policy: Any, iteration: int, store: Any = None) -> Batch:
         c = self.cfg.credit
@@ -114,9 +101,5 @@ class GRPO(Strategy):
         return self.finish(turns, adv, stats, result, iteration, store)
 
 
-@register("dr_grpo")
-class DrGRPO(GRPO):
+class DrGRPO(algorithms.DrGRPO, GRPO):
     """Group-mean advantages (no std), a loss normalised by a constant length."""
-
-    normalize_std = False
-    default_loss_agg = "seq_mean_token_sum_norm"

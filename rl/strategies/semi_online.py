@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rl.advantages import semi_online_advantages, semi_online_returns
-from rl.strategies.base import Batch, Strategy, strategy_class
+from rl.algorithms import algorithm
+from rl.strategies.base import Batch, Strategy
 
 if TYPE_CHECKING:
     from rl.config import TrainConfig
@@ -75,7 +76,7 @@ class SemiOnline(Strategy):
 
     def __init__(self, cfg: "TrainConfig", out: Any, state: Any, settings: Any = None):
         super().__init__(cfg, out, state, settings)
-        online = strategy_class(cfg.algo)
+        online = algorithm(cfg.algo)
         self.normalize_std = online.normalize_std
         self.default_adv_norm = online.default_adv_norm
         self.default_loss_agg = online.default_loss_agg
