@@ -386,11 +386,12 @@ def read_state(folder: Path) -> tuple[TrainerState, tuple[Any, ...]]:
     return state, python_rng
 
 
-def load_checkpoint(folder: Path) -> Restored:
+def load_checkpoint(folder: Path, read: tuple[TrainerState, tuple[Any, ...]] | None = None) -> Restored:
     """Read a checkpoint folder written by :func:`save_checkpoint`, as plain data only, its shapes
     checked (:func:`_check_blob`): :class:`CheckpointError` in one line otherwise. What only the
-    optimiser can tell (its groups, its parameters' shapes) :func:`restore_optimizer` checks."""
-    state, python_rng = read_state(folder)
+    optimiser can tell (its groups, its parameters' shapes) :func:`restore_optimizer` checks.
+    ``read``: the folder's :func:`read_state`, when the caller read it already (rl.plan)."""
+    state, python_rng = read if read is not None else read_state(folder)
     path = folder / OPTIM_FILE
     try:
         with warnings.catch_warnings():  # torch warns of a foreign pickle protocol before refusing the file

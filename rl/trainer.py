@@ -41,18 +41,18 @@ from judge.calibration import rollout_judge_metrics
 from judge.settings import make_judge
 from rl.agents import AgentSettings, load_agent
 from rl.checkpoint import (
-    CheckpointError, TrainerState, begin_session, check_out, clear_previous_run, end_session, find_checkpoint,
-    load_checkpoint, load_config, mark_run, save_checkpoint, save_config,
+    CheckpointError, TrainerState, begin_session, clear_previous_run, end_session, load_checkpoint, mark_run, save_checkpoint, save_config,
 )
 from rl.config import TINY_MAX_PIXELS, TrainConfig
 from rl.engine import RolloutEngine
 from rl.evaluate import (_has_oracles, EvalConfig, check_started, run_eval, run_status_after,
-                         tasks_with_held_out_targets, warm_start)
+                         warm_start)
 from rl.learner import Learner
 from rl.loggers import make_loggers
 from rl.losses import AdaptiveKL
 from rl.metrics import guard_tripped, iteration_line, rollout_metrics
-from rl.produce import Producer, resolve_tasks, warm_start_tasks
+from rl.plan import RunPlan, resolve_run, with_demos
+from rl.produce import Producer
 from rl.replay import recorded_episodes
 from rl.rollout import AsyncRollout
 from rl.strategies import SemiOnline, Strategy, strategy_class
@@ -113,8 +113,9 @@ class TrainResult:
         return asdict(self)
 
 
-def train(cfg: TrainConfig) -> TrainResult:
-    """Run (or resume) a training run; see the module docstring."""
+def train(cfg: TrainConfig | RunPlan) -> TrainResult:
+    """Run (or resume) a training run from its config, or from the plan :func:`rl.plan.resolve_run` made of
+    it; see the module docstring."""
     return Trainer(cfg).run()
 
 
@@ -122,19 +123,12 @@ def write_summary(result: TrainResult) -> None:
     Path(result.run_dir, "summary.json").write_text(json.dumps(result.to_dict(), indent=2, default=float))
 
 
-def _with_demos(cfg: TrainConfig, out: Path) -> TrainConfig:
-    """``cfg`` as the run records it: a run that replays (staged, mixed) without --data replays the warm
-    start's demonstrations (``out/demos``)."""
-    if cfg.mode != "online" and not cfg.data:
-        return dataclasses.replace(cfg, data=(str(out / "demos"),))
-    return cfg
-
-
 class Trainer:
     """One training run: :meth:`run` is setup → iterate → finish → cleanup."""
 
-    def __init__(self, cfg: TrainConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: TrainConfig | RunPlan):
+        self.plan = cfg if isinstance(cfg, RunPlan) else None
+        self.cfg = cfg.cfg if isinstance(cfg, RunPlan) else cfg
 
     def run(self) -> TrainResult:
         self.store = self.pool = self.async_rollout = self.engine = self.judge = self.loggers = None
@@ -180,6 +174,8 @@ class Trainer:
             self.strategy.seed_replay(cfg.data or ([str(out / "demos")] if (out / "demos").is_dir() else []))
         self.learner = Learner(cfg, out, self.state, self.model_dir, restored=restored)
         self.policy = self.learner.policy
+        if restored is not None:  # the resume is under way: a new total of iterations is the run's from now on
+            self.plan.save_total()
         if self.strategy.critic is not None and cfg.critic.critic_features == "start":  # the head's fixed inputs
             self.strategy.encoder = self.learner.critic_encoder()
         if restored is not None:
@@ -213,30 +209,16 @@ class Trainer:
                                               max_lag=cfg.rollouts.max_lag, start_iteration=cursor)
 
     def _config(self) -> Any:
-        """The run's config (a resumed run's own), tasks, recorded episodes, run directory, trainer
-        state and starting model; returns the checkpoint to restore (None for a new run)."""
-        cfg, restored, self.ckpt = self.cfg, None, None
-        if cfg.resume:
-            run_dir = Path(cfg.resume)
-            cfg = load_config(TrainConfig, run_dir, iterations=cfg.iterations, resume=str(run_dir), out=str(run_dir),
-                              overwrite=False)
-            self.ckpt = find_checkpoint(run_dir)
-            restored = load_checkpoint(self.ckpt) if self.ckpt is not None else None
-        self.cfg = cfg
-        # before anything is created: a typo leaves nothing behind
-        self.tasks = resolve_tasks(cfg)
-        self.demo_tasks = warm_start_tasks(cfg, self.tasks)
-        self.phases = PhaseTimes()
-        self.unseen_tasks = tasks_with_held_out_targets(cfg.env, self.tasks) if cfg.targets == "seen" else []
-        self.recorded = recorded_episodes(cfg.data, cfg.tasks) if cfg.mode != "online" and cfg.data else []
-        if cfg.evaluation.eval_episodes > 0 and not self.tasks:
-            raise KeyError(f"none of the recorded tasks is a {cfg.env} task to evaluate on: "
-                           "give --eval-episodes 0, or --tasks of the suite")
-        self.out = out = Path(cfg.out)
-        if not cfg.resume:  # a new run: an --out holding another is refused, or (--overwrite) cleared first
-            check_out(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite, keep=(cfg.model, *cfg.data))
-            if cfg.overwrite:
-                clear_previous_run(out, keep=(cfg.model, *cfg.data))
+        """The run's plan (:func:`rl.plan.resolve_run`, once: the CLI's, or resolved here), its run directory,
+        trainer state and starting model; returns the checkpoint to restore (None for a new run)."""
+        plan = self.plan = self.plan or resolve_run(self.cfg)
+        cfg = self.cfg = plan.cfg
+        self.tasks, self.demo_tasks, self.unseen_tasks = plan.tasks, plan.demo_tasks, plan.unseen_tasks
+        self.recorded, self.ckpt, self.phases = plan.recorded, plan.checkpoint, PhaseTimes()
+        restored = load_checkpoint(self.ckpt, plan.saved_state) if self.ckpt is not None else None
+        self.out = out = plan.out
+        if not cfg.resume and cfg.overwrite:  # checked by the plan; cleared now, as the run starts
+            clear_previous_run(out, keep=(cfg.model, *cfg.data))
         out.mkdir(parents=True, exist_ok=True)
         mark_run(out)  # before anything else of the run: what a later --overwrite takes as evidence of it
         if cfg.threads:
@@ -266,7 +248,7 @@ class Trainer:
                 phases=self.phases, rewards=cfg.rewards)
             self.state.model_dir = self.model_dir
         if cfg.mode != "online" and not cfg.data:  # staged embedded default: replay the warm start's demos
-            self.cfg = cfg = _with_demos(cfg, out)
+            self.cfg = cfg = with_demos(cfg, out)
             self.recorded = recorded_episodes(cfg.data, cfg.tasks)
             if restored is None:  # the demonstrations are there now: config.yaml says what the store records
                 save_config(out, cfg)
@@ -284,7 +266,7 @@ class Trainer:
         self.session_out = self.out
         self.store = Store.open(self.out)
         if not self.state.run_id:
-            cfg = _with_demos(self.cfg, self.out)  # as _config sets it after the warm start
+            cfg = with_demos(self.cfg, self.out)  # as _config sets it after the warm start
             self.state.run_id = self.store.create_run(f"{cfg.algo}-{cfg.env}", env=cfg.env, algo=cfg.algo,
                                                       model=self.model_dir, config=to_mapping(cfg))
             fault("run_opened")  # tests: a signal once the run is recorded (before the env pool or Ray starts)

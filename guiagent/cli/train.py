@@ -15,8 +15,6 @@ not load) leaves nothing behind. SIGTERM stops a run as Ctrl+C does: stored ``in
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import math
 import os
 import shlex
@@ -32,44 +30,17 @@ from guiagent.cli._common import (
     quiet_library_bars,
     validate_out_dir,
 )
-from guiagent.config import ConfigError, parse_config, read_yaml
+from guiagent.config import parse_config, read_yaml
 from guiagent.logs import show_progress
 from guiagent.runlock import run_lock
 from guiagent.writing import writing
 
 
 def preflight(cfg) -> None:
-    """Every check that needs no model or environment, before anything is created: the run to
-    resume (its saved config and its checkpoint's trainer state), a new run's output folder (empty,
-    or --overwrite), the suite and tasks (and the suite's package), the model path. Raises
-    ConfigError (one line, exit code 2)."""
-    from rl.checkpoint import (  # lazy: the trainer loads torch (2 s); --help does not
-        CheckpointError,
-        check_out,
-        find_checkpoint,
-        read_state,
-    )
-
-    if cfg.resume:
-        from rl.checkpoint import load_config  # lazy: the trainer loads torch (2 s); --help does not
-        from rl.trainer import TrainConfig  # lazy: the trainer loads torch (2 s); --help does not
-
-        run_dir = Path(cfg.resume)
-        if not run_dir.is_dir():
-            raise CLIError(f"--resume {cfg.resume}: no such run directory")
-        if not (run_dir / "config.yaml").is_file():
-            raise CLIError(f"--resume {cfg.resume}: holds no config.yaml (not a training run directory)")
-        cfg = load_config(TrainConfig, run_dir, iterations=cfg.iterations, resume=str(run_dir), out=str(run_dir),
-                          overwrite=False)
-        try:
-            ckpt = find_checkpoint(run_dir)
-            if ckpt is not None:
-                read_state(ckpt)  # a torn or edited trainer_state.json: one line now, not a traceback later
-        except CheckpointError as e:
-            raise CLIError(f"--resume {cfg.resume}: {e}") from None
-    else:
-        validate_out_dir(cfg.out)
-        check_out(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite, keep=(cfg.model, *cfg.data))
+    """The checks of the environment that need no model loaded, on the run's effective config (a resumed
+    run's own), before anything is created: the suite and tasks (and the suite's package), the devices,
+    the model path, the judge, the recorded data, vLLM. Raises ConfigError (one line, exit code 2). The
+    run to resume and a new run's output folder are checked by the plan (rl.plan.resolve_run)."""
     if "androidworld" in suite_names(cfg.env):  # the model, adb, the emulators, android_world: one line each
         check_android(cfg)
     # in --mode semi-online, --tasks may name tasks of imported data that the suite lacks
@@ -88,7 +59,6 @@ def preflight(cfg) -> None:
         from guiagent.policy.vllm_backend import require_vllm  # lazy: the optional vllm extra
 
         require_vllm()
-    validate_out_dir(cfg.out)
 
 
 def check_trainable_model(model: str) -> None:
@@ -178,33 +148,6 @@ def _gives_iterations(argv: list[str]) -> bool:
     return False
 
 
-def _resume_budget(cfg, *, given: bool):
-    """A resumed run's total of iterations: the one its config.yaml holds (what it was started with, or
-    the last --iterations a resume gave) unless ``given`` (--iterations on this command line or in its
-    --config file). Returns the config and the total to save once the resume is under way (None: none),
-    so that a later resume without --iterations goes on to it."""
-    from rl.checkpoint import load_config  # lazy: the trainer loads torch (2 s); --help does not
-    from rl.config import TrainConfig  # lazy: as above
-
-    saved = load_config(TrainConfig, Path(cfg.resume))  # checked by preflight
-    if not given:
-        return dataclasses.replace(cfg, iterations=saved.iterations), None
-    return cfg, (cfg.iterations if saved.iterations != cfg.iterations else None)
-
-
-def _save_total(cfg, total: int | None) -> None:
-    """Save a resume's new total into the run's config.yaml (see :func:`_resume_budget`); a resume refused as
-    bad input (a damaged checkpoint) never gets here: it changes nothing."""
-    if total is None:
-        return
-    from rl.checkpoint import load_config, save_config  # lazy: the trainer loads torch (2 s); --help does not
-    from rl.config import TrainConfig  # lazy: as above
-
-    run_dir = Path(cfg.resume)
-    with contextlib.suppress(OSError):  # a full disk: the run's own line says so; the old total stays
-        save_config(run_dir, dataclasses.replace(load_config(TrainConfig, run_dir), iterations=total))
-
-
 def _names_a_start(argv: list[str]) -> bool:
     """A model, a run to resume or a config file on the command line: the class defaults apply; without
     any of them (or with --help) the embedded default's recipe does (rl.config.EMBEDDED_RECIPE)."""
@@ -214,7 +157,9 @@ def _names_a_start(argv: list[str]) -> bool:
 def parse_args(argv: list[str]):
     """The run's TrainConfig: the embedded default's recipe under the flags, unless a model, a run
     to resume or a config file is named (then the class defaults)."""
-    from rl.config import TrainConfig  # lazy: its checks load torch (1.7 s; the trainer 2.1 s), not --help of other commands
+    from rl.config import (
+        TrainConfig,  # lazy: its checks load torch (1.7 s; the trainer 2.1 s), not --help of other commands
+    )
 
     if _names_a_start(argv):
         return parse_config(TrainConfig, argv, prog="guiagent train")
@@ -280,31 +225,35 @@ def main(argv: list[str]) -> int:
     cfg = parse_args(argv)  # --help and bad flags end here, before the trainer (0.3 s more than the config) is loaded
     from rl.checkpoint import CheckpointError  # lazy: the trainer loads torch (2 s); --help does not
     from rl.evaluate import NoEpisodeStarted  # lazy: as below
+    from rl.plan import check_run_dir, resolve_run  # lazy: as below
     from rl.trainer import train, write_summary  # lazy: the trainer loads torch (2 s); --help does not
 
-    preflight(cfg)
+    if cfg.resume:  # a folder the lock beside it can be taken for (the plan checks again under the lock)
+        check_run_dir(cfg.resume)
+    else:
+        validate_out_dir(cfg.out)
     show_progress()
     quiet_library_bars()
     # one writer per run folder: a second train, eval --out, sft --out or import into it is refused
     with run_lock(cfg.resume or cfg.out, "guiagent train " + shlex.join(argv)):
-        total = None
-        if cfg.resume:  # the total the run was started with (or last given), unless --iterations names another
-            cfg, total = _resume_budget(cfg, given=_gives_iterations(argv))
+        # one resolution of the start (a resumed run's config and total, its checkpoint, the folder, the
+        # tasks), under the lock: what it checked holds for the run
+        try:
+            plan = resolve_run(cfg, iterations_given=_gives_iterations(argv), check=preflight)
+        except (KeyError, CheckpointError) as e:  # an unknown task, recorded data without the tasks
+            return fail("train", e)
+        json_line, cfg = cfg.json, plan.cfg  # --json is this command's output, not the resumed run's setting
         before = None if cfg.resume else _entries(Path(cfg.out))
         try:
-            result = train(cfg)
+            result = train(plan)
         except (KeyError, CheckpointError) as e:  # an unknown task, a torn checkpoint: bad input
             _undo_failed_start(cfg, before)
             return fail("train", e)
         except NoEpisodeStarted as e:  # no browser (or device) would start: the run is stored as failed
-            _save_total(cfg, total)
             return fail("train", e, 1)
-        except BaseException as e:
-            if not isinstance(e, ConfigError):  # bad input changes nothing; an interrupted resume keeps its total
-                _save_total(cfg, total)
+        except BaseException:
             _undo_failed_start(cfg, before)
             raise
-        _save_total(cfg, total)
         with writing("the run's summary", Path(result.run_dir) / "summary.json"):
             write_summary(result)
     best = (f"; best {result.best_success:.1%} at iteration {result.best_iteration} -> {result.best_model}"
@@ -324,6 +273,6 @@ def main(argv: list[str]) -> int:
         print(_by_task(result))
     if result.phase_seconds:
         print("wall time by phase:\n" + _phase_table(result.phase_seconds, result.wall_seconds))
-    if cfg.json:
+    if json_line:
         emit_json(result.to_dict())
     return 0

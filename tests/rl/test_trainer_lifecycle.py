@@ -83,21 +83,26 @@ def test_a_resume_takes_the_runs_saved_total_unless_iterations_is_given(tiny_mod
     without training: the end-to-end run is the slow test below)."""
     import dataclasses
 
-    from guiagent.cli.train import _gives_iterations, _resume_budget, _save_total
+    from guiagent.cli.train import _gives_iterations
     from rl.checkpoint import load_config, save_config
     from rl.config import TrainConfig
+    from rl.plan import resolve_run
 
     run = tmp_path / "run"
     run.mkdir()
     save_config(run, _tiny_cfg(tiny_model_dir, run, iterations=4))
     bare = TrainConfig.build(resume=str(run))  # what `train --resume run` parses: the class default's 8
     assert bare.iterations == 8 and not _gives_iterations(["--resume", str(run)])
-    assert _resume_budget(bare, given=False) == (dataclasses.replace(bare, iterations=4), None)
+    plan = resolve_run(bare, iterations_given=False)
+    saved = load_config(TrainConfig, run)
+    assert plan.new_total is None and plan.checkpoint is None
+    assert plan.cfg == dataclasses.replace(saved, resume=str(run), out=str(run))  # the run's own config
     given = dataclasses.replace(bare, iterations=20)
     assert _gives_iterations(["--resume", str(run), "--iterations", "20"]) and _gives_iterations(["--iterations=20"])
-    assert _resume_budget(given, given=True) == (given, 20)
+    plan = resolve_run(given, iterations_given=True)
+    assert plan.new_total == 20 and plan.cfg.iterations == 20 and plan.cfg.seed == 1
     assert load_config(TrainConfig, run).iterations == 4  # not before the resume is under way
-    _save_total(given, 20)
+    plan.save_total()  # by the trainer, once the checkpoint is restored
     assert load_config(TrainConfig, run).iterations == 20  # saved: a later bare resume goes on to 20
     assert load_config(TrainConfig, run).seed == 1  # the other saved settings stay the run's own
     (tmp_path / "more.yaml").write_text("iterations: 30\n")
