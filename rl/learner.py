@@ -6,7 +6,9 @@
   (a LoRA learner's own base with its adapters off: no second model); with ``--kl-reference
   stage`` the policy where a staged run's online stage begins takes its place, saved as
   ``RUN_DIR/reference`` so that a resume reads it back;
-* a tripped stability guard rolls weights and optimiser back to the last checkpoint;
+* an iteration's update runs with its strategy's loss (:meth:`Learner.learn`, adaptive β after it);
+* a tripped stability guard rolls weights and optimiser back to the last checkpoint, or stops the run
+  (:meth:`Learner.guard`);
 * ``model-best/`` keeps the policy with the best held-out success so far, ``model/`` the final one
   (:meth:`Learner.save_model`: whole models; weights another folder of the run holds at the same
   version are hard-linked, not written again: ``rl.checkpoint.save_model``).
@@ -17,14 +19,19 @@ come from the starting model (``state.model_dir``) when a checkpoint is loaded.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guiagent.policy.hf import LoraSettings, load_transformers, resolve_precision
 from rl.checkpoint import find_checkpoint, load_checkpoint, restore_optimizer, save_model
 from rl.critic import turn_features
+from rl.losses import AdaptiveKL
+from rl.metrics import guard_tripped
 from rl.optim import build_optimizer, estimate_memory_for
+from rl.update import update
 
 if TYPE_CHECKING:
     from rl.config import TrainConfig
@@ -32,6 +39,9 @@ if TYPE_CHECKING:
 __all__ = ["Learner", "AdaptersOff"]
 
 log = logging.getLogger(__name__)
+
+#: a guard that trips this many iterations in a row stops the run instead of rolling back again
+MAX_CONSECUTIVE_ROLLBACKS = 3
 
 
 class AdaptersOff:
@@ -110,6 +120,45 @@ class Learner:
         save_model(self.policy, dst)  # this iteration's checkpoint links its weights
         self.ref.load_state_dict(self.policy.state_dict())
         log.info("KL reference: the policy at the end of the semi-online stage (%s)", dst)
+
+    # ---- learning and guarding ----------------------------------------------------------------------
+
+    def learn(self, strategy: Any, batch: Any, metrics: dict[str, float], iteration: int, *, epochs: int) -> None:
+        """The actor's update on ``batch`` with ``strategy``'s loss (not while its critic warms up, nor
+        without turns); adaptive β after it. Adds the update's figures to ``metrics``."""
+        cfg, state = self.cfg, self.state
+        if strategy.warming_up(iteration):  # --critic-warmup: the critic fits, the actor waits
+            metrics["critic_warmup"] = 1.0
+            return
+        if not batch.turns:
+            return
+        beta = cfg.update.kl_coef if state.kl_coef is None else state.kl_coef
+        settings = dataclasses.replace(cfg.update, kl_coef=beta, epochs=epochs)
+        metrics.update(update(strategy, settings, self.policy, self.ref, self.opt, batch.turns, batch.adv,
+                              rng=random.Random(cfg.seed * 7919 + iteration)))
+        if cfg.update.kl_target > 0:  # adaptive β: a soft trust region around the reference
+            state.kl_coef = AdaptiveKL(beta, cfg.update.kl_target, cfg.update.kl_horizon).update(
+                metrics.get("kl", 0.0), len(batch.turns))
+        metrics["kl_coef"] = beta
+
+    def guard(self, metrics: dict[str, float]) -> str | None:
+        """The stability guards on an iteration's ``metrics``: roll back when one trips; the guard that
+        stops the run (rolled back too often in a row, --guard-action stop, stale engine weights), or None."""
+        g, state = self.cfg.guards, self.state
+        tripped = guard_tripped(g, metrics)
+        stale = bool(metrics.get("alarm/engine_gap"))  # the engine's weights, not the learner's: stop
+        if tripped and g.guard_action == "rollback" and state.rollbacks < MAX_CONSECUTIVE_ROLLBACKS and not stale:
+            self.rollback(tripped)
+            metrics["guard/rollback"] = 1.0
+            return None
+        if tripped:
+            metrics["guard/stop"] = 1.0
+            log.warning("stability guard: %s; stopping the run", tripped)
+            if g.guard_action == "rollback" and not stale:  # rolled back too often in a row: keep the last good weights
+                self.rollback(tripped)
+            return tripped
+        state.rollbacks = 0
+        return None
 
     # ---- restoring and keeping ----------------------------------------------------------------------
 

@@ -1,14 +1,14 @@
 """The trainer, read top to bottom: setup → iterate → finish → cleanup.
 
-    setup      config (a resumed run's own), run directory, model (tiny + SFT warm start when none
-               is given), the algorithm's strategy (rl/strategies/), the learner (policy, optimiser,
+    setup      the run's plan (rl/plan.py: its config, a resumed run's own, checkpoint and tasks),
+               run directory, model (tiny + SFT warm start when none is given), the algorithm's strategy (rl/strategies/), the learner (policy, optimiser,
                KL reference: rl/learner.py), store, the rollout side (rl/engine.py), held-out
                evaluation before training
     iterate    rollouts (rl/produce.py: online groups, semi-online replays, or none) → the
                strategy's batch (turns and advantages) → update with the strategy's loss
-               (rl/update.py) → critic fit → guards → weight sync → stage boundary → held-out
+               (rl/learner.py, rl/update.py) → critic fit → guards → weight sync → stage boundary → held-out
                evaluation every N iterations (the best model kept) → metrics → checkpoint
-    finish     final model, held-out evaluation, run status
+    finish     final model, held-out evaluation (rl/heldout.py), run status
     cleanup    pool, engine, judge, loggers and store closed
 
 Every phase of an iteration runs under a named timer (``*_seconds`` metrics). ARCHITECTURE.md
@@ -21,13 +21,10 @@ Seeds: training samples task seeds below 1,000,000; ``guiagent eval`` evaluates 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import logging
 import random
 import sqlite3
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -35,92 +32,45 @@ import torch
 
 from guiagent.config import to_mapping
 from guiagent.faults import fault
-from guiagent.writing import writing
 from guiagent.store import Store
+from guiagent.writing import writing
 from judge.calibration import rollout_judge_metrics
 from judge.settings import make_judge
 from rl.agents import AgentSettings, load_agent
 from rl.checkpoint import (
-    CheckpointError, TrainerState, begin_session, clear_previous_run, end_session, load_checkpoint, mark_run, save_checkpoint, save_config,
+    CheckpointError,
+    TrainerState,
+    begin_session,
+    clear_previous_run,
+    end_session,
+    load_checkpoint,
+    mark_run,
+    save_checkpoint,
+    save_config,
 )
 from rl.config import TINY_MAX_PIXELS, TrainConfig
 from rl.engine import RolloutEngine
-from rl.evaluate import (_has_oracles, EvalConfig, check_started, run_eval, run_status_after,
-                         warm_start)
+from rl.evaluate import _has_oracles, check_started, run_status_after, warm_start
+from rl.heldout import HeldOut, TrainResult, write_summary
 from rl.learner import Learner
 from rl.loggers import make_loggers
-from rl.losses import AdaptiveKL
-from rl.metrics import guard_tripped, iteration_line, rollout_metrics
+from rl.metrics import iteration_line, rollout_metrics
 from rl.plan import RunPlan, resolve_run, with_demos
 from rl.produce import Producer
 from rl.replay import recorded_episodes
 from rl.rollout import AsyncRollout
 from rl.strategies import SemiOnline, Strategy, strategy_class
 from rl.timing import PhaseTimes
-from rl.update import update
 
 __all__ = ["TrainConfig", "TrainResult", "Trainer", "train", "write_summary"]
 
 log = logging.getLogger(__name__)
-
-#: a guard that trips this many iterations in a row stops the run instead of rolling back again
-MAX_CONSECUTIVE_ROLLBACKS = 3
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    """What a training run produced (``to_dict`` is the ``--json`` line and ``summary.json``)."""
-
-    run_dir: str
-    run_id: str
-    iterations: int
-    success_before: float
-    success_after: float
-    model: str
-    best_model: str | None = None
-    """model-best/: the checkpoint with the best held-out success (with --eval-every)"""
-    best_success: float | None = None
-    best_iteration: int | None = None
-    stopped_by: str | None = None
-    """the stability guard that ended the run early, if one did"""
-    env_steps: int = 0
-    """env steps the run's rollouts took (semi-online replays take none)"""
-    budget_reached: bool = False
-    """the run ended at its --max-env-steps budget, before --iterations"""
-    eval_curve: dict[str, float] = field(default_factory=dict)
-    last: dict[str, float] = field(default_factory=dict)
-    suite_success_before: dict[str, float] = field(default_factory=dict)
-    """a mixed --env: held-out success per suite before training (empty on a resumed run)"""
-    suite_success_after: dict[str, float] = field(default_factory=dict)
-    """a mixed --env: held-out success per suite of the final model"""
-    task_success_before: dict[str, float] = field(default_factory=dict)
-    """held-out success per task before training (empty on a resumed run)"""
-    task_success_after: dict[str, float] = field(default_factory=dict)
-    """held-out success per task of the final model"""
-    unseen_success_before: float | None = None
-    """--targets seen: held-out success on unseen targets (the suite's held-out targets) before training"""
-    unseen_success_after: float | None = None
-    """--targets seen: held-out success on unseen targets of the final model"""
-    unseen_task_success_before: dict[str, float] = field(default_factory=dict)
-    unseen_task_success_after: dict[str, float] = field(default_factory=dict)
-    phase_seconds: dict[str, float] = field(default_factory=dict)
-    """wall seconds of each phase of the run (warm start parts, evaluations, rollouts, updates, saving)"""
-    wall_seconds: float = 0.0
-    """wall seconds of the run, from the start of its set-up to its final evaluation (this session of it,
-    on a resumed run)"""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def train(cfg: TrainConfig | RunPlan) -> TrainResult:
     """Run (or resume) a training run from its config, or from the plan :func:`rl.plan.resolve_run` made of
     it; see the module docstring."""
     return Trainer(cfg).run()
-
-
-def write_summary(result: TrainResult) -> None:
-    Path(result.run_dir, "summary.json").write_text(json.dumps(result.to_dict(), indent=2, default=float))
 
 
 class Trainer:
@@ -196,11 +146,12 @@ class Trainer:
         self.judge = make_judge(cfg.judge, out)
         self.loggers = make_loggers(("store", *cfg.log_to), out, f"{cfg.algo}-{cfg.env}-{self.state.run_id}",
                                     to_mapping(cfg), store=self.store, run_id=self.state.run_id)
-        if self.suite_before:  # a point at the start of each suite's held-out curve
+        h = self.held_out
+        if h.suite_before:  # a point at the start of each suite's held-out curve
             self.loggers.log(self.state.iteration, {f"suite/{k}/eval_success_before": v
-                                                    for k, v in self.suite_before.items()})
+                                                    for k, v in h.suite_before.items()})
         if self.first_iteration == 0:  # the held-out curve's first point: the starting model
-            self.loggers.log(0, self._held_out(self.state.eval_before, self.unseen_before))
+            self.loggers.log(0, h.point(self.state.eval_before, h.unseen_before))
         self.produce = Producer(cfg, self.tasks, self.recorded, self.sampler, store=self.store,
                                 run_id=self.state.run_id, judge=self.judge, pool=self.env_pool)
         if cfg.rollouts.rollout == "async":
@@ -278,24 +229,22 @@ class Trainer:
 
     def _evaluate_start(self) -> None:
         """Held-out success of the starting model (not again on a resume)."""
-        self.suite_eval: dict[str, float] = {}  # a mixed run: per suite, of the latest held-out evaluation
-        self.suite_before: dict[str, float] = {}
-        self.task_eval: dict[str, float] = {}  # per task, of the latest held-out evaluation
-        self.task_before: dict[str, float] = {}
-        self.unseen_eval: float | None = None  # --targets seen: of the latest evaluation, on unseen targets
-        self.unseen_task_eval: dict[str, float] = {}
-        self.unseen_before: float | None = None
-        self.unseen_task_before: dict[str, float] = {}
+        self.held_out = HeldOut(self.cfg, self.out, self.tasks, self.unseen_tasks, self.phases, self.env_pool,
+                                self._pool_paused)
         if self.state.eval_before is None:
-            self.state.eval_before = self.evaluate("before")
-            self.suite_before, self.task_before = dict(self.suite_eval), dict(self.task_eval)
-            self.unseen_before, self.unseen_task_before = self.unseen_eval, dict(self.unseen_task_eval)
+            self.state.eval_before = self.held_out.before("before", **self._generating())
             # the starting model is the first candidate wherever the run evaluates between iterations
             # (--eval-every, or a staged run's evaluation after its semi-online stage): a run never
             # hands back a worse one
             staged_eval = self.cfg.mode == "staged" and 0 < self.cfg.semi.iterations < self.cfg.iterations
             if self.cfg.evaluation.eval_every or staged_eval:
                 self.learner.keep_best(self.state.eval_before, 0, self.settings)
+
+    def _generating(self) -> dict[str, Any]:
+        """What a greedy evaluation generates with: the learner's weights (a colocated vLLM engine holds them
+        too, and generates faster)."""
+        return dict(model_dir=self.state.model_dir, settings=self.settings, frame=self.policy,
+                    loaded=self.engine.policy if self.engine.colocated is not None else self.policy)
 
     def env_pool(self) -> Any:
         """The env pool, started on first use (a semi-online run without evaluations needs none)."""
@@ -335,9 +284,10 @@ class Trainer:
         metrics.update(batch.stats)
         t2 = time.perf_counter()
         with self.engine.update_phase():  # a colocated vLLM engine sleeps: the learner has the GPU's memory
-            self._update(it, strategy, batch, metrics)
+            epochs = (cfg.semi.epochs or cfg.update.epochs) if strategy is self.semi else cfg.update.epochs
+            self.learner.learn(strategy, batch, metrics, it, epochs=epochs)
             metrics.update(strategy.fit())  # the critic (ppo, awr) after the actor
-            self._guard(metrics)
+            self.stopped_by = self.learner.guard(metrics)
         self.engine.sync()
         t3 = time.perf_counter()
         for phase, seconds in (("rollouts", t1 - t0), ("credit", t2 - t1), ("updates", t3 - t2)):
@@ -369,41 +319,6 @@ class Trainer:
         self.state.data_cursor = self.async_rollout.cursor  # checkpointed: a resume goes on from here
         return result, self.async_rollout.cursor - 1
 
-    def _update(self, it: int, strategy: Strategy, batch: Any, metrics: dict[str, float]) -> None:
-        """The actor's update (not while the critic warms up, nor without turns); adaptive β after it."""
-        cfg, state = self.cfg, self.state
-        if strategy.warming_up(it):  # --critic-warmup: the critic fits, the actor waits
-            metrics["critic_warmup"] = 1.0
-            return
-        if not batch.turns:
-            return
-        beta = cfg.update.kl_coef if state.kl_coef is None else state.kl_coef
-        epochs = (cfg.semi.epochs or cfg.update.epochs) if strategy is self.semi else cfg.update.epochs
-        settings = dataclasses.replace(cfg.update, kl_coef=beta, epochs=epochs)
-        metrics.update(update(strategy, settings, self.policy, self.learner.ref, self.learner.opt, batch.turns,
-                              batch.adv, rng=random.Random(cfg.seed * 7919 + it)))
-        if cfg.update.kl_target > 0:  # adaptive β: a soft trust region around the reference
-            state.kl_coef = AdaptiveKL(beta, cfg.update.kl_target, cfg.update.kl_horizon).update(
-                metrics.get("kl", 0.0), len(batch.turns))
-        metrics["kl_coef"] = beta
-
-    def _guard(self, metrics: dict[str, float]) -> None:
-        """The stability guards: roll back (or stop) when one trips."""
-        g, state = self.cfg.guards, self.state
-        tripped = guard_tripped(g, metrics)
-        stale = bool(metrics.get("alarm/engine_gap"))  # the engine's weights, not the learner's: stop
-        if tripped and g.guard_action == "rollback" and state.rollbacks < MAX_CONSECUTIVE_ROLLBACKS and not stale:
-            self.learner.rollback(tripped)
-            metrics["guard/rollback"] = 1.0
-        elif tripped:
-            self.stopped_by = tripped
-            metrics["guard/stop"] = 1.0
-            log.warning("stability guard: %s; stopping the run", tripped)
-            if g.guard_action == "rollback" and not stale:  # rolled back too often in a row: keep the last good weights
-                self.learner.rollback(tripped)
-        else:
-            state.rollbacks = 0
-
     def _stage_and_eval(self, it: int, metrics: dict[str, float]) -> None:
         """A staged run's boundary (the KL reference re-anchored) and the held-out evaluation when due."""
         cfg = self.cfg
@@ -415,9 +330,9 @@ class Trainer:
         if due and it + 1 < cfg.iterations and self.stopped_by is None and self.budget_left():
             t = time.perf_counter()
             metrics["eval_success"] = self.evaluate("after-semi-online" if stage_end else f"iter-{it + 1}")
-            if self.unseen_eval is not None:
-                metrics["eval_success_unseen"] = self.unseen_eval
-            metrics.update({f"suite/{k}/eval_success": v for k, v in self.suite_eval.items()})
+            if self.held_out.unseen is not None:
+                metrics["eval_success_unseen"] = self.held_out.unseen
+            metrics.update({f"suite/{k}/eval_success": v for k, v in self.held_out.suite.items()})
             self.learner.keep_best(metrics["eval_success"], it + 1, self.settings)
             metrics["time/eval_seconds"] = time.perf_counter() - t
 
@@ -426,43 +341,8 @@ class Trainer:
         return not self.cfg.max_env_steps or self.state.env_steps < self.cfg.max_env_steps
 
     def evaluate(self, tag: str) -> float:
-        """Greedy held-out success of the current policy (nan when --eval-episodes is 0); with --targets
-        seen, on seen targets, and on unseen ones beside it (``self.unseen_eval``)."""
-        cfg = self.cfg
-        if cfg.evaluation.eval_episodes <= 0:
-            return float("nan")
-        t0 = time.perf_counter()
-        # greedy on the learner's weights: a colocated vLLM engine holds them too, and generates faster
-        greedy = load_agent(self.state.model_dir, settings=self.settings, frame=self.policy,
-                            loaded=self.engine.policy if self.engine.colocated is not None else self.policy,
-                            temperature=0.0, max_new_tokens=cfg.sampling.max_new_tokens)
-        ecfg = EvalConfig(env=cfg.env, agent="model", model=self.state.model_dir,
-                          episodes=cfg.evaluation.eval_episodes, out=str(self.out / f"eval-{tag}"),
-                          tasks=tuple(self.tasks), name=f"eval {tag}", fleet=cfg.fleet,
-                          targets="seen" if cfg.targets == "seen" else "all")
-        n = cfg.evaluation.eval_unseen_episodes
-        n = cfg.evaluation.eval_episodes if n < 0 else n
-        with self._pool_paused(), writing(f"the held-out evaluation {tag}", ecfg.out):
-            r = run_eval(ecfg, policy=greedy, pool=self.env_pool())
-            if self.unseen_tasks and n:  # --targets seen: the same model on targets no training episode had
-                u = run_eval(dataclasses.replace(ecfg, episodes=n, out=str(self.out / f"eval-{tag}-unseen"),
-                                                 targets="unseen", tasks=tuple(self.unseen_tasks),
-                                                 name=f"eval {tag} (unseen targets)"),
-                             policy=greedy, pool=self.env_pool())
-                self.unseen_eval, self.unseen_task_eval = float(u.success_rate), dict(u.per_task)
-        self.suite_eval, self.task_eval = dict(r.per_suite), dict(r.per_task)
-        by_suite = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r.per_suite.items())
-        log.info("held-out success %s%s: %.1f%% over %d episodes%s%s", tag,
-                 " on seen targets" if cfg.targets == "seen" else "", 100 * r.success_rate, r.episodes,
-                 f" ({by_suite})" if by_suite else "",
-                 f"; on unseen targets {100 * self.unseen_eval:.1f}%" if self.unseen_tasks and n else "")
-        self.phases.add(f"eval {tag}", time.perf_counter() - t0)
-        return float(r.success_rate)
-
-    @staticmethod
-    def _held_out(seen: float | None, unseen: float | None) -> dict[str, float]:
-        """A point of the held-out curves (``eval_success``; ``eval_success_unseen`` with --targets seen)."""
-        return {k: v for k, v in (("eval_success", seen), ("eval_success_unseen", unseen)) if v is not None}
+        """Greedy held-out success of the current policy (:class:`rl.heldout.HeldOut`)."""
+        return self.held_out(tag, **self._generating())
 
     @contextlib.contextmanager
     def _pool_paused(self) -> Iterator[None]:
@@ -479,11 +359,10 @@ class Trainer:
         final = self.out / "model"
         with self.phases.timer("final model"), writing("the final model", final):
             self.learner.save_model(final, self.settings)  # weights the last checkpoint holds: linked
-        after = self.evaluate("after")
-        s = self.state
-        if self.suite_eval and s.iteration > 0:  # the end of each suite's held-out curve
-            self.loggers.log(s.iteration - 1, {f"suite/{k}/eval_success": v for k, v in self.suite_eval.items()})
-        self.loggers.log(s.iteration, self._held_out(after, self.unseen_eval))  # the held-out curve's last point
+        after, s, h = self.evaluate("after"), self.state, self.held_out
+        if h.suite and s.iteration > 0:  # the end of each suite's held-out curve
+            self.loggers.log(s.iteration - 1, {f"suite/{k}/eval_success": v for k, v in h.suite.items()})
+        self.loggers.log(s.iteration, h.point(after, h.unseen))  # the held-out curve's last point
         if self.cfg.evaluation.eval_every or s.best_success is not None:
             self.learner.keep_best(after, s.iteration, self.settings)
             save_checkpoint(self.out, self.policy, self.learner.opt, s, extra=self.strategy.save)  # best_* kept
@@ -496,12 +375,7 @@ class Trainer:
             budget_reached=not self.budget_left() and s.iteration < self.cfg.iterations,
             eval_curve={str(i + 1): h["eval_success"] for i, h in enumerate(self.history, start=self.first_iteration)
                         if "eval_success" in h},
-            last=self.history[-1] if self.history else {},
-            suite_success_before=self.suite_before, suite_success_after=dict(self.suite_eval),
-            task_success_before=self.task_before, task_success_after=dict(self.task_eval),
-            unseen_success_before=self.unseen_before, unseen_success_after=self.unseen_eval,
-            unseen_task_success_before=self.unseen_task_before, unseen_task_success_after=dict(self.unseen_task_eval),
-            phase_seconds=self.phases.as_dict(), wall_seconds=round(time.perf_counter() - self.started, 2))
+            last=self.history[-1] if self.history else {}, **h.result_fields(), phase_seconds=self.phases.as_dict(), wall_seconds=round(time.perf_counter() - self.started, 2))
 
     def cleanup(self) -> None:
         for part in (self.async_rollout, self.judge, self.loggers, self.pool, self.engine, self.store):
