@@ -9,7 +9,9 @@ implementation (:class:`rl.strategies.base.Strategy`) subclasses its declaration
 cannot disagree, and is imported only when a run builds it (:func:`rl.strategies.strategy_class`).
 So ``import rl.config`` (the CLI's ``--help``, a config's validation) loads no torch.
 
-:data:`ALGORITHMS` is the list of algorithms: ``TrainConfig.algo`` accepts its names and no other.
+:data:`ALGORITHMS` is the list of algorithms: ``TrainConfig.algo`` accepts its selectable names
+(:func:`choices`) and no other; ``semi-online``, the credit of replayed iterations, is declared too
+and picked by a run's phase schedule (:class:`rl.plan.Schedule`), never by ``--algo``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from rl import settings as _settings
 if TYPE_CHECKING:
     from rl.config import TrainConfig
 
-__all__ = ["ALGORITHMS", "Algorithm", "algorithm", "declare"]
+__all__ = ["ALGORITHMS", "Algorithm", "algorithm", "choices", "declare"]
 
 #: name -> declaration, filled by :func:`declare` (the ``--algo`` choices, in declaration order)
 ALGORITHMS: dict[str, type["Algorithm"]] = {}
@@ -48,12 +50,17 @@ def declare(name: str, implementation: str) -> Callable[[type["Algorithm"]], typ
     return deco
 
 
+def choices() -> list[str]:
+    """The names ``--algo`` takes: the selectable declared algorithms."""
+    return [n for n, c in ALGORITHMS.items() if c.selectable]
+
+
 def algorithm(name: str) -> type["Algorithm"]:
     """The declaration of ``--algo name``; ``ValueError`` names the choices."""
-    try:
-        return ALGORITHMS[name]
-    except KeyError:
-        raise ValueError(f"--algo {name!r}: choose one of {', '.join(ALGORITHMS)}") from None
+    declared = ALGORITHMS.get(name)
+    if declared is None or not declared.selectable:
+        raise ValueError(f"--algo {name!r}: choose one of {', '.join(choices())}")
+    return declared
 
 
 class Algorithm:
@@ -79,6 +86,9 @@ class Algorithm:
     sections: ClassVar[tuple[str, ...]] = ()
     #: single keys of shared sections that only some algorithms read, this one among them
     own_keys: ClassVar[tuple[str, ...]] = ()
+    #: ``--algo`` may name it (False: the credit of a run's replayed iterations, which a run's phase
+    #: schedule picks: rl.plan.Schedule)
+    selectable: ClassVar[bool] = True
 
     @classmethod
     def own_settings(cls) -> tuple[str, ...]:
@@ -199,3 +209,11 @@ class AWR(Algorithm):
             out.setdefault(key, "is a setting of the PPO-clip loss; awr's weighted regression has no ratio and no "
                                 "KL term: drop it")
         return out
+
+
+@declare("semi-online", "rl.strategies.semi_online:SemiOnline")
+class SemiOnline(Algorithm):
+    """The credit of a replayed (semi-online) iteration: step- and episode-level group advantages over
+    replays of recorded episodes; its loss and defaults are the run's --algo's (taken at run time)."""
+
+    selectable = False

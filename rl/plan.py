@@ -1,4 +1,5 @@
-"""One start-up resolution: flags, YAML and a resumed run turned into the run's effective config and plan.
+"""One start-up resolution: flags, YAML and a resumed run turned into the run's effective config and plan;
+and the run's phase schedule, what each iteration runs.
 
 :func:`resolve_run` runs once per start, before anything is created, and both ``guiagent train``
 and :class:`rl.trainer.Trainer` use what it returns: the config the run trains with (a resumed
@@ -6,6 +7,11 @@ run's own ``config.yaml``, with its total of iterations), its checkpoint (found 
 state checked once), the output folder checked, the tasks (and those of the warm start and of the
 held-out targets) and the recorded episodes to replay. A bad input is one line: ``ConfigError``
 (a folder, a resumed run), ``KeyError`` (a task), ``CheckpointError`` (a torn checkpoint).
+
+:class:`Schedule` gives each iteration its :class:`Phase`: the strategy whose credit and loss it takes,
+whether it replays recorded episodes or runs live envs, its epochs, whether its steps count toward
+--max-env-steps, and whether a staged run's replayed stage ends with it. The trainer, the producer
+and the learner read the phase; none of them asks which strategy it holds.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from rl.config import TrainConfig
 if TYPE_CHECKING:
     from rl.checkpoint import TrainerState
 
-__all__ = ["RunPlan", "check_run_dir", "resolve_run", "with_demos"]
+__all__ = ["Phase", "RunPlan", "Schedule", "check_run_dir", "resolve_run", "with_demos"]
 
 
 @dataclass
@@ -115,3 +121,39 @@ def resolve_run(cfg: TrainConfig, *, iterations_given: bool = True,
         raise KeyError(f"none of the recorded tasks is a {cfg.env} task to evaluate on: "
                        "give --eval-episodes 0, or --tasks of the suite")
     return plan
+
+
+@dataclass(frozen=True)
+class Phase:
+    """What one iteration runs, from the run's :class:`Schedule`."""
+
+    strategy: Any
+    """its credit and loss: the run's --algo, or the semi-online credit of a replayed iteration"""
+    replays: bool
+    """its data: recorded episodes replayed with the policy's replies (no device) rather than live envs"""
+    epochs: int
+    """passes of the update over its batch (--semi.epochs for a replayed iteration, when set)"""
+    counts_env_steps: bool
+    """its rollouts count toward --max-env-steps (a replay takes no env step)"""
+    stage_end: bool
+    """a staged run's last replayed iteration: the KL reference re-anchored after it (--kl-reference
+    stage) and a held-out evaluation"""
+
+
+class Schedule:
+    """A run's phases: ``at(iteration)`` is the :class:`Phase` of that iteration (--mode online: every
+    iteration online; semi-online: every one replayed; mixed: --semi.per-online replayed, then one
+    online, and again; staged: the first --semi.iterations replayed, then online)."""
+
+    def __init__(self, cfg: TrainConfig, online: Any, replayed: Any = None):
+        if cfg.mode != "online" and replayed is None:
+            raise ValueError(f"--mode {cfg.mode} replays recorded episodes: its schedule needs the semi-online credit")
+        self.cfg, self.online, self.replayed = cfg, online, replayed
+
+    def at(self, iteration: int) -> Phase:
+        cfg = self.cfg
+        replays = cfg.is_semi_online(iteration)
+        return Phase(strategy=self.replayed if replays else self.online, replays=replays,
+                     epochs=(cfg.semi.epochs or cfg.update.epochs) if replays else cfg.update.epochs,
+                     counts_env_steps=not replays,
+                     stage_end=cfg.mode == "staged" and iteration + 1 == cfg.semi.iterations)

@@ -32,6 +32,7 @@ from rl.settings import TRAIN_SEED_RANGE, WARM_START_TASKS
 if TYPE_CHECKING:
     from guiagent.types import Trajectory
     from rl.config import TrainConfig
+    from rl.plan import Phase
     from rl.strategies import Strategy
 
 __all__ = ["Producer", "sample_tasks", "resolve_tasks", "warm_start_tasks"]
@@ -96,12 +97,12 @@ class Producer:
         self.cfg, self.tasks, self.recorded, self.sampler = cfg, list(tasks), list(recorded), sampler
         self.store, self.run_id, self.judge, self.pool = store, run_id, judge, pool
 
-    def __call__(self, iteration: int, strategy: "Strategy") -> RolloutResult:
-        cfg = self.cfg
+    def __call__(self, iteration: int, phase: "Phase") -> RolloutResult:
+        cfg, strategy = self.cfg, phase.strategy
         rng = random.Random(cfg.seed * 7919 + iteration)  # the data cursor: iteration i -> its groups
         torch.manual_seed(cfg.seed * 7919 + iteration)
         self.sampler.seed = cfg.seed * 7919 + iteration
-        if cfg.is_semi_online(iteration):
+        if phase.replays:
             return self._rounds(lambda rnd: self._replay(rng, iteration, rnd), strategy)
         if strategy.offline(iteration):  # awr's offline start: the replay buffer only
             return RolloutResult()

@@ -55,11 +55,11 @@ from rl.heldout import HeldOut, TrainResult, write_summary
 from rl.learner import Learner
 from rl.loggers import make_loggers
 from rl.metrics import iteration_line, rollout_metrics
-from rl.plan import RunPlan, resolve_run, with_demos
+from rl.plan import RunPlan, Schedule, resolve_run, with_demos
 from rl.produce import Producer
 from rl.replay import recorded_episodes
 from rl.rollout import AsyncRollout
-from rl.strategies import SemiOnline, Strategy, strategy_class
+from rl.strategies import Strategy, strategy_class
 from rl.timing import PhaseTimes
 
 __all__ = ["TrainConfig", "TrainResult", "Trainer", "train", "write_summary"]
@@ -114,7 +114,8 @@ class Trainer:
         self.settings = (AgentSettings.load(self.state.model_dir) or AgentSettings.load(self.model_dir)
                          or AgentSettings()).in_format(cfg.action_format)
         self.strategy: Strategy = strategy_class(cfg.algo)(cfg, out, self.state, self.settings)
-        self.semi = SemiOnline(cfg, out, self.state, self.settings) if cfg.mode != "online" else None
+        replayed = strategy_class("semi-online")(cfg, out, self.state, self.settings) if cfg.mode != "online" else None
+        self.schedule = Schedule(cfg, self.strategy, replayed)
         if restored is not None:
             try:
                 self.strategy.load(self.ckpt)
@@ -156,7 +157,7 @@ class Trainer:
                                 run_id=self.state.run_id, judge=self.judge, pool=self.env_pool)
         if cfg.rollouts.rollout == "async":
             cursor = self.state.iteration if self.state.data_cursor is None else self.state.data_cursor
-            self.async_rollout = AsyncRollout(lambda it: self.produce(it, self.strategy_at(it)),
+            self.async_rollout = AsyncRollout(lambda it: self.produce(it, self.schedule.at(it)),
                                               max_lag=cfg.rollouts.max_lag, start_iteration=cursor)
 
     def _config(self) -> Any:
@@ -254,18 +255,15 @@ class Trainer:
 
     # ---- the loop -------------------------------------------------------------------------------------
 
-    def strategy_at(self, iteration: int) -> Strategy:
-        """The strategy whose credit iteration ``iteration`` takes (a semi-online one replays)."""
-        return self.semi if self.semi is not None and self.cfg.is_semi_online(iteration) else self.strategy
-
     def iterate(self) -> None:
         """One iteration: rollout → batch → update → guards → sync → stage → eval → metrics → checkpoint."""
         cfg, state = self.cfg, self.state
         it = state.iteration
         t0 = time.perf_counter()
         result, data_it = self._rollouts(it)
-        strategy = self.strategy_at(data_it)
-        if strategy is not self.semi and not getattr(self, "_live_started", False):
+        phase = self.schedule.at(data_it)
+        strategy = phase.strategy
+        if not phase.replays and not getattr(self, "_live_started", False):
             # live episodes: a fleet on which none has started yet ends the run (a browser that cannot
             # launch); once some have started, a round whose resets all failed is the fleet's fault of
             # the moment (its episodes are stored aborted, the pool replaces the device), not the run's end
@@ -274,18 +272,17 @@ class Trainer:
             self._live_started = True
         metrics = rollout_metrics(result, suites=cfg.env.split(","))  # a mixed --env: also per suite
         metrics["data_iteration"] = float(data_it)
-        if strategy is not self.semi:  # a semi-online replay's turns take no env step
+        if phase.counts_env_steps:  # a semi-online replay's turns take no env step
             state.env_steps += result.env_steps
         metrics["env_steps_total"] = float(state.env_steps)
-        if self.judge is not None and strategy is self.strategy:  # its score is a stored reward part already
+        if self.judge is not None and not phase.replays:  # its score is a stored reward part already
             metrics.update(rollout_judge_metrics(result))
         t1 = time.perf_counter()
         batch = strategy.batch(result, self.policy, it, store=self.store)
         metrics.update(batch.stats)
         t2 = time.perf_counter()
         with self.engine.update_phase():  # a colocated vLLM engine sleeps: the learner has the GPU's memory
-            epochs = (cfg.semi.epochs or cfg.update.epochs) if strategy is self.semi else cfg.update.epochs
-            self.learner.learn(strategy, batch, metrics, it, epochs=epochs)
+            self.learner.learn(strategy, batch, metrics, it, epochs=phase.epochs)
             metrics.update(strategy.fit())  # the critic (ppo, awr) after the actor
             self.stopped_by = self.learner.guard(metrics)
         self.engine.sync()
@@ -313,7 +310,7 @@ class Trainer:
     def _rollouts(self, it: int) -> tuple[Any, int]:
         """This iteration's rollouts and the iteration whose data they are (async: later, after drops)."""
         if self.async_rollout is None:
-            return self.produce(it, self.strategy_at(it)), it
+            return self.produce(it, self.schedule.at(it)), it
         self.async_rollout.set_version(self.policy.version)
         result = self.async_rollout.get()
         self.state.data_cursor = self.async_rollout.cursor  # checkpointed: a resume goes on from here
@@ -321,8 +318,7 @@ class Trainer:
 
     def _stage_and_eval(self, it: int, metrics: dict[str, float]) -> None:
         """A staged run's boundary (the KL reference re-anchored) and the held-out evaluation when due."""
-        cfg = self.cfg
-        stage_end = cfg.mode == "staged" and it + 1 == cfg.semi.iterations
+        cfg, stage_end = self.cfg, self.schedule.at(it).stage_end
         if stage_end and self.learner.ref is not None and cfg.update.kl_reference == "stage":
             self.learner.anchor_reference()
         every = cfg.evaluation.eval_every

@@ -3,7 +3,8 @@
 
 ``--algo`` names one of :data:`STRATEGIES` (:data:`rl.algorithms.ALGORITHMS`): ``grpo``, ``dr_grpo`` (:mod:`.group`), ``gigpo``
 (:mod:`.gigpo`), ``ppo``, ``awr`` (:mod:`.critic`). A semi-online iteration's credit is
-:class:`~rl.strategies.semi_online.SemiOnline`, which takes its loss and defaults from the online one.
+:class:`~rl.strategies.semi_online.SemiOnline` (declared as ``semi-online``, not an ``--algo`` choice: the
+run's phase schedule, :class:`rl.plan.Schedule`, picks it), which takes its loss and defaults from the online one.
 """
 
 from rl.strategies.base import STRATEGIES, Batch, Strategy, make_strategy, strategy_class

@@ -39,7 +39,7 @@ STRATEGIES = ALGORITHMS
 
 def strategy_class(name: str) -> type["Strategy"]:
     """The implementation of ``--algo name`` (its module imported now); ``ValueError`` names the choices."""
-    declared = algorithm(name)
+    declared = ALGORITHMS.get(name) or algorithm(name)  # a declared name (semi-online too), else --algo's one line
     module, _, cls_name = declared.implementation.partition(":")
     cls = getattr(importlib.import_module(module), cls_name, None)
     if not (isinstance(cls, type) and issubclass(cls, declared) and issubclass(cls, Strategy)):

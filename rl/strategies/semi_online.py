@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rl import algorithms
 from rl.advantages import semi_online_advantages, semi_online_returns
 from rl.algorithms import algorithm
 from rl.strategies.base import Batch, Strategy
@@ -69,10 +70,8 @@ def semi_informative_groups(result: "RolloutResult") -> int:
     return sum(len(v) > 1 for v in seen.values())
 
 
-class SemiOnline(Strategy):
+class SemiOnline(algorithms.SemiOnline, Strategy):
     """The credit of a semi-online iteration; its loss, shaping and defaults are the online algorithm's."""
-
-    name = "semi-online"
 
     def __init__(self, cfg: "TrainConfig", out: Any, state: Any, settings: Any = None):
         super().__init__(cfg, out, state, settings)

@@ -36,10 +36,15 @@ def test_the_config_and_the_cli_help_load_no_torch():
 
 
 def test_every_declared_algorithm_has_an_implementation_that_subclasses_it():
-    from rl.algorithms import ALGORITHMS, declare
+    import pytest
+
+    from rl.algorithms import ALGORITHMS, algorithm, choices, declare
     from rl.strategies import Strategy, strategy_class
 
-    assert list(ALGORITHMS) == ["grpo", "dr_grpo", "gigpo", "ppo", "awr"]
+    assert choices() == ["grpo", "dr_grpo", "gigpo", "ppo", "awr"]  # --algo's; semi-online is the schedule's
+    assert list(ALGORITHMS) == [*choices(), "semi-online"]
+    with pytest.raises(ValueError, match="--algo 'semi-online': choose one of grpo, dr_grpo"):
+        algorithm("semi-online")
     for name, declared in ALGORITHMS.items():
         impl = strategy_class(name)
         assert issubclass(impl, declared) and issubclass(impl, Strategy) and impl.name == name
@@ -50,7 +55,6 @@ def test_every_declared_algorithm_has_an_implementation_that_subclasses_it():
     assert set(ALGORITHMS["gigpo"].own_settings()) == {"step_weight", "gigpo_norm", "anchor_match",
                                                         "anchor_tolerance"}
     assert "awr_beta" in ALGORITHMS["ppo"].unused(_cfg("ppo"))
-    import pytest
     with pytest.raises(ValueError, match="declared already"):
         declare("grpo", "rl.strategies.group:GRPO")(type("Again", (ALGORITHMS["grpo"],), {}))
     with pytest.raises(ValueError, match="no settings section"):

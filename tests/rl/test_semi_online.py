@@ -680,5 +680,7 @@ def test_semi_online_replays_more_episodes_until_enough_groups_differ(scripts, r
                             min_informative_groups=2, max_sampling_rounds=3)
     produce = Producer(cfg, [], [_episode("a", "t1"), _episode("b", "t2")], ScriptedPolicy(scripts), store=None,
                        run_id="", judge=None, pool=lambda: None)
-    res = produce(0, SemiOnline(cfg, ".", TrainerState()))
+    from rl.plan import Schedule
+
+    res = produce(0, Schedule(cfg, None, SemiOnline(cfg, ".", TrainerState())).at(0))
     assert len(res.trajectories) == 2 * rounds and len({t.group_id for t in res.trajectories}) == rounds
