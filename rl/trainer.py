@@ -1,14 +1,16 @@
 """The trainer, read top to bottom: setup → iterate → finish → cleanup.
 
-    setup      the run's plan (rl/plan.py: its config, a resumed run's own, checkpoint and tasks),
-               run directory, model (tiny + SFT warm start when none is given), the algorithm's strategy (rl/strategies/), the learner (policy, optimiser,
-               KL reference: rl/learner.py), store, the rollout side (rl/engine.py), held-out
-               evaluation before training
-    iterate    rollouts (rl/produce.py: online groups, semi-online replays, or none) → the
-               strategy's batch (turns and advantages) → update with the strategy's loss
-               (rl/learner.py, rl/update.py) → critic fit → guards → weight sync → stage boundary → held-out
-               evaluation every N iterations (the best model kept) → metrics → checkpoint
-    finish     final model, held-out evaluation (rl/heldout.py), run status
+    setup      the run's plan (rl/plan.py: its config, a resumed run's own, checkpoint, tasks and
+               phase schedule), run directory, model (tiny + SFT warm start when none is given), the
+               algorithm's strategy (rl/strategies/), the learner (policy, optimiser, KL reference:
+               rl/learner.py), store, the rollout side (rl/engine.py), held-out evaluation before
+               training (rl/heldout.py)
+    iterate    rollouts (rl/produce.py: online groups, semi-online replays, or none, as the
+               iteration's phase says) → the strategy's batch (turns and advantages) → update with
+               the strategy's loss (rl/learner.py, rl/update.py) → critic fit → guards → weight sync
+               → stage boundary → held-out evaluation every N iterations (the best model kept) →
+               metrics → checkpoint
+    finish     final model, held-out evaluation, run status
     cleanup    pool, engine, judge, loggers and store closed
 
 Every phase of an iteration runs under a named timer (``*_seconds`` metrics). ARCHITECTURE.md
@@ -371,7 +373,8 @@ class Trainer:
             budget_reached=not self.budget_left() and s.iteration < self.cfg.iterations,
             eval_curve={str(i + 1): h["eval_success"] for i, h in enumerate(self.history, start=self.first_iteration)
                         if "eval_success" in h},
-            last=self.history[-1] if self.history else {}, **h.result_fields(), phase_seconds=self.phases.as_dict(), wall_seconds=round(time.perf_counter() - self.started, 2))
+            last=self.history[-1] if self.history else {}, **h.result_fields(), phase_seconds=self.phases.as_dict(),
+            wall_seconds=round(time.perf_counter() - self.started, 2))
 
     def cleanup(self) -> None:
         for part in (self.async_rollout, self.judge, self.loggers, self.pool, self.engine, self.store):

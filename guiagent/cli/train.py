@@ -157,9 +157,7 @@ def _names_a_start(argv: list[str]) -> bool:
 def parse_args(argv: list[str]):
     """The run's TrainConfig: the embedded default's recipe under the flags, unless a model, a run
     to resume or a config file is named (then the class defaults)."""
-    from rl.config import (
-        TrainConfig,  # lazy: its checks load torch (1.7 s; the trainer 2.1 s), not --help of other commands
-    )
+    from rl.config import TrainConfig  # lazy: 0.4 s (no torch), which other commands' --help need not pay
 
     if _names_a_start(argv):
         return parse_config(TrainConfig, argv, prog="guiagent train")
