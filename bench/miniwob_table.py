@@ -23,6 +23,9 @@ sys.path.insert(0, str(ROOT))
 #: the published agents shown by default, in this order, with their column heads
 AGENTS = {"human": "human", "cc_net": "CC-Net (BC+RL)", "synapse": "Synapse", "rci": "RCI",
           "prior_best": "best before CC-Net (WGE, DOM-Q-Net, ...)"}
+#: the column heads of the other agents docs/miniwob_published.csv holds
+OTHER_AGENTS = {"cc_net_bc": "CC-Net (BC only)", "webn_t5": "WebN-T5", "webgum": "WebGUM", "adaplanner": "AdaPlanner",
+                "pix2act": "Pix2Act (BC+RL)", "pix2act_bc": "Pix2Act (BC only)"}
 
 
 def per_task(store_dir: Path) -> dict[str, tuple[int, int]]:
@@ -47,7 +50,7 @@ def table(run: Path, agents: list[str], csv_path: Path) -> str:
     before, after = per_task(run / "eval-before"), per_task(run / "eval-after")
     pub = published(csv_path)
     tasks = sorted(set(before) | set(after))
-    head = ["task", "ours: warm start", "ours: after RL", *(AGENTS.get(a, a) for a in agents)]
+    head = ["task", "ours: warm start", "ours: after RL", *({**AGENTS, **OTHER_AGENTS}.get(a, a) for a in agents)]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def cell(counts: dict[str, tuple[int, int]], t: str) -> str:
