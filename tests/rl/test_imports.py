@@ -4,11 +4,16 @@ import subprocess
 import sys
 
 
+def _runs_clean(code: str) -> None:
+    """``code`` in a fresh interpreter (what a module loads shows only there) exits 0; its output otherwise."""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+
+
 def test_rl_imports_without_the_cli():
     code = ("import sys, rl.trainer, rl.evaluate, rl.replay, rl.sop, rl.strategies, rl.produce, rl.update, rl.checkpoint; "
             "bad = sorted(m for m in sys.modules if m.startswith('guiagent.cli')); print(bad); assert not bad")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+    _runs_clean(code)
 
 
 def test_a_config_and_the_replay_path_need_no_browser_or_pool():
@@ -18,8 +23,7 @@ def test_a_config_and_the_replay_path_need_no_browser_or_pool():
             "import rl.replay, rl.strategies, rl.update, rl.optim, rl.agents; "
             "bad = sorted(m for m in ('greenlet', 'playwright', 'ray', 'emulators.pool') if m in sys.modules); "
             "print(bad); assert not bad")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+    _runs_clean(code)
 
 
 def test_the_config_and_the_cli_help_load_no_torch():
@@ -31,8 +35,7 @@ def test_the_config_and_the_cli_help_load_no_torch():
             "TrainConfig.embedded(); import guiagent.cli.train; "
             "bad = sorted(m for m in ('torch', 'transformers', 'rl.strategies') if m in sys.modules); "
             "print(bad); assert not bad")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+    _runs_clean(code)
 
 
 def test_every_declared_algorithm_has_an_implementation_that_subclasses_it():
