@@ -203,6 +203,13 @@ class AWR(Algorithm):
                       "kl_reference", "max_kl_old", "rescore", "tis_cap", "entropy_modulation")
 
     @classmethod
+    def check(cls, cfg: "TrainConfig") -> None:
+        super().check(cfg)
+        if cfg.awr.offline_iterations and not cfg.awr.replay_demos:
+            raise ValueError("--offline-iterations trains on the recorded episodes of the replay buffer, which "
+                             "--no-replay-demos leaves empty: drop one of them")
+
+    @classmethod
     def unused(cls, cfg: "TrainConfig") -> dict[str, str]:
         out = super().unused(cfg)
         for key in cls.RATIO_SETTINGS:

@@ -548,6 +548,10 @@ class AWRSettings:
     """awr: episodes sampled from the buffer each iteration (0: --groups-per-iteration x --group-size)"""
     offline_iterations: int = 0
     """awr: the first N iterations train on the buffer only (no rollouts): offline, then online"""
+    replay_demos: bool = True
+    """awr: seed the replay buffer with the recorded episodes (--data, else the warm start's
+    demonstrations); --no-replay-demos: the buffer holds the run's own rollouts only, so that every update learns
+    from the model's own samples (no imitation of recorded episodes)"""
 
     def __post_init__(self) -> None:
         if self.awr_beta <= 0 or self.awr_max_weight <= 0 or self.replay_size <= 0:

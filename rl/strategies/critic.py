@@ -140,8 +140,9 @@ class AWR(algorithms.AWR, _WithCritic):
         return iteration < self.cfg.awr.offline_iterations
 
     def seed_replay(self, data: Sequence[str]) -> int:
-        """Put the completed episodes of the stores ``data`` into an empty replay buffer."""
-        if self.replay:
+        """Put the completed episodes of the stores ``data`` into an empty replay buffer (none with
+        ``--no-replay-demos``: the buffer then holds the run's own rollouts only)."""
+        if self.replay or not self.cfg.awr.replay_demos:
             return 0
         for d in data:
             reader = StoreReader(d)

@@ -206,6 +206,11 @@ def test_awr_trains_offline_from_stored_runs_and_keeps_its_replay_buffer_in_chec
     with pytest.raises(CheckpointError, match="replay.json: the replay buffer is not a list of"):
         train(TrainConfig.build(resume=str(out), iterations=4))  # the trainer: a damaged checkpoint, one line
 
+    # --no-replay-demos: the buffer starts empty, whatever --data holds; the run's own rollouts fill it
+    own_only = make_strategy(TrainConfig.build(model="m", algo="awr", data=(str(demos),), replay_demos=False), out,
+                             TrainerState(), AgentSettings())
+    assert own_only.seed_replay([str(demos)]) == 0 and own_only.replay == []
+
     # online episodes join the buffer and are read back from the run's own store
     policy = load_transformers(tiny_model_dir)
     store = Store.open(tmp_path / "online")
@@ -313,6 +318,8 @@ def test_ppo_run_stores_credit_checkpoints_its_critic_and_follows_the_horizon(ti
     (dict(algo="awr", entropy_modulation=0.5), "entropy-modulation"),
     (dict(algo="awr", kl_coef=0.1), "kl-coef"),
     (dict(algo="grpo", offline_iterations=1), "offline-iterations"),
+    (dict(algo="grpo", replay_demos=False), "replay-demos"),
+    (dict(algo="awr", offline_iterations=1, replay_demos=False), "no-replay-demos leaves empty"),
     (dict(algo="ppo", gae_lambda=1.5), "gae-lambda"),
     (dict(algo="grpo", critic_warmup=1), "critic-warmup is for --algo ppo"),
     (dict(algo="ppo", critic_warmup=8, iterations=8), "below --iterations"),
