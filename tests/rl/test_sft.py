@@ -372,8 +372,30 @@ def test_made_up_names_keep_the_shape_and_avoid_held_out_names():
     # a name to avoid is never drawn (every one-syllable name is banned here: a third of the draws)
     banned = frozenset(o.upper() + v for o in "bcdfghjklmnprstvwz" for v in "aeiou")
     banned |= frozenset(o.upper() + v + c for o in "bcdfghjklmnprstvwz" for v in "aeiou" for c in "klmnrst")
-    draws = {made_up_name(random.Random(s), "Xy", banned) for s in range(300)}
+    draws = {made_up_name(random.Random(s), "Xy", banned, words=0.0) for s in range(300)}
     assert len(draws) > 250 and not {d.casefold() for d in draws} & {b.casefold() for b in banned}
+
+
+def test_made_up_names_mix_real_words_that_are_no_word_of_a_name_to_avoid():
+    """Half the words of a made-up name are real words (names on screens mostly are, and a tokenizer holds
+    many as one token), never a word of a name to avoid; words=0 gives syllables only."""
+    import random
+
+    import pytest
+
+    from emulators.names import _WORDS, made_up_name
+
+    avoid = frozenset({"Garden", "Screen time", "photo_album.jpg", "Wi-Fi"})
+    taken = {"garden", "screen", "time", "photo", "album"}  # words of those names that are real words
+    parts = [p for s in range(400) for p in made_up_name(random.Random(s), "Do not disturb", avoid).lower().split()]
+    real = [p for p in parts if p in _WORDS]
+    assert 0.4 < len(real) / len(parts) < 0.6 and len(set(real)) > 40 and not set(real) & taken
+    stems = made_up_name(random.Random(2), "road_trip.mp3", avoid).rsplit(".", 1)[0].split("_")
+    assert len(stems) == 2 and all(p.islower() for p in stems)
+    plain = [p for s in range(200) for p in made_up_name(random.Random(s), "Wi-Fi", words=0.0).lower().split("-")]
+    assert not set(plain) & set(_WORDS)
+    with pytest.raises(ValueError, match="words must be between 0 and 1"):
+        made_up_name(random.Random(0), "Wi-Fi", words=1.5)
 
 
 def test_the_webapps_suite_names_every_held_out_target():
