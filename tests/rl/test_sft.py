@@ -381,8 +381,6 @@ def test_made_up_names_mix_real_words_that_are_no_word_of_a_name_to_avoid():
     many as one token), never a word of a name to avoid; words=0 gives syllables only."""
     import random
 
-    import pytest
-
     from emulators.names import _WORDS, made_up_name
 
     avoid = frozenset({"Garden", "Screen time", "photo_album.jpg", "Wi-Fi"})
