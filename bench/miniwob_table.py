@@ -1,12 +1,17 @@
 """The MiniWoB++ benchmark table: a run's held-out success per task beside the published figures.
 
     python bench/miniwob_table.py runs/miniwob-bench [--agents human cc_net synapse rci prior_best]
+    python bench/miniwob_table.py runs/miniwob-bench-s0 runs/miniwob-bench-s1 ...   # several seeds
 
 Reads the run's held-out evaluations (``eval-before``: the warm start, ``eval-after``: after RL; the benchmark's
 own success, raw reward > 0, as the suite scores it) and ``docs/miniwob_published.csv`` (task, agent, success,
 where the figure comes from, the table it was read from), and prints a Markdown table, one row a task of the
 run plus the mean over the set, each agent's mean over the tasks it reports. Episodes are counted from the
 stores, so a row says how many episodes its figure rests on.
+
+Given several runs (one a seed of the same recipe), a cell is the mean over the runs with each run's figure
+after it in the order given (``55% (48/62)``), and the last row gives each run's mean over the set and the
+worst of them beside the mean.
 """
 
 from __future__ import annotations
@@ -76,17 +81,58 @@ def table(run: Path, agents: list[str], csv_path: Path) -> str:
     return "\n".join(rows)
 
 
+
+def seeds_table(runs: list[Path], agents: list[str], csv_path: Path) -> str:
+    """:func:`table` over several runs of one recipe (one a seed): each cell the mean of the runs' shares
+    with the runs' own after it; the last row each run's mean over the set, the mean of those, the worst."""
+    stages = [[per_task(run / part) for run in runs] for part in ("eval-before", "eval-after")]
+    pub = published(csv_path)
+    tasks = sorted({t for stage in stages for counts in stage for t in counts})
+    n = len(runs)
+    head = ["task", f"ours: warm start ({n} seeds)", f"ours: after RL ({n} seeds)",
+            *({**AGENTS, **OTHER_AGENTS}.get(a, a) for a in agents)]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def cell(stage: list[dict[str, tuple[int, int]]], t: str) -> str:
+        shares = [100 * c[t][0] / c[t][1] if t in c and c[t][1] else None for c in stage]
+        got = [x for x in shares if x is not None]
+        if not got:
+            return "–"
+        return f"{sum(got) / len(got):.0f}% (" + "/".join("–" if x is None else f"{x:.0f}" for x in shares) + ")"
+
+    for t in tasks:
+        cells = [f"`{t}`", cell(stages[0], t), cell(stages[1], t)]
+        cells += [f"{100 * pub[(t, a)]:.0f}%" if (t, a) in pub else "–" for a in agents]
+        rows.append("| " + " | ".join(cells) + " |")
+
+    def means(stage: list[dict[str, tuple[int, int]]]) -> str:
+        per_run = []
+        for c in stage:
+            shares = [s / k for t, (s, k) in c.items() if t in tasks and k]
+            per_run.append(100 * sum(shares) / len(shares) if shares else 0.0)
+        return (f"**{sum(per_run) / n:.1f}%** (" + " / ".join(f"{x:.1f}" for x in per_run)
+                + f"; worst {min(per_run):.1f})")
+
+    last = ["mean over the set", means(stages[0]), means(stages[1])]
+    for a in agents:
+        got = [pub[(t, a)] for t in tasks if (t, a) in pub]
+        last.append(f"{100 * sum(got) / len(got):.1f}% ({len(got)} tasks)" if got else "–")
+    rows.append("| " + " | ".join(last) + " |")
+    return "\n".join(rows)
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("run", type=Path, help="a training run's folder (holding eval-before/ and eval-after/)")
+    p.add_argument("runs", type=Path, nargs="+", metavar="run",
+                   help="a training run's folder (holding eval-before/ and eval-after/); several: one a seed")
     p.add_argument("--agents", nargs="*", default=list(AGENTS), help="published agents to show (the CSV's names)")
     p.add_argument("--published", type=Path, default=ROOT / "docs" / "miniwob_published.csv")
     a = p.parse_args(argv)
-    for part in ("eval-before", "eval-after"):
-        if not (a.run / part / "store.sqlite").is_file():
-            print(f"miniwob_table: {a.run / part} holds no held-out evaluation", file=sys.stderr)
-            return 2
-    print(table(a.run, a.agents, a.published))
+    for run in a.runs:
+        for part in ("eval-before", "eval-after"):
+            if not (run / part / "store.sqlite").is_file():
+                print(f"miniwob_table: {run / part} holds no held-out evaluation", file=sys.stderr)
+                return 2
+    print(table(a.runs[0], a.agents, a.published) if len(a.runs) == 1 else seeds_table(a.runs, a.agents, a.published))
     return 0
 
 

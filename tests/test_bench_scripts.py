@@ -227,3 +227,43 @@ def test_the_miniwob_table_counts_each_stage_per_task_beside_the_published_figur
     bad = subprocess.run([sys.executable, str(ROOT / "bench" / "miniwob_table.py"), str(tmp_path / "none")],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "holds no held-out evaluation" in bad.stderr
+
+
+def _miniwob_evals(run, before: dict[str, int], after: dict[str, int], episodes: int = 4) -> None:
+    """Held-out evaluations in ``run`` as a training run writes them: ``episodes`` a task, the first
+    ``wins[task]`` of them with a positive raw reward."""
+    from guiagent.store import Store
+    from guiagent.types import Click, Step, TaskSpec
+    from tests.webui.conftest import obs
+
+    for part, wins in (("eval-before", before), ("eval-after", after)):
+        store = Store.open(run / part)
+        rid = store.create_run(part)
+        for task, won in wins.items():
+            for k in range(episodes):
+                w = store.begin_episode(rid, TaskSpec("miniwob", task, 1_000_000 + k, task, 3), "model")
+                w.add_step(Step(0, obs(k), Click(0.5, 0.5), response="x", reward=0.0, terminated=True))
+                w.complete(1.0 if k < won else -1.0)
+        store.close()
+
+
+def test_the_miniwob_table_over_seeds_gives_each_seed_the_mean_and_the_worst(tmp_path):
+    """``bench/miniwob_table.py RUN RUN``: one run a seed; a cell is the mean over the seeds with each
+    seed's figure after it, the last row each seed's mean over the set and the worst of them; a missing
+    evaluation in any of the runs is one line and exit 2, before anything is printed."""
+    a, b = tmp_path / "s0", tmp_path / "s1"
+    _miniwob_evals(a, {"click-test": 2, "enter-text": 0}, {"click-test": 4, "enter-text": 2})
+    _miniwob_evals(b, {"click-test": 4, "enter-text": 1}, {"click-test": 4, "enter-text": 1})
+    script = str(ROOT / "bench" / "miniwob_table.py")
+    out = subprocess.run([sys.executable, script, str(a), str(b), "--agents", "human"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = out.stdout.splitlines()
+    assert rows[0] == "| task | ours: warm start (2 seeds) | ours: after RL (2 seeds) | human |"
+    assert "| `click-test` | 75% (50/100) | 100% (100/100) | 100% |" in rows
+    assert "| `enter-text` | 12% (0/25) | 38% (50/25) | 98% |" in rows
+    assert rows[-1] == ("| mean over the set | **43.8%** (25.0 / 62.5; worst 25.0) "
+                        "| **68.8%** (75.0 / 62.5; worst 62.5) | 99.0% (2 tasks) |")
+    bad = subprocess.run([sys.executable, script, str(a), str(tmp_path / "none")],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and bad.stdout == ""
