@@ -51,74 +51,56 @@ def published(path: Path) -> dict[tuple[str, str], float]:
         return {(row["task"], row["agent"]): float(row["success"]) for row in csv.DictReader(f)}
 
 
-def table(run: Path, agents: list[str], csv_path: Path) -> str:
-    before, after = per_task(run / "eval-before"), per_task(run / "eval-after")
-    pub = published(csv_path)
-    tasks = sorted(set(before) | set(after))
-    head = ["task", "ours: warm start", "ours: after RL", *({**AGENTS, **OTHER_AGENTS}.get(a, a) for a in agents)]
-    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-
-    def cell(counts: dict[str, tuple[int, int]], t: str) -> str:
-        if t not in counts:
-            return "–"
-        s, n = counts[t]
-        return f"{100 * s / n:.0f}% ({s}/{n})"
-
-    for t in tasks:
-        cells = [f"`{t}`", cell(before, t), cell(after, t)]
-        cells += [f"{100 * pub[(t, a)]:.0f}%" if (t, a) in pub else "–" for a in agents]
-        rows.append("| " + " | ".join(cells) + " |")
-
-    def mean_of(counts: dict[str, tuple[int, int]]) -> str:
-        shares = [s / n for t, (s, n) in counts.items() if t in tasks and n]
-        return f"**{100 * sum(shares) / len(shares):.1f}%**" if shares else "–"
-
-    means = ["mean over the set", mean_of(before), mean_of(after)]
-    for a in agents:
-        got = [pub[(t, a)] for t in tasks if (t, a) in pub]
-        means.append(f"{100 * sum(got) / len(got):.1f}% ({len(got)} tasks)" if got else "–")
-    rows.append("| " + " | ".join(means) + " |")
-    return "\n".join(rows)
+Counts = dict[str, tuple[int, int]]
 
 
-
-def seeds_table(runs: list[Path], agents: list[str], csv_path: Path) -> str:
-    """:func:`table` over several runs of one recipe (one a seed): each cell the mean of the runs' shares
-    with the runs' own after it; the last row each run's mean over the set, the mean of those, the worst."""
+def table(runs: list[Path], agents: list[str], csv_path: Path) -> str:
+    """The Markdown table of ``runs`` (one, or several of one recipe, one a seed) beside ``agents``.
+    One run: a cell is its share and counts (``50% (1/2)``), the last row its mean over the set. Several:
+    a cell is the mean of the runs' shares with each run's after it (``55% (48/62)``), the last row each
+    run's mean over the set, the mean of those and the worst."""
     stages = [[per_task(run / part) for run in runs] for part in ("eval-before", "eval-after")]
     pub = published(csv_path)
     tasks = sorted({t for stage in stages for counts in stage for t in counts})
     n = len(runs)
-    head = ["task", f"ours: warm start ({n} seeds)", f"ours: after RL ({n} seeds)",
+    seeds = f" ({n} seeds)" if n > 1 else ""
+    head = ["task", f"ours: warm start{seeds}", f"ours: after RL{seeds}",
             *({**AGENTS, **OTHER_AGENTS}.get(a, a) for a in agents)]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
-    def cell(stage: list[dict[str, tuple[int, int]]], t: str) -> str:
+    def cell(stage: list[Counts], t: str) -> str:
+        if n == 1:
+            if t not in stage[0]:
+                return "–"
+            s, k = stage[0][t]
+            return f"{100 * s / k:.0f}% ({s}/{k})"
         shares = [100 * c[t][0] / c[t][1] if t in c and c[t][1] else None for c in stage]
         got = [x for x in shares if x is not None]
         if not got:
             return "–"
         return f"{sum(got) / len(got):.0f}% (" + "/".join("–" if x is None else f"{x:.0f}" for x in shares) + ")"
 
+    def mean(stage: list[Counts]) -> str:
+        per_run = []
+        for c in stage:
+            shares = [s / k for t, (s, k) in c.items() if t in tasks and k]
+            per_run.append(100 * sum(shares) / len(shares) if shares else None)
+        if n == 1:
+            return "–" if per_run[0] is None else f"**{per_run[0]:.1f}%**"
+        got = [x or 0.0 for x in per_run]
+        return f"**{sum(got) / n:.1f}%** (" + " / ".join(f"{x:.1f}" for x in got) + f"; worst {min(got):.1f})"
+
     for t in tasks:
         cells = [f"`{t}`", cell(stages[0], t), cell(stages[1], t)]
         cells += [f"{100 * pub[(t, a)]:.0f}%" if (t, a) in pub else "–" for a in agents]
         rows.append("| " + " | ".join(cells) + " |")
-
-    def means(stage: list[dict[str, tuple[int, int]]]) -> str:
-        per_run = []
-        for c in stage:
-            shares = [s / k for t, (s, k) in c.items() if t in tasks and k]
-            per_run.append(100 * sum(shares) / len(shares) if shares else 0.0)
-        return (f"**{sum(per_run) / n:.1f}%** (" + " / ".join(f"{x:.1f}" for x in per_run)
-                + f"; worst {min(per_run):.1f})")
-
-    last = ["mean over the set", means(stages[0]), means(stages[1])]
+    last = ["mean over the set", mean(stages[0]), mean(stages[1])]
     for a in agents:
         got = [pub[(t, a)] for t in tasks if (t, a) in pub]
         last.append(f"{100 * sum(got) / len(got):.1f}% ({len(got)} tasks)" if got else "–")
     rows.append("| " + " | ".join(last) + " |")
     return "\n".join(rows)
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -132,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             if not (run / part / "store.sqlite").is_file():
                 print(f"miniwob_table: {run / part} holds no held-out evaluation", file=sys.stderr)
                 return 2
-    print(table(a.runs[0], a.agents, a.published) if len(a.runs) == 1 else seeds_table(a.runs, a.agents, a.published))
+    print(table(a.runs, a.agents, a.published))
     return 0
 
 
