@@ -13,6 +13,7 @@ Evaluation seeds start at 1,000,000 by default, a range training never samples
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import sys
@@ -489,8 +490,10 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
     base = out / "base"
     log.info("warm start: building a tiny model in %s", base)
     with phases.timer("warm start: tiny model" + (" + copy warm-up" if copy_steps else "")):
-        build_tiny_model(TinyModelSpec(size="tiny", seed=seed, max_pixels=max_pixels, words=words,
-                                       copy_steps=copy_steps, copy_until=copy_until), base)
+        built = build_tiny_model(TinyModelSpec(size="tiny", seed=seed, max_pixels=max_pixels, words=words,
+                                               copy_steps=copy_steps, copy_until=copy_until), base)
+    if "copy_warmup" in built:
+        log.info("warm start: copy warm-up %s", json.dumps(built["copy_warmup"]))
     if not oracles:
         demo_dirs = list(demos_from)
         log.info("warm start: %s has no scripted solvers; SFT on the recorded episodes of %s", env,

@@ -117,7 +117,8 @@ def test_the_embedded_default_on_webapps_runs_online_awr_on_its_warm_start_on_a_
                  "--groups-per-iteration", "1", "--group-size", "2",
                  "--slots", "2", "--pool", "inprocess", "--eval-episodes", "2", "--max-new-tokens", "24",
                  "--out", str(out), "--json"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    captured = capsys.readouterr()
+    lines = captured.out.strip().splitlines()
     r = json.loads(lines[-1])
     assert AgentSettings.load(r["model"]) == tiny_model_settings("marks")
     assert r["iterations"] == 1 and set(r["task_success_before"]) == set(r["task_success_after"]) == {
@@ -126,6 +127,8 @@ def test_the_embedded_default_on_webapps_runs_online_awr_on_its_warm_start_on_a_
     assert "open_app " in by_task and "open_app_shuffled " in by_task and " -> " in by_task
     [replay] = [m.value for m in StoreReader(out).metrics(r["run_id"])["replay"]]
     assert replay >= 4  # the warm start's demonstrations, then the iteration's own episodes
+    [copied] = [line for line in captured.err.splitlines() if "warm start: copy warm-up {" in line]
+    assert json.loads(copied[copied.index("{"):])["steps"] == 3  # what the copy warm-up reached, in the log
     saved = (out / "config.yaml").read_text()  # the run's record: bare words, the copy warm-up asked for
     assert "warm_start_copy_steps: 3" in saved and "warm_start_words: bare" in saved
     sft = json.loads((out / "sft" / "sft_log.json").read_text())["config"]  # what the warm start's SFT ran with
