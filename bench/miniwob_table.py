@@ -58,7 +58,8 @@ def table(runs: list[Path], agents: list[str], csv_path: Path) -> str:
     """The Markdown table of ``runs`` (one, or several of one recipe, one a seed) beside ``agents``.
     One run: a cell is its share and counts (``50% (1/2)``), the last row its mean over the set. Several:
     a cell is the mean of the runs' shares with each run's after it (``55% (48/62)``), the last row each
-    run's mean over the set, the mean of those and the worst."""
+    run's mean over the set, the mean of those and the worst (a run with no episode of the set shows "–"
+    and counts in neither)."""
     stages = [[per_task(run / part) for run in runs] for part in ("eval-before", "eval-after")]
     pub = published(csv_path)
     tasks = sorted({t for stage in stages for counts in stage for t in counts})
@@ -87,8 +88,11 @@ def table(runs: list[Path], agents: list[str], csv_path: Path) -> str:
             per_run.append(100 * sum(shares) / len(shares) if shares else None)
         if n == 1:
             return "–" if per_run[0] is None else f"**{per_run[0]:.1f}%**"
-        got = [x or 0.0 for x in per_run]
-        return f"**{sum(got) / n:.1f}%** (" + " / ".join(f"{x:.1f}" for x in got) + f"; worst {min(got):.1f})"
+        got = [x for x in per_run if x is not None]
+        if not got:
+            return "–"
+        each = " / ".join("–" if x is None else f"{x:.1f}" for x in per_run)
+        return f"**{sum(got) / len(got):.1f}%** ({each}; worst {min(got):.1f})"
 
     for t in tasks:
         cells = [f"`{t}`", cell(stages[0], t), cell(stages[1], t)]

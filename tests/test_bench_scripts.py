@@ -264,6 +264,15 @@ def test_the_miniwob_table_over_seeds_gives_each_seed_the_mean_and_the_worst(tmp
     assert "| `enter-text` | 12% (0/25) | 38% (50/25) | 98% |" in rows
     assert rows[-1] == ("| mean over the set | **43.8%** (25.0 / 62.5; worst 25.0) "
                         "| **68.8%** (75.0 / 62.5; worst 62.5) | 99.0% (2 tasks) |")
+    empty = tmp_path / "s2"   # its evaluations hold no episode of the set: "–", in no mean
+    _miniwob_evals(empty, {}, {})
+    out = subprocess.run([sys.executable, script, str(a), str(b), str(empty), "--agents", "human"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = out.stdout.splitlines()
+    assert "| `click-test` | 75% (50/100/–) | 100% (100/100/–) | 100% |" in rows
+    assert rows[-1] == ("| mean over the set | **43.8%** (25.0 / 62.5 / –; worst 25.0) "
+                        "| **68.8%** (75.0 / 62.5 / –; worst 62.5) | 99.0% (2 tasks) |")
     bad = subprocess.run([sys.executable, script, str(a), str(tmp_path / "none")],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and bad.stdout == ""
