@@ -458,8 +458,8 @@ def _has_oracles(env: str, tasks: list[str]) -> bool:
 def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int, seed: int,
                max_pixels: int, threads: int | None = None, demos_from: tuple[str, ...] = (),
                action_format: str = "json", device: dict[str, str] | None = None,
-               words: str = "prefixed", copy_steps: int = 0, copy_until: float = 0.0, name_weight: float = 1.0,
-               action_weight: float = 1.0,
+               words: str = "prefixed", copy_steps: int = 0, copy_until: float = 0.0, copy_repeats: int = 0,
+               name_weight: float = 1.0, action_weight: float = 1.0,
                goal_frames: float = 0.0, goal_relabel: float = 0.0, rename: float = 0.0, targets: str = "all",
                phases: PhaseTimes | None = None, rewards: RewardConfig | None = None) -> str:
     """A tiny model, SFT on ``demos`` oracle episodes of ``tasks`` (training seeds): the RL warm start.
@@ -468,7 +468,7 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
     ``demos_from`` (run directories) instead. ``action_format``: what the model learns to speak
     (:func:`rl.agents.tiny_model_settings`); ``device``: options of the devices the demonstrations
     are recorded on (the marks format needs ``{"marks": "true"}``, so that each step keeps its
-    numbered elements); ``words``: the tiny model's tokenizer, ``copy_steps`` / ``copy_until``: its copy warm-up
+    numbered elements); ``words``: the tiny model's tokenizer, ``copy_steps`` / ``copy_until`` / ``copy_repeats``: its copy warm-up
     (both :class:`TinyModelSpec`); ``name_weight``: the SFT loss weight of an element's name,
     ``action_weight`` that of the action's kind, ``goal_frames``: the share of examples whose goal is
     framed by neutral words, ``goal_relabel``: the share of first steps relabelled in hindsight (all
@@ -491,7 +491,8 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
     log.info("warm start: building a tiny model in %s", base)
     with phases.timer("warm start: tiny model" + (" + copy warm-up" if copy_steps else "")):
         built = build_tiny_model(TinyModelSpec(size="tiny", seed=seed, max_pixels=max_pixels, words=words,
-                                               copy_steps=copy_steps, copy_until=copy_until), base)
+                                               copy_steps=copy_steps, copy_until=copy_until,
+                                               copy_repeats=copy_repeats), base)
     if "copy_warmup" in built:
         log.info("warm start: copy warm-up %s", json.dumps(built["copy_warmup"]))
     if not oracles:

@@ -418,6 +418,9 @@ class WarmStartSettings:
     """no --model: end the copy warm-up once it copies this share of a probe's tokens (guiagent model init
     --copy-until), so that it stops where the circuit formed on this machine; --warm-start-copy-steps is
     then its most (0: all of them)"""
+    warm_start_copy_repeats: int = 0
+    """no --model: steps of the copy warm-up after it formed, half of its runs drawn from a few short tokens
+    so that the copy keeps its place where tokens repeat (guiagent model init --copy-repeats; 0: none)"""
     warm_start_name_weight: float = 1.0
     """no --model: the warm start's loss weight on the element's name in replies that name one (the
     marks format; guiagent sft --train.name-weight)"""
@@ -449,6 +452,10 @@ class WarmStartSettings:
             raise ValueError(f"--warm-start-copy-until must be between 0 and 1, got {self.warm_start_copy_until}")
         if not 0 <= self.warm_start_copy_steps <= 100_000:
             raise ValueError(f"--warm-start-copy-steps must be between 0 and 100000, got {self.warm_start_copy_steps}")
+        if not 0 <= self.warm_start_copy_repeats <= 100_000:
+            raise ValueError(f"--warm-start-copy-repeats must be between 0 and 100000, got {self.warm_start_copy_repeats}")
+        if self.warm_start_copy_repeats and not self.warm_start_copy_steps:
+            raise ValueError("--warm-start-copy-repeats follows the copy warm-up: give --warm-start-copy-steps too")
         if not self.warm_start_name_weight > 0:
             raise ValueError(f"--warm-start-name-weight must be positive, got {self.warm_start_name_weight}")
         if not self.warm_start_action_weight > 0:

@@ -195,7 +195,7 @@ class Trainer:
                 out, env=cfg.env, tasks=self.demo_tasks, demos=w.warm_start_demos, steps=w.warm_start_steps, seed=cfg.seed,
                 max_pixels=TINY_MAX_PIXELS, threads=cfg.threads or None, demos_from=cfg.data, device=cfg.fleet.device,
                 action_format=fmt, words=w.warm_start_words, copy_steps=w.warm_start_copy_steps,
-                copy_until=w.warm_start_copy_until,
+                copy_until=w.warm_start_copy_until, copy_repeats=w.warm_start_copy_repeats,
                 name_weight=w.warm_start_name_weight, action_weight=w.warm_start_action_weight,
                 goal_frames=w.warm_start_goal_frames, goal_relabel=w.warm_start_goal_relabel,
                 rename=w.warm_start_rename, targets=cfg.targets,

@@ -37,7 +37,7 @@ class ModelInitConfig:
     """write into an --out that holds files already (an earlier model's are replaced, others stay)"""
     spec: Flat[TinyModelSpec] = field(default_factory=TinyModelSpec)
     """what to build (its fields are this command's --size, --family, --seed, --vocab-size,
-    --min-pixels, --max-pixels, --words, --copy-steps)"""
+    --min-pixels, --max-pixels, --words, --copy-steps, --copy-until, --copy-repeats)"""
     check: bool = True
     """reload the saved folder and generate a few tokens to prove it works"""
     json: bool = False

@@ -192,6 +192,12 @@ class TinyModelSpec:
     """stop the copy warm-up once it copies this share of a fixed probe's tokens (greedy, checked every
     25 steps), so that it ends where the circuit has formed, whatever step that is on this machine;
     copy_steps is then the most it runs (0: always copy_steps)"""
+    copy_repeats: int = 0
+    """steps of the copy warm-up after its first part, half of each batch's runs drawn from a few short
+    tokens (:data:`COPY_REPEAT_ALPHABET` of the vocabulary's one- and two-letter pieces), so that tokens
+    repeat inside a run and the copy has to keep its place rather than follow the current token (a
+    name split into letters, ``S`` ``t`` ``or`` ``age``, among other names' ``S``). On a circuit already
+    formed it takes ~200 steps; from scratch such runs keep the circuit from forming (0: none)"""
 
     def __post_init__(self) -> None:
         if self.size not in _SIZES:
@@ -210,6 +216,10 @@ class TinyModelSpec:
             raise ValueError(f"copy_steps must be between 0 and 100000, got {self.copy_steps}")
         if not 0.0 <= self.copy_until <= 1.0:
             raise ValueError(f"copy_until must be between 0 and 1, got {self.copy_until}")
+        if not 0 <= self.copy_repeats <= 100_000:
+            raise ValueError(f"copy_repeats must be between 0 and 100000, got {self.copy_repeats}")
+        if self.copy_repeats and not self.copy_steps:
+            raise ValueError("copy_repeats follows the copy warm-up's first part: give copy_steps too")
 
 
 # text hidden, layers, heads, kv heads, intermediate | vision hidden, depth, heads, intermediate
@@ -273,8 +283,8 @@ def build_tiny_model(spec: TinyModelSpec, out: str | os.PathLike) -> dict[str, A
     model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
     model.generation_config.eos_token_id = config.text_config.eos_token_id
     model.generation_config.pad_token_id = config.text_config.pad_token_id
-    copied = (copy_warmup(model, tok, spec.copy_steps, seed=spec.seed, until=spec.copy_until)
-              if spec.copy_steps else None)
+    copied = (copy_warmup(model, tok, spec.copy_steps, seed=spec.seed, until=spec.copy_until,
+                          repeats=spec.copy_repeats) if spec.copy_steps else None)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     patch = 14 if spec.family == "qwen2_5_vl" else 16
@@ -296,6 +306,11 @@ def build_tiny_model(spec: TinyModelSpec, out: str | os.PathLike) -> dict[str, A
 #: goal's name among the screen's elements.
 COPY_RUN = (6, 30)
 COPY_GAP = 20
+#: the copy warm-up's second part (``TinyModelSpec.copy_repeats``): a batch's few-token runs draw from
+#: this many (inclusive range, drawn each batch) of the vocabulary's one- and two-letter pieces
+COPY_REPEAT_ALPHABET = (8, 40)
+#: the few-token probe's alphabet: this many pieces, fixed
+COPY_REPEAT_PROBE = 20
 
 
 def _copy_batch(rng: random.Random, vocab: Sequence[int], n: int, pad: int) -> tuple[Any, Any, Any]:
@@ -318,8 +333,34 @@ def _copy_batch(rng: random.Random, vocab: Sequence[int], n: int, pad: int) -> t
     return x, y, mask
 
 
+def _short_pieces(tok: Any, vocab: Sequence[int]) -> list[int]:
+    """The ids of ``vocab`` that are one or two letters (a space before them aside): the pieces names
+    split into where the tokenizer holds no whole token for them."""
+    out = []
+    for i in vocab:
+        piece = str(tok.convert_ids_to_tokens(i)).lstrip("Ġ")
+        if 1 <= len(piece) <= 2 and piece.isalpha():
+            out.append(i)
+    return out
+
+
+def _mixed_batch(rng: random.Random, vocab: Sequence[int], short: Sequence[int], n: int, pad: int) -> tuple[Any, Any, Any]:
+    """Half of ``n`` rows as :func:`_copy_batch` draws them, half from a few of ``short``
+    (:data:`COPY_REPEAT_ALPHABET`), padded to one width."""
+    import torch
+
+    alphabet = rng.sample(list(short), min(len(short), rng.randint(*COPY_REPEAT_ALPHABET)))
+    parts = [_copy_batch(rng, vocab, n - n // 2, pad), _copy_batch(rng, alphabet, n // 2, pad)]
+    width = max(p[0].shape[1] for p in parts)
+
+    def widen(t: Any, value: int) -> Any:
+        return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
+
+    return tuple(torch.cat([widen(p[k], value) for p in parts]) for k, value in ((0, pad), (1, -100), (2, 0)))
+
+
 def copy_warmup(model: Any, tok: Any, steps: int, *, seed: int = 0, batch: int = 32, lr: float = 1e-3,
-                until: float = 0.0) -> dict[str, Any]:
+                until: float = 0.0, repeats: int = 0) -> dict[str, Any]:
     """Train ``model`` (text only) for ``steps`` on sequences that repeat a run of random tokens
     (:data:`COPY_RUN`), the loss on the repeat. A randomly initialised model learns this only by
     forming the match-and-copy circuit (attend to the earlier occurrence of the current token, copy
@@ -327,9 +368,11 @@ def copy_warmup(model: Any, tok: Any, steps: int, *, seed: int = 0, batch: int =
     demonstration ever held it. On the tiny model it forms between steps 500 and 750 (copy accuracy
     ~0.01 -> ~0.97), at a step that moves with the seed and the machine's arithmetic. ``until``: stop
     once the greedy accuracy on a fixed probe of 16 sequences reaches it (checked every
-    :data:`COPY_CHECK_EVERY` steps; 0: run all ``steps``). Returns ``{"steps", "loss_first",
-    "loss_last", "copy_accuracy", "seconds"}``, ``steps`` those run and the accuracy over the copyable
-    tokens of 64 fresh sequences (greedy)."""
+    :data:`COPY_CHECK_EVERY` steps; 0: run all ``steps``). ``repeats``: then as many steps with half of
+    each batch's runs drawn from a few short tokens (``TinyModelSpec.copy_repeats``). Returns ``{"steps",
+    "loss_first", "loss_last", "copy_accuracy", "seconds"}``, ``steps`` those run and the accuracy over
+    the copyable tokens of 64 fresh sequences (greedy); with ``repeats``, also ``"repeat_steps"`` and
+    ``"repeat_accuracy"`` (64 fresh sequences of :data:`COPY_REPEAT_PROBE` short tokens)."""
     import torch
 
     t0 = time.perf_counter()
@@ -354,11 +397,31 @@ def copy_warmup(model: Any, tok: Any, steps: int, *, seed: int = 0, batch: int =
         losses.append(float(loss.detach()))
         if probe is not None and done % COPY_CHECK_EVERY == 0 and _copy_accuracy(model, probe) >= until:
             break
+    short = _short_pieces(tok, vocab) if repeats else []
+    if repeats and len(short) < COPY_REPEAT_ALPHABET[0]:
+        raise ValueError(f"copy_repeats needs {COPY_REPEAT_ALPHABET[0]} one- or two-letter tokens, the vocabulary "
+                         f"has {len(short)}")
+    for _ in range(repeats):
+        x, y, mask = _mixed_batch(rng, vocab, short, batch, tok.pad_token_id)
+        logits = model(input_ids=x, attention_mask=mask).logits[:, :-1]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[:, 1:].reshape(-1),
+                                                 ignore_index=-100)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
     model.eval()
     accuracy = _copy_accuracy(model, _copy_batch(random.Random(seed + 1_000_003), vocab, 64, tok.pad_token_id))
-    return {"steps": done, "loss_first": round(losses[0], 4) if losses else None,
-            "loss_last": round(losses[-1], 4) if losses else None, "copy_accuracy": round(accuracy, 3),
-            "seconds": round(time.perf_counter() - t0, 1)}
+    out = {"steps": done, "loss_first": round(losses[0], 4) if losses else None,
+           "loss_last": round(losses[-1], 4) if losses else None, "copy_accuracy": round(accuracy, 3)}
+    if repeats:
+        few = random.Random(seed + 3_000_017).sample(short, min(len(short), COPY_REPEAT_PROBE))
+        out["repeat_steps"] = repeats
+        out["repeat_accuracy"] = round(_copy_accuracy(model, _copy_batch(random.Random(seed + 4_000_037), few, 64,
+                                                                          tok.pad_token_id)), 3)
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    return out
 
 
 #: how often the copy warm-up checks its probe when it stops at an accuracy

@@ -125,6 +125,39 @@ def test_copy_warmup_trains_on_the_repeat_deterministically(tiny_model_dir):
     assert cfg.spec == TinyModelSpec(copy_steps=1000, words="bare", copy_until=0.9)
 
 
+def test_copy_repeats_train_on_runs_of_a_few_short_tokens_after_the_warm_up(tiny_model_dir):
+    """--copy-repeats: after the warm-up's first part, steps whose batches hold half rows drawn from a few
+    one- and two-letter pieces (tokens repeat inside a run); reported apart, deterministic, refused
+    without the first part."""
+    import random
+
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoTokenizer
+
+    from guiagent.policy.tiny import COPY_REPEAT_ALPHABET, _mixed_batch, _short_pieces, copy_warmup
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    models = [AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32) for _ in range(2)]
+    a, b = (copy_warmup(m, tok, 2, seed=1, repeats=3) for m in models)
+    assert a["steps"] == 2 and a["repeat_steps"] == 3 and 0.0 <= a["repeat_accuracy"] <= 1.0
+    assert {**a, "seconds": 0} == {**b, "seconds": 0}
+    assert "repeat_steps" not in copy_warmup(models[0], tok, 1, seed=1)
+    vocab = list(range(len(tok)))
+    short = _short_pieces(tok, vocab)
+    assert len(short) >= COPY_REPEAT_ALPHABET[0]
+    assert all(1 <= len(tok.convert_ids_to_tokens(i).lstrip("Ġ")) <= 2 for i in short)
+    x, y, mask = _mixed_batch(random.Random(0), [i for i in vocab if i not in short], short, 8, tok.pad_token_id)
+    assert x.shape[0] == 8 and x.shape == y.shape == mask.shape
+    rows = [set(r[:int(m.sum())]) for r, m in zip(x.tolist(), mask)]
+    few = [r for r in rows if r <= set(short)]
+    assert len(few) == 4 and len(set().union(*few)) <= COPY_REPEAT_ALPHABET[1]
+    with pytest.raises(ValueError, match="copy_repeats"):
+        TinyModelSpec(copy_repeats=200)
+    assert TinyModelSpec(copy_steps=1000, copy_repeats=200).copy_repeats == 200
+    cfg = model_cli.parse_config(model_cli.ModelInitConfig, ["--out", "x", "--copy-steps", "10", "--copy-repeats", "5"])
+    assert cfg.spec == TinyModelSpec(copy_steps=10, copy_repeats=5)
+
+
 def test_copy_warmup_stops_where_its_probe_reaches_the_accuracy(tiny_model_dir, monkeypatch):
     """--copy-until: the warm-up checks a fixed probe every COPY_CHECK_EVERY steps and stops at the first
     check that reaches the accuracy (the step the circuit forms moves with the seed and the machine)."""

@@ -413,3 +413,13 @@ def test_bad_rename_is_one_clear_error():
         SFTConfig(rename=2.0)
     with pytest.raises(ValueError, match=r"--warm-start-rename must be in \[0, 1\]"):
         WarmStartSettings(warm_start_rename=-1.0)
+
+
+def test_copy_repeats_without_the_copy_warm_up_is_one_clear_error():
+    from rl.settings import WarmStartSettings
+
+    with pytest.raises(ValueError, match="--warm-start-copy-repeats follows the copy warm-up"):
+        WarmStartSettings(warm_start_copy_repeats=200)
+    with pytest.raises(ValueError, match="--warm-start-copy-repeats must be between"):
+        WarmStartSettings(warm_start_copy_steps=1000, warm_start_copy_repeats=-1)
+    assert WarmStartSettings(warm_start_copy_steps=1000, warm_start_copy_repeats=200).warm_start_copy_repeats == 200
