@@ -468,8 +468,8 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
     ``demos_from`` (run directories) instead. ``action_format``: what the model learns to speak
     (:func:`rl.agents.tiny_model_settings`); ``device``: options of the devices the demonstrations
     are recorded on (the marks format needs ``{"marks": "true"}``, so that each step keeps its
-    numbered elements); ``words``: the tiny model's tokenizer, ``copy_steps`` / ``copy_until`` / ``copy_repeats``: its copy warm-up
-    (both :class:`TinyModelSpec`); ``name_weight``: the SFT loss weight of an element's name,
+    numbered elements); ``words``: the tiny model's tokenizer, ``copy_steps`` / ``copy_until`` /
+    ``copy_repeats``: its copy warm-up (both :class:`TinyModelSpec`); ``name_weight``: the SFT loss weight of an element's name,
     ``action_weight`` that of the action's kind, ``goal_frames``: the share of examples whose goal is
     framed by neutral words, ``goal_relabel``: the share of first steps relabelled in hindsight (all
     four :class:`rl.sft.SFTConfig`); ``targets``: which targets the demonstrations may have (``seen``:

@@ -378,6 +378,10 @@ def copy_warmup(model: Any, tok: Any, steps: int, *, seed: int = 0, batch: int =
     t0 = time.perf_counter()
     special = set(tok.all_special_ids)
     vocab = [i for i in range(len(tok)) if i not in special and not str(tok.convert_ids_to_tokens(i)).startswith("<|")]
+    short = _short_pieces(tok, vocab) if repeats else []
+    if repeats and len(short) < COPY_REPEAT_ALPHABET[0]:
+        raise ValueError(f"copy_repeats needs {COPY_REPEAT_ALPHABET[0]} one- or two-letter tokens, the vocabulary "
+                         f"has {len(short)}")
     rng = random.Random(seed)
     torch.manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
@@ -385,8 +389,8 @@ def copy_warmup(model: Any, tok: Any, steps: int, *, seed: int = 0, batch: int =
     losses: list[float] = []
     model.train()
     done = 0
-    for done in range(1, steps + 1):
-        x, y, mask = _copy_batch(rng, vocab, batch, tok.pad_token_id)
+
+    def train_on(x: Any, y: Any, mask: Any) -> None:
         logits = model(input_ids=x, attention_mask=mask).logits[:, :-1]
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[:, 1:].reshape(-1),
                                                  ignore_index=-100)
@@ -395,22 +399,13 @@ def copy_warmup(model: Any, tok: Any, steps: int, *, seed: int = 0, batch: int =
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(float(loss.detach()))
+
+    for done in range(1, steps + 1):
+        train_on(*_copy_batch(rng, vocab, batch, tok.pad_token_id))
         if probe is not None and done % COPY_CHECK_EVERY == 0 and _copy_accuracy(model, probe) >= until:
             break
-    short = _short_pieces(tok, vocab) if repeats else []
-    if repeats and len(short) < COPY_REPEAT_ALPHABET[0]:
-        raise ValueError(f"copy_repeats needs {COPY_REPEAT_ALPHABET[0]} one- or two-letter tokens, the vocabulary "
-                         f"has {len(short)}")
     for _ in range(repeats):
-        x, y, mask = _mixed_batch(rng, vocab, short, batch, tok.pad_token_id)
-        logits = model(input_ids=x, attention_mask=mask).logits[:, :-1]
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[:, 1:].reshape(-1),
-                                                 ignore_index=-100)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
+        train_on(*_mixed_batch(rng, vocab, short, batch, tok.pad_token_id))
     model.eval()
     accuracy = _copy_accuracy(model, _copy_batch(random.Random(seed + 1_000_003), vocab, 64, tok.pad_token_id))
     out = {"steps": done, "loss_first": round(losses[0], 4) if losses else None,
