@@ -313,14 +313,18 @@ COPY_REPEAT_ALPHABET = (8, 40)
 COPY_REPEAT_PROBE = 20
 
 
-def _copy_batch(rng: random.Random, vocab: Sequence[int], n: int, pad: int) -> tuple[Any, Any, Any]:
+def _copy_batch(rng: random.Random, vocab: Sequence[int], n: int, pad: int, *, few: Sequence[int] = (),
+                n_few: int = 0) -> tuple[Any, Any, Any]:
+    """``n`` rows of a run written twice, tokens drawn from ``vocab``; the last ``n_few`` of them from
+    ``few`` instead (the copy warm-up's second part)."""
     import torch
 
     rows = []
-    for _ in range(n):
-        run = [rng.choice(vocab) for _ in range(rng.randint(*COPY_RUN))]
-        pre = [rng.choice(vocab) for _ in range(rng.randint(0, COPY_GAP))]
-        mid = [rng.choice(vocab) for _ in range(rng.randint(0, COPY_GAP))]
+    for k in range(n):
+        tokens = few if k >= n - n_few else vocab
+        run = [rng.choice(tokens) for _ in range(rng.randint(*COPY_RUN))]
+        pre = [rng.choice(tokens) for _ in range(rng.randint(0, COPY_GAP))]
+        mid = [rng.choice(tokens) for _ in range(rng.randint(0, COPY_GAP))]
         ids = pre + run + mid + run
         # the run's first token cannot be known from what comes before it; the rest can, by copying
         rows.append((ids, [-100] * (len(ids) - len(run) + 1) + run[1:]))
@@ -346,17 +350,9 @@ def _short_pieces(tok: Any, vocab: Sequence[int]) -> list[int]:
 
 def _mixed_batch(rng: random.Random, vocab: Sequence[int], short: Sequence[int], n: int, pad: int) -> tuple[Any, Any, Any]:
     """Half of ``n`` rows as :func:`_copy_batch` draws them, half from a few of ``short``
-    (:data:`COPY_REPEAT_ALPHABET`), padded to one width."""
-    import torch
-
+    (:data:`COPY_REPEAT_ALPHABET`)."""
     alphabet = rng.sample(list(short), min(len(short), rng.randint(*COPY_REPEAT_ALPHABET)))
-    parts = [_copy_batch(rng, vocab, n - n // 2, pad), _copy_batch(rng, alphabet, n // 2, pad)]
-    width = max(p[0].shape[1] for p in parts)
-
-    def widen(t: Any, value: int) -> Any:
-        return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
-
-    return tuple(torch.cat([widen(p[k], value) for p in parts]) for k, value in ((0, pad), (1, -100), (2, 0)))
+    return _copy_batch(rng, vocab, n, pad, few=alphabet, n_few=n // 2)
 
 
 def copy_warmup(model: Any, tok: Any, steps: int, *, seed: int = 0, batch: int = 32, lr: float = 1e-3,
