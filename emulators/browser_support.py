@@ -609,10 +609,37 @@ def _ax_value(node: dict, key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _ax_states(node: dict) -> tuple[str, ...]:
+    """The :data:`~guiagent.types.MARK_STATES` a CDP AX node's ``properties`` say hold: ``checked`` /
+    ``mixed`` (its tristate ``checked``; ``pressed`` for a toggle button), ``selected``, ``expanded`` /
+    ``collapsed`` (its ``expanded``, present only on elements that open and close), ``disabled``. A value
+    of another type or shape is ignored."""
+    out: list[str] = []
+    for prop in node.get("properties") or ():
+        if not isinstance(prop, dict):
+            continue
+        value = prop.get("value")
+        value = value.get("value") if isinstance(value, dict) else None
+        key = prop.get("name")
+        if key in ("checked", "pressed"):
+            if value in (True, "true"):
+                out.append("checked")
+            elif value == "mixed":
+                out.append("mixed")
+        elif key == "selected" and value in (True, "true"):
+            out.append("selected")
+        elif key == "expanded" and isinstance(value, bool):
+            out.append("expanded" if value else "collapsed")
+        elif key == "disabled" and value in (True, "true"):
+            out.append("disabled")
+    return tuple(dict.fromkeys(out))
+
+
 def build_marks(ax_nodes: Sequence[dict], snapshot: dict, viewport: tuple[int, int]) -> "tuple[Any, ...]":
     """The page's marks from CDP's full AX tree (its ``nodes``) and a DOM snapshot, numbered in
     document order from 0, boxes normalised to the ``viewport`` (CSS pixels) and clipped to it.
 
+    Each mark carries the states its AX node reports (:func:`_ax_states`: checked, selected, expanded...).
     Marked: each node Chromium exposes (not ``ignored``) whose box meets the viewport and that
     has an interactive role (:data:`INTERACTIVE_ROLES`), or a readable one with a name
     (:data:`NAMED_ROLES`), or whose DOM node responds to clicks. A node marked only because it takes
@@ -721,7 +748,7 @@ def build_marks(ax_nodes: Sequence[dict], snapshot: dict, viewport: tuple[int, i
     for (node, role, name, box, why, parent), k in zip(cands, keep):
         if k:
             marks.append(Mark(len(marks), role if why != "clicks" or role not in ("generic", "") else "clickable",
-                              name, box))
+                              name, box, _ax_states(node)))
     return tuple(marks)
 
 

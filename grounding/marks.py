@@ -19,7 +19,9 @@ schema. Each turn's user message carries the numbered elements (:meth:`MarksForm
     Elements (id role "name"):
     [0] link "Contacts"
     [1] link "Messages"
-    [2] switch "Wi-Fi" checked
+    [2] switch "Wi-Fi"
+
+and with ``states=True`` each element's states after its role (``[2] switch checked "Wi-Fi"``).
 
 Example::
 
@@ -99,8 +101,11 @@ def shortest_name(marks: Sequence[Mark] | None, mark: Mark, *, max_name_chars: i
 
 
 def mark_line(mark: Mark, *, max_name_chars: int = 80, boxes: bool = False, decimals: int = 2,
-              names: str = "quoted") -> str:
+              names: str = "quoted", states: bool = False) -> str:
     """``[id] role "name"`` (and ``@[x0,y0,x1,y1]`` with ``boxes``): one line, whatever the name holds.
+
+    ``states``: the mark's states (:data:`~guiagent.types.MARK_STATES`) follow its role, before the name
+    (``[2] checkbox checked "Wi-Fi"``, ``[4] tab selected: 2``), where no name can be taken for them.
 
     ``names="quoted"``: the name is JSON-quoted (quotes and backslashes escaped), so no page text can
     close the quote early. ``names="plain"``: ``[id] role: name``, the name as a goal would write it
@@ -110,6 +115,8 @@ def mark_line(mark: Mark, *, max_name_chars: int = 80, boxes: bool = False, deci
     """
     name = listed_name(mark.name, max_name_chars)
     line = f"[{mark.id}] {mark.role or 'element'}"
+    if states and mark.states:
+        line += " " + " ".join(mark.states)
     if name and names == "plain":
         line += ": " + name.replace("[", "(").replace("]", ")")
     elif name:
@@ -120,12 +127,12 @@ def mark_line(mark: Mark, *, max_name_chars: int = 80, boxes: bool = False, deci
 
 
 def marks_text(marks: Sequence[Mark] | None, *, max_marks: int = 200, max_name_chars: int = 80,
-               boxes: bool = False, names: str = "quoted") -> str:
+               boxes: bool = False, names: str = "quoted", states: bool = False) -> str:
     """The numbered elements, one :func:`mark_line` each, in table order; the first ``max_marks``
     of a longer table, with a line saying how many were left out."""
     if marks is None:
         return "(this screen has no numbered elements)"
-    lines = [mark_line(m, max_name_chars=max_name_chars, boxes=boxes, names=names)
+    lines = [mark_line(m, max_name_chars=max_name_chars, boxes=boxes, names=names, states=states)
              for m in list(marks)[:max_marks]]
     if len(marks) > max_marks:
         lines.append(f"({len(marks) - max_marks} more elements not listed)")
@@ -160,14 +167,18 @@ class MarksFormat(JsonFormat):
     ``boxes``: list each element's normalised box too. ``compact``: a one-paragraph system prompt
     (for tiny models, whose prompt length is compute) instead of the full action list. ``names``:
     ``quoted`` (``[3] link "Files"``) or ``plain`` (``[3] link: Files``, see :func:`mark_line`).
+    ``states``: each element's states after its role (``[2] switch checked "Wi-Fi"``): whether a box is
+    ticked, which tab is selected, which section is open. Off by default: every recipe measured before
+    the states were read was prompted without them.
     """
 
     name = "marks"
 
     def __init__(self, *, decimals: int = 3, pixels: bool = False, max_marks: int = 200,
                  max_name_chars: int = 80, boxes: bool = False, compact: bool = False,
-                 names: str = "quoted", refer: str = "id") -> None:
+                 names: str = "quoted", refer: str = "id", states: bool = False) -> None:
         super().__init__(decimals=decimals)
+        self.states = bool(states)
         if refer not in ("id", "name"):
             raise ValueError(f"refer must be 'id' or 'name', got {refer!r}")
         self.refer = refer
@@ -219,9 +230,10 @@ class MarksFormat(JsonFormat):
 
     def observation_text(self, observation: Observation) -> str:
         """The turn's numbered elements, for the user message beside the screenshot."""
-        head = "Elements (id role \"name\"):\n" if self.names == "quoted" else "Elements (id role: name):\n"
+        role = "role states" if self.states else "role"
+        head = f"Elements (id {role} \"name\"):\n" if self.names == "quoted" else f"Elements (id {role}: name):\n"
         return head + marks_text(observation.marks, max_marks=self.max_marks, max_name_chars=self.max_name_chars,
-                                 boxes=self.boxes, names=self.names)
+                                 boxes=self.boxes, names=self.names, states=self.states)
 
     def json_schema(self) -> dict[str, Any]:
         """The JSON format's schema with an element action's element given by number or by name."""

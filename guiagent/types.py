@@ -32,7 +32,7 @@ __all__ = [
     "action_to_dict", "action_from_dict", "ParseError", "Observation", "Step",
     "Trajectory", "TaskSpec", "SCROLL_DIRECTIONS", "EpisodeStatus",
     # marks and element actions
-    "Mark", "ClickElement", "LongPressElement", "TypeElement", "ELEMENT_ACTION_TYPES", "ElementNotFound",
+    "Mark", "MARK_STATES", "ClickElement", "LongPressElement", "TypeElement", "ELEMENT_ACTION_TYPES", "ElementNotFound",
     "resolve_element", "element_at", "check_image_size",
 ]
 
@@ -384,6 +384,13 @@ class ParseError:
 # ----------------------------------------------------------------------------- marks
 
 
+#: the element states a :class:`Mark` may carry, in the order an element list writes them: what a screen
+#: reader announces beside a control's role and name, read from Chromium's accessibility tree (``checked``
+#: / ``mixed``, ``selected``, ``expanded`` / ``collapsed`` for an element that opens and closes,
+#: ``disabled``) and from Android's UI tree (``checked``, ``selected``, ``disabled``)
+MARK_STATES = ("checked", "mixed", "selected", "expanded", "collapsed", "disabled")
+
+
 @dataclass(frozen=True)
 class Mark:
     """One numbered element of a screen (a "set of marks"): what element actions name.
@@ -406,10 +413,22 @@ class Mark:
     role: str
     name: str
     box: tuple[float, float, float, float]
+    #: the element's states from :data:`MARK_STATES` that hold (a checked checkbox, the selected tab, an
+    #: expanded or collapsed section, a disabled button), in that tuple's order; ``()``: none known
+    states: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.id, bool) or not isinstance(self.id, int) or self.id < 0:
             raise ValueError(f"a mark id is an integer >= 0, got {self.id!r}")
+        if isinstance(self.states, (str, bytes)) or not hasattr(self.states, "__iter__"):
+            raise TypeError(f"mark {self.id}: states must be a sequence of names, got {self.states!r:.80}")
+        states = tuple(self.states)
+        unknown = [s for s in states if s not in MARK_STATES]
+        if unknown:
+            raise ValueError(f"mark {self.id}: unknown states {unknown!r:.80}; known: {', '.join(MARK_STATES)}")
+        if ("expanded" in states and "collapsed" in states) or ("checked" in states and "mixed" in states):
+            raise ValueError(f"mark {self.id}: contradictory states {states!r}")
+        object.__setattr__(self, "states", tuple(s for s in MARK_STATES if s in states))
         if not isinstance(self.role, str) or not isinstance(self.name, str):
             raise TypeError(f"mark {self.id}: role and name must be strings, got {self.role!r}, {self.name!r}")
         if (isinstance(self.box, (str, bytes)) or not hasattr(self.box, "__len__") or len(self.box) != 4
@@ -438,16 +457,24 @@ class Mark:
         return x0 <= x <= x1 and y0 <= y <= y1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "role": self.role, "name": self.name, "box": list(self.box)}
+        """``{id, role, name, box}``, and ``states`` when any holds (a table stored before states were read
+        is the same JSON as one read since from a screen without them)."""
+        out: dict[str, Any] = {"id": self.id, "role": self.role, "name": self.name, "box": list(self.box)}
+        if self.states:
+            out["states"] = list(self.states)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Mark":
         if not isinstance(data, Mapping):
             raise TypeError(f"a mark is an object {{id, role, name, box}}, got {data!r:.80}")
-        extra = set(data) - {"id", "role", "name", "box"}
+        extra = set(data) - {"id", "role", "name", "box", "states"}
         if extra:
             raise ValueError(f"unknown mark fields {sorted(extra)}")
-        return cls(data["id"], data["role"], data.get("name", ""), tuple(data["box"]))
+        states = data.get("states", ())
+        if not isinstance(states, (list, tuple)) or not all(isinstance(x, str) for x in states):
+            raise ValueError(f"mark states must be a list of names, got {states!r:.80}")
+        return cls(data["id"], data["role"], data.get("name", ""), tuple(data["box"]), tuple(states))
 
 
 def _mark_table(marks: Any) -> tuple[Mark, ...]:

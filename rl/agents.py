@@ -343,7 +343,7 @@ def compact_prompt(action_format: str, mark_refer: str = "id") -> str:
     return COMPACT_JSON_PROMPT
 
 
-def tiny_model_settings(action_format: str = "json") -> "AgentSettings":
+def tiny_model_settings(action_format: str = "json", mark_states: bool = False) -> "AgentSettings":
     """How a tiny model trained from scratch here is prompted (the embedded default's warm start): the
     compact prompt; in the marks format, names written plain (as goals write them: its tokenizer,
     trained from scratch, splits a quoted name into other pieces) and cut at
@@ -352,10 +352,10 @@ def tiny_model_settings(action_format: str = "json") -> "AgentSettings":
     learn to look up a name's number in the list in a few thousand; docs/training.md, "Goal-conditioned
     grounding"). ``repeat_goal`` stays off: stating the goal again after the elements did not help such
     a model tell apart the apps whose names are one token each (docs/results.md, "The embedded
-    default")."""
+    default"). ``mark_states``: the elements' states listed too (:class:`AgentSettings`)."""
     if action_format == "marks":
         return AgentSettings(action_format="marks", system_prompt=COMPACT_MARKS_NAME_PROMPT, mark_names="plain",
-                             mark_name_chars=TINY_MARK_NAME_CHARS, mark_refer="name")
+                             mark_name_chars=TINY_MARK_NAME_CHARS, mark_refer="name", mark_states=mark_states)
     return AgentSettings(action_format=action_format, system_prompt=compact_prompt(action_format))
 
 #: written next to a fine-tuned model so eval and training prompt it the way it was trained
@@ -390,6 +390,10 @@ class AgentSettings:
     repeat_goal: bool = False
     """state the goal again at the end of the prompt, after the screen's elements (a small model copying
     the name the goal spells then looks a few tokens back, not across the screenshot)"""
+    mark_states: bool = False
+    """marks format: list each element's states after its role ([2] checkbox checked: Wi-Fi): which boxes
+    are ticked, which tab is selected, which section is open (off: the lists every recipe before them
+    was measured with)"""
 
     def __post_init__(self) -> None:
         if self.action_format not in FORMAT_NAMES:  # checked before any model loads or file is written
@@ -425,7 +429,7 @@ class AgentSettings:
             fmt = get_format("json", decimals=self.coord_decimals)
         elif self.action_format == "marks":
             fmt = get_format("marks", names=self.mark_names, max_name_chars=self.mark_name_chars,
-                             refer=self.mark_refer)
+                             refer=self.mark_refer, states=self.mark_states)
         else:
             fmt = get_format(self.action_format)
         return fmt if policy is None else format_for_policy(fmt, policy)

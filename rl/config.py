@@ -258,6 +258,9 @@ class TrainConfig:
             if self.action_format == "marks" and not marks_on:
                 raise ValueError("--action-format marks acts on the screen's numbered elements: turn them on with "
                                  "--device marks true (browser suites) or --device with_marks true (Android)")
+        if self.warm_start.warm_start_mark_states and self.action_format != "marks":
+            raise ValueError("--warm-start-mark-states lists the elements' states in the marks format's prompts: "
+                             "give --action-format marks too")
         suites = [e.strip() for e in self.env.split(",")]
         for name, w in self.env_weights.items():
             if name not in suites or not w > 0:

@@ -461,7 +461,7 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
                words: str = "prefixed", copy_steps: int = 0, copy_until: float = 0.0, copy_repeats: int = 0,
                name_weight: float = 1.0, action_weight: float = 1.0,
                goal_frames: float = 0.0, goal_relabel: float = 0.0, rename: float = 0.0, targets: str = "all",
-               phases: PhaseTimes | None = None, rewards: RewardConfig | None = None) -> str:
+               mark_states: bool = False, phases: PhaseTimes | None = None, rewards: RewardConfig | None = None) -> str:
     """A tiny model, SFT on ``demos`` oracle episodes of ``tasks`` (training seeds): the RL warm start.
 
     Tasks without oracles (AndroidWorld) are warm-started from the recorded episodes of
@@ -473,7 +473,8 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
     ``action_weight`` that of the action's kind, ``goal_frames``: the share of examples whose goal is
     framed by neutral words, ``goal_relabel``: the share of first steps relabelled in hindsight (all
     four :class:`rl.sft.SFTConfig`); ``targets``: which targets the demonstrations may have (``seen``:
-    none of the suite's held-out ones). ``phases`` gets the wall time of each part. ``rewards``: the
+    none of the suite's held-out ones); ``mark_states``: its prompts list the elements' states
+    (:class:`rl.agents.AgentSettings`). ``phases`` gets the wall time of each part. ``rewards``: the
     training run's reward weights, which the demonstrations' steps are stored with, so that a learner
     reading them back (AWR's replay buffer, a staged run's replays) finds them on the scale of its own
     episodes. Returns the SFT model folder (``out/sft``); a finished warm start in ``out`` is reused.
@@ -507,7 +508,7 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
                                 seed=seed, name="warm-start demos", targets=targets,
                                 fleet=FleetSettings(slots=DEMO_SLOTS, pool="inprocess", device=dict(device or {}))),
                      rewards=rewards)
-    settings = tiny_model_settings(action_format)
+    settings = tiny_model_settings(action_format, mark_states=mark_states)
     policy = load_transformers(str(base), threads=threads)
     sft_cfg = SFTConfig(steps=steps, seed=seed, name_weight=name_weight, action_weight=action_weight,
                         goal_frames=goal_frames, goal_relabel=goal_relabel, rename=rename)

@@ -445,6 +445,11 @@ class WarmStartSettings:
     repeat leave copying the goal's name as the only way, which carries over to targets held out of
     training (0: the names as recorded)"""
 
+    warm_start_mark_states: bool = False
+    """no --model, the marks format: the tiny model's prompts list each element's states after its role
+    (checked, selected, expanded or collapsed, disabled), so that it can see which boxes it ticked and
+    which tab or section is open (saved with the model: its evaluations are prompted the same way)"""
+
     def __post_init__(self) -> None:
         if self.warm_start_demos <= 0 or self.warm_start_steps < 0:
             raise ValueError("--warm-start-demos must be positive and --warm-start-steps >= 0")

@@ -190,7 +190,8 @@ def ui_marks(nodes: list[UINode], screen_size: tuple[int, int]) -> "tuple[Mark, 
     (:func:`emulators.browser_support.build_marks`): a tappable container holding another control is
     dropped for that control (a settings row around its switch), and lends its text to a control
     without a name of its own; text inside a marked control is part of that control's name, not a
-    mark of its own. ``screen_size`` is the screen in device pixels (bounds are normalised by it).
+    mark of its own. A mark carries its node's states: ``checked`` (a checkable node that is),
+    ``selected``, ``disabled``. ``screen_size`` is the screen in device pixels (bounds are normalised by it).
     """
     w, h = screen_size
     if w <= 0 or h <= 0:
@@ -276,5 +277,7 @@ def ui_marks(nodes: list[UINode], screen_size: tuple[int, int]) -> "tuple[Mark, 
             name = own_name(n)
         else:
             continue
-        marks.append(Mark(len(marks), role_of(n), cut(name), b))
+        states = (("checked",) if {"checkable", "checked"} <= n.flags else ()) \
+            + (("selected",) if "selected" in n.flags else ()) + (() if n.enabled else ("disabled",))
+        marks.append(Mark(len(marks), role_of(n), cut(name), b, states))
     return tuple(marks)

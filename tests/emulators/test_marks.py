@@ -236,3 +236,32 @@ def test_miniwob_oracles_solve_through_element_actions(task):
             assert reward == 1.0 and elements >= 1
     finally:
         env.close()
+
+
+# ----------------------------------------------------------------------------- element states
+
+
+def test_marks_carry_the_states_chromium_reports_and_follow_a_tick(shared_browser, page_server):
+    """Checked, mixed, selected, expanded / collapsed, disabled and pressed, as the page's controls hold them;
+    ticking a box shows in the next screen's marks, and the marks format lists them only when asked."""
+    from grounding.marks import MarksFormat
+
+    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/states.html", marks=True),
+                        browser=shared_browser)
+    try:
+        dev.reset()
+        obs = dev.observe()
+        states = {m.name: m.states for m in obs.marks}
+        assert states == {"Remember me": ("checked",), "Newsletter": (), "All files": ("mixed",),
+                          "Inbox": ("selected", "expanded"), "Sent": ("collapsed",),
+                          "More options": ("collapsed",), "Delete": ("disabled",), "Bold": ("checked",),
+                          "Wi-Fi": (), "Plain": ()}, states
+        box = _by_name(obs.marks)["Newsletter"]
+        dev.execute(ClickElement(box.id))
+        after = _by_name(dev.observe().marks)
+        assert after["Newsletter"].states == ("checked",) and after["Remember me"].states == ("checked",)
+        listed = MarksFormat(states=True).observation_text(dev.observe())
+        assert f'[{box.id}] checkbox checked "Newsletter"' in listed and "Elements (id role states" in listed
+        assert "checked" not in MarksFormat().observation_text(dev.observe())  # off unless asked
+    finally:
+        dev.close()

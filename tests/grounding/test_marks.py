@@ -118,6 +118,24 @@ def test_marks_text_lists_each_mark_on_one_line_whatever_its_name():
     assert marks_text(many, max_marks=2).splitlines() == ['[0] link "0"', '[1] link "1"', "(3 more elements not listed)"]
 
 
+def test_states_follow_the_role_when_asked_and_the_agent_settings_carry_the_choice(tmp_path):
+    from rl.agents import AgentSettings, tiny_model_settings
+
+    on = (Mark(0, "checkbox", "Wi-Fi", (0, 0, 1, 1), ("checked",)), Mark(1, "tab", "2", (0, 0, 1, 1), ("collapsed",)),
+          Mark(2, "button", "Go", (0, 0, 1, 1)))
+    assert marks_text(on) == '[0] checkbox "Wi-Fi"\n[1] tab "2"\n[2] button "Go"'  # off by default
+    assert marks_text(on, states=True) == '[0] checkbox checked "Wi-Fi"\n[1] tab collapsed "2"\n[2] button "Go"'
+    # plain names: the states sit before the colon, where no name can be taken for them
+    obs = Observation(b"png", 4, 4, marks=on)
+    assert MarksFormat(names="plain", states=True).observation_text(obs) == \
+        "Elements (id role states: name):\n[0] checkbox checked: Wi-Fi\n[1] tab collapsed: 2\n[2] button: Go"
+    settings = tiny_model_settings("marks", mark_states=True)
+    assert settings.format().states and "checked: Wi-Fi" in settings.format().observation_text(obs)
+    settings.save(str(tmp_path))
+    assert AgentSettings.load(str(tmp_path)).mark_states is True  # a model is prompted as it was trained
+    assert not tiny_model_settings("marks").format().states
+
+
 @pytest.mark.parametrize("action, expected", [
     (Click(0.1, 0.15), ClickElement(0)),
     (Click(0.5, 0.55), ClickElement(2)),

@@ -14,7 +14,7 @@ from guiagent.store.schema import SCHEMA_VERSION, db_path
 from guiagent.types import ClickElement, Mark, TypeElement
 from tests.guiagent.test_store_fixtures import make_traj
 
-MARKS = (Mark(0, "link", "Contacts", (0.0, 0.1, 0.25, 0.2)),
+MARKS = (Mark(0, "link", "Contacts", (0.0, 0.1, 0.25, 0.2), ("selected",)),
          Mark(1, "textbox", 'To "who"\n', (0.05, 0.5, 0.95, 0.6)))
 
 
@@ -43,6 +43,7 @@ def test_marks_round_trip_with_the_step(tmp_path):
     assert detail.steps[0].marks == MARKS and detail.steps[2].marks is None
     rows = list(iter_step_rows(tmp_path / "run", pixels=False))
     assert json.loads(rows[0]["marks"])[1]["name"] == 'To "who"\n' and rows[2]["marks"] is None
+    assert json.loads(rows[0]["marks"])[0]["states"] == ["selected"] and "states" not in json.loads(rows[0]["marks"])[1]
 
 
 def _v2_store(run_dir):

@@ -111,6 +111,20 @@ def test_mark_checks_its_fields():
         Mark.from_dict({"id": 1, "role": "b", "name": "", "box": [0, 0, 1, 1], "onclick": "x"})
 
 
+def test_mark_states_are_known_names_in_one_order_and_stored_only_when_some_hold():
+    m = Mark(2, "tab", "Inbox", (0, 0, 1, 1), ["expanded", "selected"])
+    assert m.states == ("selected", "expanded")  # MARK_STATES' order, whatever order they came in
+    assert m.to_dict()["states"] == ["selected", "expanded"] and Mark.from_dict(m.to_dict()) == m
+    assert "states" not in Mark(2, "tab", "Inbox", (0, 0, 1, 1)).to_dict()  # the JSON of a table before states
+    assert Mark.from_dict({"id": 0, "role": "b", "name": "", "box": [0, 0, 1, 1]}).states == ()
+    for bad in ("checked", ("on",), ("expanded", "collapsed"), ("checked", "mixed"), (1,)):
+        with pytest.raises((TypeError, ValueError)):
+            Mark(0, "checkbox", "x", (0, 0, 1, 1), bad)  # type: ignore[arg-type]
+    for bad in ("checked", [3], {"checked": True}):
+        with pytest.raises(ValueError, match="states"):
+            Mark.from_dict({"id": 0, "role": "b", "name": "", "box": [0, 0, 1, 1], "states": bad})
+
+
 def test_observation_marks_round_trip_and_old_dicts_still_load():
     obs = Observation(b"png", 4, 3, tree="t", marks=MARKS)
     d = obs.to_dict()

@@ -111,6 +111,14 @@ def test_the_embedded_recipes_list_only_what_they_use(env):
                    if k not in ("device", "rewards")), {k: (flat[k], v) for k, v in spelled.items() if k in flat}
 
 
+def test_warm_start_mark_states_needs_the_marks_format():
+    with pytest.raises(ValueError, match="--warm-start-mark-states lists .* give --action-format marks too"):
+        TrainConfig.build(warm_start_mark_states=True)
+    cfg = parse_config(TrainConfig, ["--env", "miniwob", "--action-format", "marks", "--device", "marks", "true",
+                                     "--warm-start-mark-states"])
+    assert cfg.warm_start.warm_start_mark_states is True
+
+
 def test_renamed_targets_are_a_share_of_the_groups_of_a_seen_targets_run():
     """--rename-targets P: about P of each iteration's groups (whole groups) run renamed episodes; it needs
     --targets seen (a made-up name stands for a seen target) and a share in [0, 1]."""

@@ -90,6 +90,7 @@ def test_marks_of_a_real_settings_dump():
         (6, "text", "Wi-Fi"),
         (7, "switch", "Wi-Fi"),  # the row around it holds a control: the switch is the mark, named by the row
     ]
+    assert marks[7].states == ("checked",) and all(m.states == () for m in marks[:7])  # checkable and checked
     assert marks[1].box == pytest.approx((912 / 1080, 374 / 2400, 1044 / 1080, 506 / 2400), abs=1e-5)
     # the title/summary texts inside the tappable rows are those rows' names, not marks of their own
     assert "Network & internet" not in [m.name for m in marks]
@@ -130,3 +131,17 @@ def test_marks_skip_off_screen_and_boundless_nodes_and_survive_deep_trees():
     assert [m.name for m in ui_marks(parse_ui_tree(deep), (10, 10))] == ["Deep"]
     with pytest.raises(ValueError):
         ui_marks([], (0, 10))
+
+
+def test_marks_carry_checked_selected_and_disabled():
+    xml = ('<hierarchy>'
+           '<node class="android.widget.CheckBox" text="Sync" checkable="true" checked="true" clickable="true" '
+           'bounds="[0,0][100,100]"/>'
+           '<node class="android.widget.CheckBox" text="Backup" checkable="true" checked="false" clickable="true" '
+           'bounds="[0,100][100,200]"/>'
+           '<node class="android.widget.TextView" text="Tab" selected="true" clickable="true" bounds="[0,200][100,300]"/>'
+           '<node class="android.widget.Button" text="Send" enabled="false" clickable="true" bounds="[0,300][100,400]"/>'
+           '</hierarchy>')
+    marks = ui_marks(parse_ui_tree(xml), (100, 400))
+    assert [(m.name, m.states) for m in marks] == [("Sync", ("checked",)), ("Backup", ()), ("Tab", ("selected",)),
+                                                   ("Send", ("disabled",))]
