@@ -140,17 +140,18 @@ def overlay(action: Action | ParseError | None, image_size: tuple[int, int],
 
 
 def marks_overlay(marks: Sequence[Mark] | None, image_size: tuple[int, int]) -> list[dict[str, Any]]:
-    """Every mark of a screen in its pixel frame: ``[{"id", "role", "name", "x0", "y0", "x1", "y1"}]``
+    """Every mark of a screen in its pixel frame: ``[{"id", "role", "name", "states", "x0", "y0", "x1", "y1"}]``
     (``[]`` for no marks), for a layer that numbers the screen's elements as the model saw them.
 
-    >>> marks_overlay([Mark(0, "button", "OK", (0.5, 0.5, 1.0, 1.0))], (100, 50))
-    [{'id': 0, 'role': 'button', 'name': 'OK', 'x0': 50.0, 'y0': 25.0, 'x1': 100.0, 'y1': 50.0}]
+    >>> marks_overlay([Mark(0, "button", "OK", (0.5, 0.5, 1.0, 1.0), ("disabled",))], (100, 50))
+    [{'id': 0, 'role': 'button', 'name': 'OK', 'states': ['disabled'], 'x0': 50.0, 'y0': 25.0, 'x1': 100.0, 'y1': 50.0}]
     """
     w, h = check_image_size(image_size)
     out = []
     for m in marks or ():
         (a, b), (c, d) = _px(m.box[0], m.box[1], w, h), _px(m.box[2], m.box[3], w, h)
-        out.append({"id": m.id, "role": m.role, "name": m.name, "x0": a, "y0": b, "x1": c, "y1": d})
+        out.append({"id": m.id, "role": m.role, "name": m.name, "states": list(m.states), "x0": a, "y0": b,
+                    "x1": c, "y1": d})
     return out
 
 

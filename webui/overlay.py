@@ -91,7 +91,7 @@ def overlay_shapes(action: Action | ParseError | None, width: int, height: int,
 def mark_shapes(marks: Sequence[Mark] | None, width: int, height: int) -> dict[str, Any] | None:
     """The layer numbering a screen's marks: ``{"width", "height", "stroke", "marks": [{"id", "x", "y",
     "width", "height", "tag": {x, y, width, height, tx, ty, font_size}, "title"}]}``, or ``None`` when the
-    step has no mark table. ``title`` (``[id] role "name"``) is for a tooltip; like every string
+    step has no mark table. ``title`` (``[id] role states "name"``) is for a tooltip; like every string
     from a page or a model, the template escapes it."""
     if marks is None:
         return None
@@ -108,5 +108,6 @@ def mark_shapes(marks: Sequence[Mark] | None, width: int, height: int) -> dict[s
                     "height": round(m["y1"] - m["y0"], 1),
                     "tag": {"x": round(tx, 1), "y": round(ty, 1), "width": round(tw, 1), "height": round(th, 1),
                             "tx": round(tx + fs * 0.2, 1), "ty": round(ty + fs * 0.95, 1), "font_size": fs},
-                    "title": f"[{m['id']}] {m['role']}" + (f" \"{m['name']}\"" if m["name"] else "")})
+                    "title": f"[{m['id']}] {m['role']}" + "".join(" " + s for s in m["states"])
+                             + (f" \"{m['name']}\"" if m["name"] else "")})
     return {"width": w, "height": h, "stroke": max(1.0, round(unit * 0.004, 1)), "marks": out}

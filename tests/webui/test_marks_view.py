@@ -37,6 +37,8 @@ def test_mark_layer_geometry():
     assert (m["id"], m["x"], m["y"], m["width"], m["height"]) == (1, 180.0, 320.0, 180.0, 160.0)
     assert m["tag"]["x"] + m["tag"]["width"] <= 360 and m["title"].startswith("[1] button \"<script>")
     assert mark_shapes(None, 360, 640) is None and mark_shapes((), 360, 640)["marks"] == []
+    ticked = mark_shapes((Mark(0, "checkbox", "Ugi", (0, 0, 0.5, 0.5), ("checked",)),), 360, 640)
+    assert ticked["marks"][0]["title"] == '[0] checkbox checked "Ugi"'  # the tooltip and the list beside the step
 
 
 @pytest.fixture(scope="module")
