@@ -90,13 +90,20 @@ def mark_named(marks: Sequence[Mark] | None, name: str, *, max_name_chars: int =
 
 
 def shortest_name(marks: Sequence[Mark] | None, mark: Mark, *, max_name_chars: int = 80) -> str | None:
-    """The fewest leading words of ``mark``'s listed name that :func:`mark_named` leads back to ``mark``
-    (``Pictures`` for a row ``Pictures 8 items`` when no earlier row starts so); ``None`` when not even
-    the whole listed name does (an earlier row has the same name, or the mark has none)."""
+    """The fewest leading words of ``mark``'s listed name that :func:`mark_named` leads back to ``mark`` and
+    that begin no other element's name (``Pictures`` for a row ``Pictures 8 items`` when no other row starts
+    so; ``Tab #1``, not ``Tab``, beside ``Tab #2``: a reader of ``Tab`` could not tell which tab is meant,
+    though the first one listed takes it); the whole listed name where every shorter one is shared;
+    ``None`` when not even that leads back (an earlier row has the same name, or the mark has none)."""
     words = listed_name(mark.name, max_name_chars).split()
+    others = [" ".join(listed_name(m.name, max_name_chars).split()).casefold() + " "
+              for m in marks or () if m is not mark]
     for k in range(1, len(words) + 1):
-        if mark_named(marks, " ".join(words[:k]), max_name_chars=max_name_chars) is mark:
-            return " ".join(words[:k])
+        lead = " ".join(words[:k])
+        if k < len(words) and any(o.startswith(lead.casefold() + " ") for o in others):
+            continue  # another element's name begins so too
+        if mark_named(marks, lead, max_name_chars=max_name_chars) is mark:
+            return lead
     return None
 
 

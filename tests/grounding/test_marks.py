@@ -219,7 +219,12 @@ def test_a_name_may_be_the_first_words_of_a_row():
     assert BY_NAME.parse_on('{"action": {"kind": "click", "name": "Pictures 8"}}', screen) == ClickElement(1)
     assert isinstance(BY_NAME.parse_on('{"action": {"kind": "click", "name": "Mus"}}', screen), ParseError)  # words
     printed = [BY_NAME.format_on(ClickElement(i), screen) for i in range(3)]
-    assert [p.split('"name": ')[1][:-2] for p in printed] == ['"Pictures"', '"Pictures 8"', '"Music"']
+    # written so that no other row begins with it: "Pictures" would find row 0 only by coming first
+    assert [p.split('"name": ')[1][:-2] for p in printed] == ['"Pictures old"', '"Pictures 8"', '"Music"']
+    tabs = Observation(b"", 360, 640, marks=(Mark(0, "tab", "Tab #1", (0, 0, .3, .1)), Mark(1, "tab", "Tab #2", (.3, 0, .6, .1)),
+                                             Mark(2, "button", "Tab", (0, .5, 1, .6))))
+    assert [BY_NAME.format_on(ClickElement(i), tabs).split('"name": ')[1][:-2] for i in range(3)] == \
+        ['"Tab #1"', '"Tab #2"', '"Tab"']  # the whole name where it is another's first word
 
 
 def test_no_name_is_resolved_on_a_screen_without_marks():
