@@ -613,7 +613,8 @@ def _ax_states(node: dict) -> tuple[str, ...]:
     """The :data:`~guiagent.types.MARK_STATES` a CDP AX node's ``properties`` say hold: ``checked`` /
     ``mixed`` (its tristate ``checked``; ``pressed`` for a toggle button), ``selected``, ``expanded`` /
     ``collapsed`` (its ``expanded``, present only on elements that open and close), ``disabled``. A value
-    of another type or shape is ignored."""
+    of another type or shape is ignored, and so is a second ``checked`` / ``mixed`` (a node reporting both
+    ``checked`` and ``pressed``: the first one read stands, so that no page can give a mark two at once)."""
     out: list[str] = []
     for prop in node.get("properties") or ():
         if not isinstance(prop, dict):
@@ -622,6 +623,8 @@ def _ax_states(node: dict) -> tuple[str, ...]:
         value = value.get("value") if isinstance(value, dict) else None
         key = prop.get("name")
         if key in ("checked", "pressed"):
+            if "checked" in out or "mixed" in out:
+                continue
             if value in (True, "true"):
                 out.append("checked")
             elif value == "mixed":
@@ -632,7 +635,7 @@ def _ax_states(node: dict) -> tuple[str, ...]:
             out.append("expanded" if value else "collapsed")
         elif key == "disabled" and value in (True, "true"):
             out.append("disabled")
-    return tuple(dict.fromkeys(out))
+    return tuple(out)
 
 
 def build_marks(ax_nodes: Sequence[dict], snapshot: dict, viewport: tuple[int, int]) -> "tuple[Any, ...]":

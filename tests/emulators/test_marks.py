@@ -87,6 +87,19 @@ def test_build_marks_survives_odd_replies(ax, snap):
     assert all(isinstance(m, Mark) for m in marks)
 
 
+def test_build_marks_reads_states_and_no_node_gets_two_that_contradict():
+    def prop(name, value):
+        return {"name": name, "value": {"type": "tristate", "value": value}}
+
+    ax = [_ax(1, "RootWebArea", "page", 1, children=(2, 3, 4)), _ax(2, "checkbox", "Both", 2),
+          _ax(3, "button", "Odd", 3), _ax(4, "tab", "Open", 4)]
+    ax[1]["properties"] = [prop("checked", "true"), prop("pressed", "mixed")]  # a page may say both
+    ax[2]["properties"] = [7, {"name": "expanded", "value": "yes"}, prop("disabled", "maybe")]  # odd shapes: none
+    ax[3]["properties"] = [prop("selected", True), {"name": "expanded", "value": {"type": "boolean", "value": True}}]
+    marks = build_marks(ax, _snap({1: (0, 0, 10, 10), 2: (0, 0, 5, 2), 3: (0, 3, 5, 2), 4: (0, 6, 5, 2)}), (10, 10))
+    assert [(m.name, m.states) for m in marks] == [("Both", ("checked",)), ("Odd", ()), ("Open", ("selected", "expanded"))]
+
+
 # ----------------------------------------------------------------------------- a real page
 
 
