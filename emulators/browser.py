@@ -62,7 +62,7 @@ import json
 import math
 import re
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 from urllib.parse import urlsplit
 
@@ -264,6 +264,29 @@ _TARGET_JS = """([x, y]) => {
     const r = t.getBoundingClientRect();
     return [r.left, r.top, r.right, r.bottom];
 }"""
+#: the point of an element (``this``: its DOM node) an element action taps, in CSS pixels, given its mark's box
+#: ``b`` as last observed: ``null`` where the box's centre (and the pixels around it) hits the element (or
+#: something inside it), as a person's tap there would; else the point nearest the centre, of a 9 x 9 grid over the box, that does
+#: (another element drawn over the centre: a button overlapping a button); ``null`` again where none does
+#: (the element covered whole, or not hit-testable: the centre then, as it always was)
+_VISIBLE_POINT_JS = """function(b) {
+    const el = this.nodeType === 1 ? this : this.parentElement;
+    if (!el || !el.isConnected) return null;
+    const root = el.getRootNode && el.getRootNode().elementFromPoint ? el.getRootNode() : document;
+    const hit = (x, y) => { const h = root.elementFromPoint(x, y); return !!h && (h === el || el.contains(h)); };
+    // the pixel and its four neighbours: a point on the border of the covering element is not the element's
+    // (a tap's hit test need not round as elementFromPoint does)
+    const hits = (x, y) => hit(x, y) && hit(x - 1, y) && hit(x + 1, y) && hit(x, y - 1) && hit(x, y + 1);
+    const cx = (b[0] + b[2]) / 2, cy = (b[1] + b[3]) / 2;
+    if (hits(cx, cy)) return null;
+    let best = null, bestD = Infinity;
+    for (let i = 1; i < 10; i++) for (let j = 1; j < 10; j++) {
+        const x = b[0] + (b[2] - b[0]) * i / 10, y = b[1] + (b[3] - b[1]) * j / 10;
+        const d = (x - cx) ** 2 + (y - cy) ** 2;
+        if (d < bestD && hits(x, y)) { best = [x, y]; bestD = d; }
+    }
+    return best;
+}"""
 #: a "target" covering more of the screen than this is a container, not something one taps
 _MAX_TARGET_AREA = 0.25
 #: DOMSnapshot.captureSnapshot: layout boxes and clickability only (no computed styles: cheaper)
@@ -363,8 +386,9 @@ class BrowserDevice(Device):
     * ``OpenApp``: calls ``open_app_handler(name)``; without one an ActionError.
     * ``Wait``: waits the given seconds (the agent's own choice), then settles.
     * ``ClickElement`` / ``LongPressElement`` / ``TypeElement``: the same action at the centre of the
-      numbered element in the last observation's marks (``BrowserConfig.marks``); an unknown number,
-      or no marks, is an ActionError.
+      numbered element in the last observation's marks (``BrowserConfig.marks``), or, where another
+      element is drawn over that centre, at the nearest point of its box the element itself takes; an
+      unknown number, or no marks, is an ActionError.
 
     Extras for suites and oracles (agents see only observations): ``page``,
     ``config``, ``home_url`` (settable), ``goto``, ``evaluate``, ``locate``, ``center``,
@@ -396,6 +420,9 @@ class BrowserDevice(Device):
         self._context_resets = 0  # resets on the current context (see BrowserConfig.context_max_resets)
         #: the last observation's marks: what an element action's number means (None: not observed yet)
         self._marks: tuple[Mark, ...] | None = None
+        #: their DOM nodes (mark id -> backendNodeId), where an element action looks for a point nothing covers
+        self._mark_nodes: dict[int, int] = {}
+        self._captured_nodes: dict[int, int] = {}
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -969,7 +996,7 @@ class BrowserDevice(Device):
         except PlaywrightError as e:
             raise self._wrap(e) from e
         w, h = self.size
-        self._marks = marks
+        self._marks, self._mark_nodes = marks, (self._captured_nodes if marks is not None else {})
         return Observation(screenshot=shot, width=w, height=h, tree=tree, url=url, marks=marks)
 
     #: whether this Playwright's internals allow capturing and reading the tree at once
@@ -1003,7 +1030,9 @@ class BrowserDevice(Device):
                     result, tree, ax, snap = self.page._sync(all_at_once())
                 except PlaywrightTimeout as e:
                     raise self._no_answer("a capture", t) from e
-                marks = build_marks(ax["nodes"], snap, self.config.viewport) if want_marks else None
+                self._captured_nodes = {}
+                marks = (build_marks(ax["nodes"], snap, self.config.viewport, self._captured_nodes)
+                         if want_marks else None)
                 return base64.b64decode(result["data"]), tree, marks
             except (AttributeError, TypeError):
                 BrowserDevice._overlap_ok = False
@@ -1011,12 +1040,13 @@ class BrowserDevice(Device):
                 if fast else self.page.screenshot(**shot_opts))
         tree = (self.page.locator("body").aria_snapshot(timeout=self.config.navigation_timeout_ms)
                 if want_tree else None)
-        return shot, tree, self._read_marks() if want_marks else None
+        self._captured_nodes = {}
+        return shot, tree, self._read_marks(self._captured_nodes) if want_marks else None
 
-    def _read_marks(self) -> tuple[Mark, ...]:
+    def _read_marks(self, nodes: dict[int, int] | None = None) -> tuple[Mark, ...]:
         ax = self._send("Accessibility.getFullAXTree")
         snap = self._send("DOMSnapshot.captureSnapshot", _SNAPSHOT_OPTS)
-        return build_marks(ax["nodes"], snap, self.config.viewport)
+        return build_marks(ax["nodes"], snap, self.config.viewport, nodes)
 
     def marks(self) -> tuple[Mark, ...]:
         """The page's marks as it stands now (what :meth:`observe` adds with ``marks`` on; for suites,
@@ -1068,14 +1098,43 @@ class BrowserDevice(Device):
             raise ActionError(f"navigation to {self._popup_url} was blocked")
 
     def _resolve(self, action: Action) -> Action:
-        """An element action as the point action at its mark's centre (the last observation's marks);
-        an id those marks do not hold is an :class:`ActionError`."""
+        """An element action as the point action on its mark (the last observation's marks): at the box's
+        centre, or, where another element is drawn over the centre, at the point of the box nearest it
+        that the element itself takes (:meth:`_uncovered`); an id those marks do not hold is an
+        :class:`ActionError`."""
         if not isinstance(action, ELEMENT_ACTION_TYPES):
             return action
         try:
-            return resolve_element(action, self._marks)
+            point = resolve_element(action, self._marks)
         except ElementNotFound as e:
             raise ActionError(str(e)) from None
+        mark = next(m for m in self._marks or () if m.id == action.element)
+        better = self._uncovered(mark)
+        return point if better is None else replace(point, x=better[0], y=better[1])
+
+    def _uncovered(self, mark: Mark) -> tuple[float, float] | None:
+        """A point (normalised) of ``mark``'s box, nearest its centre, where a tap reaches the mark's own
+        DOM node, when something else covers the centre; ``None`` when the centre is the element's, or the
+        node is gone or cannot be asked (the centre is tapped then, as without this check)."""
+        node = self._mark_nodes.get(mark.id)
+        if node is None or self._dead:
+            return None
+        from playwright.sync_api import Error as PlaywrightError
+        w, h = self.config.viewport
+        box = [mark.box[0] * w, mark.box[1] * h, mark.box[2] * w, mark.box[3] * h]
+        try:
+            obj = self._send("DOM.resolveNode", {"backendNodeId": node})["object"]["objectId"]
+            got = self._send("Runtime.callFunctionOn", {
+                "objectId": obj, "functionDeclaration": _VISIBLE_POINT_JS, "arguments": [{"value": box}],
+                "returnByValue": True})
+            self._send("Runtime.releaseObject", {"objectId": obj})
+        except (PlaywrightError, KeyError, TypeError):  # the node went away since the observation
+            return None
+        value = (got or {}).get("result", {}).get("value")
+        if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value)):
+            return None
+        x, y = value[0] / w, value[1] / h
+        return (x, y) if 0.0 <= x <= 1.0 and 0.0 <= y <= 1.0 else None
 
     def target_box(self, action: Action) -> tuple[float, float, float, float] | None:
         """The box ``(x0, y0, x1, y1)``, normalised to the viewport, of the element a point action is

@@ -638,7 +638,8 @@ def _ax_states(node: dict) -> tuple[str, ...]:
     return tuple(out)
 
 
-def build_marks(ax_nodes: Sequence[dict], snapshot: dict, viewport: tuple[int, int]) -> "tuple[Any, ...]":
+def build_marks(ax_nodes: Sequence[dict], snapshot: dict, viewport: tuple[int, int],
+                node_ids: "dict[int, int] | None" = None) -> "tuple[Any, ...]":
     """The page's marks from CDP's full AX tree (its ``nodes``) and a DOM snapshot, numbered in
     document order from 0, boxes normalised to the ``viewport`` (CSS pixels) and clipped to it.
 
@@ -650,6 +651,9 @@ def build_marks(ax_nodes: Sequence[dict], snapshot: dict, viewport: tuple[int, i
     target) or covers over half the screen; it is named after its text when it has no name. An
     interactive node inside another of the same name and nearly the same box (a tab's link inside
     the tab) is the same target and is not marked twice. Only the main frame's nodes are marked.
+
+    ``node_ids``: filled with each mark's DOM node (mark id -> CDP ``backendNodeId``), where the device looks
+    for a point of the element that nothing covers (:meth:`BrowserDevice.execute`).
     """
     vw, vh = viewport
     docs = snapshot.get("documents") or []
@@ -750,6 +754,8 @@ def build_marks(ax_nodes: Sequence[dict], snapshot: dict, viewport: tuple[int, i
     marks = []
     for (node, role, name, box, why, parent), k in zip(cands, keep):
         if k:
+            if node_ids is not None and isinstance(node.get("backendDOMNodeId"), int):
+                node_ids[len(marks)] = node["backendDOMNodeId"]
             marks.append(Mark(len(marks), role if why != "clicks" or role not in ("generic", "") else "clickable",
                               name, box, _ax_states(node)))
     return tuple(marks)

@@ -11,7 +11,8 @@ into view), start at the scroll point (or the screen centre) and are
 ``amount / 2`` of the screen long.
 
 Element actions (``ClickElement`` ...) are drawn where the device carries them out: a point
-at the centre of their mark, with the mark's box and a label naming it. They need the step's
+at the centre of their mark (where another element covers that centre, the browser taps the nearest
+part of the box the element itself takes), with the mark's box and a label naming it. They need the step's
 mark table (``marks``); without it, or with an id it does not hold, only the label says what
 was asked. :func:`marks_overlay` gives every mark of a screen (box and number), for a layer a
 viewer can switch on.

@@ -278,3 +278,42 @@ def test_marks_carry_the_states_chromium_reports_and_follow_a_tick(shared_browse
         assert "checked" not in MarksFormat().observation_text(dev.observe())  # off unless asked
     finally:
         dev.close()
+
+
+def test_an_element_action_taps_the_part_of_its_element_nothing_covers(shared_browser, page_server):
+    """Two buttons overlapping (as MiniWoB++'s random layouts place them): the centre of the one beneath
+    lies under the other, so a tap at its mark's centre would press the wrong button; the device taps
+    the nearest point of the box that the element itself takes. An element covered whole, or gone from
+    the page since the observation, is tapped at its centre as before (no error of the device's own)."""
+    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/overlap.html", marks=True),
+                        browser=shared_browser)
+    out = "() => document.getElementById('out').textContent"
+    try:
+        dev.reset()
+        marks = _by_name(dev.observe().marks)
+        under = marks["Under"]
+        cx, cy = under.center
+        assert marks["Over"].contains(cx, cy)  # the centre lies under the other button
+        dev.execute(ClickElement(under.id))
+        assert dev.evaluate(out) == "hit under"
+        dev.execute(ClickElement(marks["Over"].id))
+        assert dev.evaluate(out) == "hit over"
+        dev.execute(LongPressElement(under.id, duration_ms=100))  # a held press too
+        assert dev.evaluate(out) == "hit under"
+        dev.execute(ClickElement(marks["Hidden"].id))  # covered whole: the centre, which the cover takes
+        assert dev.evaluate(out) == "hit cover"
+        marks = _by_name(dev.observe().marks)
+        dev.evaluate("() => { const b = document.getElementById('gone'); b.remove(); }")
+        dev.execute(ClickElement(marks["Gone"].id))  # its node is gone: a tap at the centre, on nothing
+        assert dev.evaluate(out) == "hit cover"
+    finally:
+        dev.close()
+
+
+def test_build_marks_gives_each_mark_its_dom_node():
+    ax = [_ax(1, "RootWebArea", "page", 1, children=(2, 3, 4)), _ax(2, "button", "A", 20),
+          _ax(3, "button", "B"), _ax(4, "link", "C", 40)]
+    snap = _snap({1: (0, 0, 100, 200), 20: (0, 0, 50, 10), 40: (0, 20, 50, 10)})
+    nodes: dict[int, int] = {}
+    marks = build_marks(ax, snap, (100, 200), nodes)
+    assert [m.name for m in marks] == ["A", "C"] and nodes == {0: 20, 1: 40}

@@ -56,12 +56,16 @@ _CENTER_JS = """(a) => {
     const r = rects.length > 1 && rects[0].width > 0 ? rects[0] : el.getBoundingClientRect();
     if (r.width === 0 || r.height === 0) return null;
     const cx = (r.left + r.right) / 2, cy = (r.top + r.bottom) / 2;
+    const one = (x, y) => { const h = document.elementFromPoint(x, y); return !!h && (h === el || el.contains(h)); };
+    // the pixel and its four neighbours: not on the border of an element drawn over this one (whose box
+    // would then hold the point too, and take it when the tap becomes an element action)
+    const hits = (x, y) => one(x, y) && one(x - 1, y) && one(x + 1, y) && one(x, y - 1) && one(x, y + 1);
+    if (hits(cx, cy)) return [cx / innerWidth, cy / innerHeight];
     let best = [cx, cy], bestD = Infinity;
     for (let i = 1; i < 10; i++) for (let j = 1; j < 10; j++) {
         const x = r.left + r.width * i / 10, y = r.top + r.height * j / 10;
-        const hit = document.elementFromPoint(x, y);
         const d = (x - cx) ** 2 + (y - cy) ** 2;
-        if (hit && (hit === el || el.contains(hit)) && d < bestD) { best = [x, y]; bestD = d; }
+        if (d < bestD && hits(x, y)) { best = [x, y]; bestD = d; }
     }
     return [best[0] / innerWidth, best[1] / innerHeight];
 }"""
