@@ -1124,17 +1124,22 @@ class BrowserDevice(Device):
         box = [mark.box[0] * w, mark.box[1] * h, mark.box[2] * w, mark.box[3] * h]
         try:
             obj = self._send("DOM.resolveNode", {"backendNodeId": node})["object"]["objectId"]
-            got = self._send("Runtime.callFunctionOn", {
-                "objectId": obj, "functionDeclaration": _VISIBLE_POINT_JS, "arguments": [{"value": box}],
-                "returnByValue": True})
-            self._send("Runtime.releaseObject", {"objectId": obj})
+            try:
+                got = self._send("Runtime.callFunctionOn", {
+                    "objectId": obj, "functionDeclaration": _VISIBLE_POINT_JS, "arguments": [{"value": box}],
+                    "returnByValue": True})
+            finally:
+                self._send("Runtime.releaseObject", {"objectId": obj})
         except (PlaywrightError, KeyError, TypeError):  # the node went away since the observation
             return None
-        value = (got or {}).get("result", {}).get("value")
-        if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value)):
+        value = got.get("result", {}).get("value") if isinstance(got, dict) else None
+        if not (isinstance(value, list) and len(value) == 2
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
             return None
         x, y = value[0] / w, value[1] / h
-        return (x, y) if 0.0 <= x <= 1.0 and 0.0 <= y <= 1.0 else None
+        # the page runs the search: whatever it answers, the tap stays inside the element's own box
+        x0, y0, x1, y1 = mark.box
+        return (x, y) if x0 <= x <= x1 and y0 <= y <= y1 else None
 
     def target_box(self, action: Action) -> tuple[float, float, float, float] | None:
         """The box ``(x0, y0, x1, y1)``, normalised to the viewport, of the element a point action is

@@ -317,3 +317,22 @@ def test_build_marks_gives_each_mark_its_dom_node():
     nodes: dict[int, int] = {}
     marks = build_marks(ax, snap, (100, 200), nodes)
     assert [m.name for m in marks] == ["A", "C"] and nodes == {0: 20, 1: 40}
+
+
+def test_a_page_that_breaks_the_hit_test_gets_its_centre_tapped(shared_browser, page_server):
+    """The search for an uncovered point runs in the page: a page whose hit test throws (or lies) cannot make
+    the element action fail or tap outside the element's box; the centre is tapped, as without the search."""
+    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/overlap.html", marks=True),
+                        browser=shared_browser)
+    out = "() => document.getElementById('out').textContent"
+    try:
+        dev.reset()
+        marks = _by_name(dev.observe().marks)
+        dev.evaluate("() => { Document.prototype.elementFromPoint = () => { throw new Error('no'); }; }")
+        dev.execute(ClickElement(marks["Under"].id))
+        assert dev.evaluate(out) == "hit over"  # the centre, where the other button lies
+        dev.evaluate("() => { Document.prototype.elementFromPoint = () => null; }")
+        dev.execute(ClickElement(marks["Under"].id))
+        assert dev.evaluate(out) == "hit over"
+    finally:
+        dev.close()
