@@ -712,7 +712,7 @@ class GuiEnv(gymnasium.Env):
         parse_error = action if isinstance(action, ParseError) else None
         try:
             if parse_error is not None:
-                action_error = f"could not parse the action: {parse_error}"
+                action_error = parse_error.as_action_error()
             elif isinstance(action, Answer):
                 self.answer = action.text
             elif not isinstance(action, Finish):

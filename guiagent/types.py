@@ -373,6 +373,11 @@ class ParseError:
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
 
+    def as_action_error(self) -> str:
+        """What an env reports for a reply that did not parse (the step's ``action_error`` and the next
+        observation's ``last_action_error``): nothing was done, and this is why."""
+        return f"could not parse the action: {self}"
+
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, "text": self.text}
 

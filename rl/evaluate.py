@@ -460,7 +460,8 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
                action_format: str = "json", device: dict[str, str] | None = None,
                words: str = "prefixed", copy_steps: int = 0, copy_until: float = 0.0, copy_repeats: int = 0,
                name_weight: float = 1.0, action_weight: float = 1.0,
-               goal_frames: float = 0.0, goal_relabel: float = 0.0, rename: float = 0.0, targets: str = "all",
+               goal_frames: float = 0.0, goal_relabel: float = 0.0, rename: float = 0.0, recover: float = 0.0,
+               targets: str = "all",
                mark_states: bool = False, phases: PhaseTimes | None = None, rewards: RewardConfig | None = None) -> str:
     """A tiny model, SFT on ``demos`` oracle episodes of ``tasks`` (training seeds): the RL warm start.
 
@@ -471,8 +472,8 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
     numbered elements); ``words``: the tiny model's tokenizer, ``copy_steps`` / ``copy_until`` /
     ``copy_repeats``: its copy warm-up (both :class:`TinyModelSpec`); ``name_weight``: the SFT loss weight of an element's name,
     ``action_weight`` that of the action's kind, ``goal_frames``: the share of examples whose goal is
-    framed by neutral words, ``goal_relabel``: the share of first steps relabelled in hindsight (all
-    four :class:`rl.sft.SFTConfig`); ``targets``: which targets the demonstrations may have (``seen``:
+    framed by neutral words, ``goal_relabel``: the share of first steps relabelled in hindsight, ``rename``
+    the share renamed, ``recover`` the share after a failed turn (all :class:`rl.sft.SFTConfig`); ``targets``: which targets the demonstrations may have (``seen``:
     none of the suite's held-out ones); ``mark_states``: its prompts list the elements' states
     (:class:`rl.agents.AgentSettings`). ``phases`` gets the wall time of each part. ``rewards``: the
     training run's reward weights, which the demonstrations' steps are stored with, so that a learner
@@ -511,7 +512,7 @@ def warm_start(out: Path, *, env: str, tasks: list[str], demos: int, steps: int,
     settings = tiny_model_settings(action_format, mark_states=mark_states)
     policy = load_transformers(str(base), threads=threads)
     sft_cfg = SFTConfig(steps=steps, seed=seed, name_weight=name_weight, action_weight=action_weight,
-                        goal_frames=goal_frames, goal_relabel=goal_relabel, rename=rename)
+                        goal_frames=goal_frames, goal_relabel=goal_relabel, rename=rename, recover=recover)
     examples = load_examples(load_trajectories(demo_dirs), policy, settings.format(),
                              settings.prompt_config(), sft_cfg)
     log.info("warm start: SFT on %d examples for %d steps", len(examples), sft_cfg.steps)

@@ -444,6 +444,11 @@ class WarmStartSettings:
     of the same shape in the whole prompt and the reply (guiagent sft --train.rename): names that never
     repeat leave copying the goal's name as the only way, which carries over to targets held out of
     training (0: the names as recorded)"""
+    warm_start_recover: float = 0.0
+    """no --model: the share of the warm start's examples that follow one failed turn on the same screen (a
+    name the screen does not list, a reply broken off, with the error the env reports; guiagent sft
+    --train.recover): demonstrations never fail, so without them a model's first failed reply leaves it
+    on prompts it never learned on (0: the chats as recorded)"""
 
     warm_start_mark_states: bool = False
     """no --model, the marks format: the tiny model's prompts list each element's states after its role
@@ -469,6 +474,8 @@ class WarmStartSettings:
             raise ValueError(f"--warm-start-goal-frames must be in [0, 1], got {self.warm_start_goal_frames}")
         if not 0.0 <= self.warm_start_rename <= 1.0:
             raise ValueError(f"--warm-start-rename must be in [0, 1], got {self.warm_start_rename}")
+        if not 0.0 <= self.warm_start_recover <= 1.0:
+            raise ValueError(f"--warm-start-recover must be in [0, 1], got {self.warm_start_recover}")
         if not 0.0 <= self.warm_start_goal_relabel <= 1.0:
             raise ValueError(f"--warm-start-goal-relabel must be in [0, 1], got {self.warm_start_goal_relabel}")
 

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from emulators.names import made_up_name
 from guiagent.store import EpisodeFilter, StoreReader
-from guiagent.types import ELEMENT_ACTION_TYPES, Trajectory
+from guiagent.types import ELEMENT_ACTION_TYPES, ParseError, Step, Trajectory
 from rl.agents import format_for_policy
 from rl.prompting import sft_example
 
@@ -77,6 +77,13 @@ class SFTConfig:
     suite holds out of training): with names that never repeat, the model cannot keep a map from each
     name to itself and has to copy the name the goal spells, which carries over to targets no
     demonstration held (0 = the names as recorded)"""
+    recover: float = 0.0
+    """share of the examples drawn whose chat holds one failed turn just before the step (:func:`failed_turns`):
+    a reply of the kinds a small model gets wrong (an element named as no element of the screen is, a
+    name cut short, a reply broken off) with the error the env reports for it, in the history and as the
+    screen's error note, while the reply to learn stays the demonstrated one (the failed turn changed
+    nothing). Demonstrations hold no failure, so a model that fails once meets a prompt unlike any it
+    learned on; with these it learns to carry on from one (0 = the chats as recorded)"""
     max_grad_norm: float = 1.0
     seed: int = 0
     checkpoint_every: int = 0
@@ -95,6 +102,8 @@ class SFTConfig:
             raise ValueError(f"goal_relabel must be in [0, 1], got {self.goal_relabel}")
         if not 0.0 <= self.rename <= 1.0:
             raise ValueError(f"rename must be in [0, 1], got {self.rename}")
+        if not 0.0 <= self.recover <= 1.0:
+            raise ValueError(f"recover must be in [0, 1], got {self.recover}")
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,9 @@ class SFTExample:
     replaces); "" otherwise"""
     suite: str = ""
     """the suite of the episode (whose held-out names a made-up name must not be)"""
+    failed: tuple[list, ...] = ()
+    """the same step's chat after one failed turn, one per kind of failure (:func:`failed_turns`; built
+    when :attr:`SFTConfig.recover` is on)"""
 
 
 @dataclass(frozen=True)
@@ -340,10 +352,53 @@ def load_examples(trajs: Sequence[Trajectory], policy: Any, fmt: Any, prompt_con
                         policy, alt_ids, alt, step.action.kind, action_weight=cfg.action_weight,
                         coord_weight=cfg.coord_weight, name_weight=cfg.name_weight)))
             name = _reply_name(target) or ""
+            failed = tuple(failed_turns(t, i, fmt, prompt_config, target)) if cfg.recover else ()
             out.append(SFTExample(chat, target, tuple(ids), w, t.episode_id, i, goal=t.task.goal,
                                   relabels=tuple(relabels), name=name if _names_in(t.task.goal, name) else "",
-                                  suite=t.task.suite))
+                                  suite=t.task.suite, failed=failed))
     return out
+
+
+def failed_turns(trajectory: Trajectory, index: int, fmt: Any, prompt_config: Any, target: str) -> list[list]:
+    """Step ``index``'s chat as it reads after one failed turn on the same screen, for each kind of failure
+    the screen allows, each as a rollout would prompt it: the failed reply in the history (``invalid
+    output (...)``, with the env's error) and the env's error note on the screen (:meth:`ParseError.
+    as_action_error`). The kinds: the element action of ``target`` (the demonstrated reply) naming its
+    element cut to its first half, or with its last letter doubled, and naming a name the goal quotes
+    that no element of the screen has (a link to be found behind a tab, copied before it shows); the
+    reply broken off in its middle. Only a reply that does not parse on the screen is kept: a failed turn
+    changes nothing, so the demonstrated reply is still the one to learn."""
+    from rl.prompting import build_chat
+
+    step = trajectory.steps[index]
+    obs = step.observation
+    bad: list[str] = []
+    name = _reply_name(target)
+    if name:
+        cut = name[: max(1, len(name) // 2)].rstrip()
+        bad += [_with_name(target, cut), _with_name(target, name + name[-1])]
+        bad += [_with_name(target, q) for q in re.findall(r'"([^"\n]{1,80})"', trajectory.task.goal) if q != name]
+    if len(target) > 8:
+        bad.append(target[: len(target) // 2])
+    out: list[list] = []
+    seen: set[str] = set()
+    for reply in bad:
+        if not reply or reply in seen:
+            continue
+        seen.add(reply)
+        parse_on = getattr(fmt, "parse_on", None)
+        error = parse_on(reply, obs) if parse_on is not None else fmt.parse(reply, obs.size)
+        if not isinstance(error, ParseError):
+            continue  # it names an element after all (or parses): not a failure on this screen
+        failed = Step(index, obs, None, response=reply, parse_error=error, action_error=error.as_action_error())
+        after = replace(obs, last_action_error=error.as_action_error())
+        out.append(build_chat(trajectory.task.goal, [*trajectory.steps[:index], failed], after, fmt, prompt_config))
+    return out
+
+
+def _with_name(target: str, name: str) -> str:
+    """``target`` (a reply naming an element) naming ``name`` instead."""
+    return _ELEMENT_NAME.sub(lambda _: '"name": ' + json.dumps(name, ensure_ascii=False), target, count=1)
 
 
 def rename_target(e: SFTExample, new: str, policy: Any, cfg: "SFTConfig") -> SFTExample:
@@ -449,6 +504,8 @@ def train_sft(policy: Any, examples: Sequence[SFTExample], cfg: SFTConfig, *, ou
                     order = list(range(len(examples)))
                     rng.shuffle(order)
                 e = examples[order.pop()]
+                if e.failed and cfg.recover and rng.random() < cfg.recover:
+                    e = replace(e, chat=rng.choice(e.failed), failed=())
                 if e.relabels and cfg.goal_relabel and rng.random() < cfg.goal_relabel:
                     e = rng.choice(e.relabels).apply(e)
                 if e.name and cfg.rename and rng.random() < cfg.rename:

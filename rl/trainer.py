@@ -198,7 +198,7 @@ class Trainer:
                 copy_until=w.warm_start_copy_until, copy_repeats=w.warm_start_copy_repeats,
                 name_weight=w.warm_start_name_weight, action_weight=w.warm_start_action_weight,
                 goal_frames=w.warm_start_goal_frames, goal_relabel=w.warm_start_goal_relabel,
-                rename=w.warm_start_rename, targets=cfg.targets, mark_states=w.warm_start_mark_states,
+                rename=w.warm_start_rename, recover=w.warm_start_recover, targets=cfg.targets, mark_states=w.warm_start_mark_states,
                 phases=self.phases, rewards=cfg.rewards)
             self.state.model_dir = self.model_dir
         if cfg.mode != "online" and not cfg.data:  # staged embedded default: replay the warm start's demos

@@ -423,3 +423,109 @@ def test_copy_repeats_without_the_copy_warm_up_is_one_clear_error():
     with pytest.raises(ValueError, match="--warm-start-copy-repeats must be between"):
         WarmStartSettings(warm_start_copy_steps=1000, warm_start_copy_repeats=-1)
     assert WarmStartSettings(warm_start_copy_steps=1000, warm_start_copy_repeats=200).warm_start_copy_repeats == 200
+
+
+# ----------------------------------------------------------------------------- failed turns (--train.recover)
+
+
+def test_failed_turns_put_one_failure_before_the_step_and_keep_its_reply():
+    """The kinds of failure a small model makes, each only where it fails on the screen: the name cut to its
+    first half or with its last letter doubled, a name the goal quotes that the screen does not list, the
+    reply broken off; in the history and as the screen's error note, as a rollout prompts them."""
+    from guiagent.types import ClickElement
+    from rl.agents import tiny_model_settings
+    from rl.prompting import sft_example
+    from rl.sft import failed_turns
+
+    st = tiny_model_settings("marks")
+    traj = _home('Open the Clock app, not "Calendar".', ClickElement(1))
+    chat, target = sft_example(traj, 0, st.format(), st.prompt_config())
+    out = failed_turns(traj, 0, st.format(), st.prompt_config(), target)
+    texts = [_texts(c) for c in out]
+    assert len(out) == 4
+    for name in ("Cl", "Clockk", "Calendar"):
+        reply = target.replace('"Clock"', json.dumps(name))
+        line = [t for t in texts if repr(reply) in t]
+        assert len(line) == 1, (name, texts)
+        assert f"Step 1: invalid output (bad_arguments: no element named {name!r}" in line[0]
+        assert "The last action failed: could not parse the action: bad_arguments" in line[0]
+    assert any("(malformed:" in t and repr(target[: len(target) // 2]) in t for t in texts)
+    assert all(t.startswith(_texts(chat).split(" | ")[0]) for t in texts)  # the same system prompt and goal
+    # a later step: the failure follows the steps before it; a name that does find an element is no failure
+    later = _home("Open the Clock app.", ClickElement(4), index=1)  # "Notes": "Note" finds nothing, "Notess" nothing
+    chat2, target2 = sft_example(later, 1, st.format(), st.prompt_config())
+    texts2 = [_texts(c) for c in failed_turns(later, 1, st.format(), st.prompt_config(), target2)]
+    assert texts2 and all("Step 1: " in t and "Step 2: invalid output" in t for t in texts2)
+
+
+def test_failed_turns_read_as_a_real_failed_turn_reads(tmp_path):
+    """The chat after a synthetic failure is the chat a rollout builds after the env was sent that very reply
+    (webapps on Chromium): the same history line, the same error note, the same element list."""
+    import dataclasses
+
+    from emulators.suites import get_suite
+    from guiagent.types import ParseError, Step
+    from rl.agents import tiny_model_settings
+    from rl.prompting import build_chat, sft_example
+    from rl.settings import FleetSettings
+    from rl.sft import failed_turns, load_trajectories
+
+    demos = tmp_path / "demos"
+    run_eval(EvalConfig(env="webapps", agent="oracle", episodes=1, out=str(demos), seed=5, tasks=("open_app",),
+                        fleet=FleetSettings(slots=1, pool="inprocess", device={"marks": "true"})))
+    traj = load_trajectories([str(demos)])[0]
+    st = tiny_model_settings("marks")
+    fmt, pc = st.format(), st.prompt_config()
+    _, target = sft_example(traj, 0, fmt, pc)
+    synthetic = failed_turns(traj, 0, fmt, pc, target)
+    assert synthetic
+    env = get_suite("webapps").make_env(traj.task.task_id, marks=True)
+    try:
+        obs, _ = env.reset_typed(seed=traj.task.seed)
+        assert obs.marks == traj.steps[0].observation.marks  # the demonstration's first screen
+        reply = target[: len(target) // 2]
+        error = fmt.parse_on(reply, obs)
+        assert isinstance(error, ParseError)
+        after, _, _, info = env.step_typed(error)
+        real = Step(0, obs, None, response=reply, parse_error=error, action_error=info.action_error)
+        want = _texts(build_chat(traj.task.goal, [real], after, fmt, pc))
+    finally:
+        env.close()
+    assert want in [_texts(c) for c in synthetic]
+
+
+def test_train_sft_draws_failed_turns_at_the_share_asked(tiny_model_dir, monkeypatch):
+    import rl.sft as sft
+    from guiagent.policy.hf import load_transformers
+    from guiagent.types import ClickElement
+    from rl.agents import tiny_model_settings
+
+    pol = load_transformers(str(tiny_model_dir), threads=1)
+    st = tiny_model_settings("marks")
+    trajs = [_home("Open the Clock app.", ClickElement(1)), _home("Open the Files app.", ClickElement(3))]
+    plain = sft.load_examples(trajs, pol, st.format(), st.prompt_config(), sft.SFTConfig())
+    ex = sft.load_examples(trajs, pol, st.format(), st.prompt_config(), sft.SFTConfig(recover=0.5))
+    assert all(not e.failed for e in plain) and all(len(e.failed) == 3 for e in ex)
+    assert [e.target for e in ex] == [e.target for e in plain]
+    seen: list[bool] = []
+
+    def fake_nll(policy, batch):
+        seen.extend("The last action failed" in _texts(e.chat) for e in batch)
+        return sum((p * 0).sum() for p in policy.parameters()) + next(iter(policy.parameters())).sum(), 0.0
+
+    monkeypatch.setattr(sft, "weighted_nll", fake_nll)
+    for share in (0.0, 1.0):
+        seen.clear()
+        sft.train_sft(pol, ex, sft.SFTConfig(steps=4, batch_size=4, micro_batch_size=4, warmup_steps=1, recover=share),
+                      progress=False)
+        assert sum(seen) / len(seen) == share
+
+
+def test_bad_recover_is_one_clear_error():
+    from rl.settings import WarmStartSettings
+    from rl.sft import SFTConfig
+
+    with pytest.raises(ValueError, match=r"recover must be in \[0, 1\]"):
+        SFTConfig(recover=1.5)
+    with pytest.raises(ValueError, match=r"--warm-start-recover must be in \[0, 1\]"):
+        WarmStartSettings(warm_start_recover=-0.1)
