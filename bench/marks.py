@@ -5,6 +5,7 @@ Run::
     python bench/marks.py                 # 40 observations per page and setting
     python bench/marks.py --rounds 100
     python bench/marks.py --oracles 3     # every oracle through element actions, 3 seeds a task
+    python bench/marks.py --taps 200      # where an element action taps: the cover check against the centre
 
 Two devices on one Chromium, one with ``BrowserConfig.marks`` off and one with it on (ARIA tree
 text on in both, as the suites' default), look at the same pages in turn: the webapps launcher,
@@ -17,6 +18,13 @@ stdout line is one JSON object.
 ``--oracles N`` instead runs every webapps and MiniWoB oracle for N seeds with marks on, each tap
 turned into the element action on the mark it lands on (``grounding.marks.to_element_action``),
 and reports the success per task: how far the marks cover what a solver needs to touch.
+
+``--taps N`` measures what finding an element action's point costs (``BrowserDevice._resolve``, N calls
+each, alternating): the box centre alone (``guiagent.types.resolve_element``, what devices did before)
+against the check that nothing covers the centre, on a mark nothing covers (the webapps launcher's
+first app: the one-call look) and on a covered one (MiniWoB++ ``click-test-2`` seed 1000015, whose
+button ONE lies under TWO at its centre: the search of the box), beside one ``observe()`` for scale.
+The load average is printed with the figures.
 """
 
 from __future__ import annotations
@@ -67,12 +75,57 @@ def oracles(seeds: int) -> None:
                       "not_all": {k: v for k, v in out.items() if v < 1.0}}))
 
 
+def taps(rounds: int) -> None:
+    from guiagent.types import ClickElement, resolve_element
+
+    browser = shared_browser()
+    web, wob = get_suite("webapps"), get_suite("miniwob")
+    launcher = web.make_env("open_app", device=web.make_device(browser=browser, marks=True))
+    launcher.reset_typed(seed=0)
+    buttons = wob.make_env("click-test-2", device=wob.make_device(browser=browser, marks=True))
+    buttons.reset_typed(seed=1000015)
+    cases = {}
+    for label, env, pick in (("uncovered (launcher app)", launcher, lambda ms: next(m for m in ms if m.role == "link")),
+                             ("covered (click-test-2 ONE)", buttons, lambda ms: next(m for m in ms if m.name == "ONE"))):
+        dev = env.device
+        obs = dev.observe()
+        mark = pick(obs.marks)
+        act = ClickElement(mark.id)
+        centre, checked, look = [], [], []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            resolve_element(act, dev._marks)
+            centre.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            point = dev._resolve(act)
+            checked.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            dev.observe()
+            look.append(time.perf_counter() - t0)
+        moved = (round(point.x, 4), round(point.y, 4)) != tuple(round(v, 4) for v in mark.center)
+        cases[label] = {"centre_ms": _median_ms(centre), "checked_ms": _median_ms(checked),
+                        "observe_ms": _median_ms(look), "tap_moved_off_centre": moved}
+        print(f"{label:28s} centre {cases[label]['centre_ms']:6.3f} ms, checked {cases[label]['checked_ms']:6.2f} ms "
+              f"(tap moved off the centre: {moved}); one observe() {cases[label]['observe_ms']:6.1f} ms; "
+              f"load {os.getloadavg()[0]:.2f}", flush=True)
+    launcher.close()
+    buttons.close()
+    web.close()
+    wob.close()
+    print(json.dumps({"bench": "marks_taps", "rounds": rounds, "cases": cases, "load_1min": os.getloadavg()[0]}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=40, help="observations per page and setting")
     ap.add_argument("--oracles", type=int, default=0, metavar="N",
                     help="run every oracle through element actions for N seeds instead")
+    ap.add_argument("--taps", type=int, default=0, metavar="N",
+                    help="time N element-action points with and without the cover check instead")
     args = ap.parse_args()
+    if args.taps:
+        taps(args.taps)
+        return
     if args.oracles:
         oracles(args.oracles)
         return

@@ -253,7 +253,8 @@ class Finish(_ActionBase):
 
 # ----------------------------------------------------------------------------- element actions
 # An element action names a mark of the observation it was chosen on (``Observation.marks``) instead of a
-# point. Devices resolve it to the pixel action at the mark's box centre (:func:`resolve_element`); an id
+# point. Devices resolve it to the pixel action at the mark's box centre (:func:`resolve_element`; the browser
+# device taps the nearest uncovered point of the box instead where another element covers the centre); an id
 # the observation's table does not hold is an action error, like any action that cannot be carried out.
 # They are kinds of their own rather than an optional ``element`` on Click/LongPress/Type, so a Click
 # always has a point (every overlay, matcher and format that reads ``x, y`` stays correct) and a format's
@@ -269,7 +270,8 @@ def _check_element(value: Any) -> None:
 
 @dataclass(frozen=True)
 class ClickElement(_ActionBase):
-    """Tap (touch) or left-click the element numbered ``element`` in the screen's marks (at its box centre)."""
+    """Tap (touch) or left-click the element numbered ``element`` in the screen's marks (at its box centre, or,
+    in the browser, the nearest point of the box nothing else covers)."""
 
     kind: ClassVar[str] = "click_element"
     element: int
@@ -447,7 +449,8 @@ class Mark:
 
     @property
     def center(self) -> tuple[float, float]:
-        """The box centre, normalised: where an element action on this mark lands."""
+        """The box centre, normalised: where an element action on this mark lands (unless another element
+        covers it: the browser device then taps the nearest point of the box the element itself takes)."""
         x0, y0, x1, y1 = self.box
         return (round((x0 + x1) / 2, 6), round((y0 + y1) / 2, 6))
 

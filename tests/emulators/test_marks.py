@@ -304,19 +304,22 @@ def test_an_element_action_taps_the_part_of_its_element_nothing_covers(shared_br
         assert dev.evaluate(out) == "hit cover"
         marks = _by_name(dev.observe().marks)
         dev.evaluate("() => { const b = document.getElementById('gone'); b.remove(); }")
-        dev.execute(ClickElement(marks["Gone"].id))  # its node is gone: a tap at the centre, on nothing
-        assert dev.evaluate(out) == "hit cover"
+        dev.execute(ClickElement(marks["Gone"].id))  # its node is gone: no error, a tap at the centre on nothing
+        assert dev.evaluate(out) == "hit cover"  # (the last hit stands)
     finally:
         dev.close()
 
 
 def test_build_marks_gives_each_mark_its_dom_node():
-    ax = [_ax(1, "RootWebArea", "page", 1, children=(2, 3, 4)), _ax(2, "button", "A", 20),
-          _ax(3, "button", "B"), _ax(4, "link", "C", 40)]
-    snap = _snap({1: (0, 0, 100, 200), 20: (0, 0, 50, 10), 40: (0, 20, 50, 10)})
+    ax = [_ax(1, "RootWebArea", "page", 1, children=(2, 3, 5, 4)), _ax(2, "button", "A", 20),
+          _ax(3, "button", "B"),                                   # no DOM node: no box, no mark
+          _ax(5, "tab", "T", 50, children=(51,)), _ax(51, "link", "T", 51),  # the tab's own link: dropped
+          _ax(4, "link", "C", 40)]
+    snap = _snap({1: (0, 0, 100, 200), 20: (0, 0, 50, 10), 50: (0, 12, 30, 8), 51: (1, 12, 28, 8),
+                  40: (0, 20, 50, 10)})
     nodes: dict[int, int] = {}
     marks = build_marks(ax, snap, (100, 200), nodes)
-    assert [m.name for m in marks] == ["A", "C"] and nodes == {0: 20, 1: 40}
+    assert [m.name for m in marks] == ["A", "T", "C"] and nodes == {0: 20, 1: 50, 2: 40}
 
 
 def test_a_page_that_breaks_the_hit_test_gets_its_centre_tapped(shared_browser, page_server):
@@ -334,5 +337,41 @@ def test_a_page_that_breaks_the_hit_test_gets_its_centre_tapped(shared_browser, 
         dev.evaluate("() => { Document.prototype.elementFromPoint = () => null; }")
         dev.execute(ClickElement(marks["Under"].id))
         assert dev.evaluate(out) == "hit over"
+    finally:
+        dev.close()
+
+
+def test_a_web_components_slotted_label_is_its_own_and_its_centre_is_tapped(shared_browser, page_server):
+    """A button inside a shadow root, its label slotted from the page: the label at the centre is the button's
+    own (through its slot), so the tap stays at the centre rather than moving to the button's padding."""
+    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/overlap_shadow.html",
+                                      marks=True), browser=shared_browser)
+    try:
+        dev.reset()
+        button = next(m for m in dev.observe().marks if m.role == "button")
+        assert button.name == "Save"
+        dev.execute(ClickElement(button.id))
+        assert dev.evaluate("() => document.getElementById('out').textContent") == "hit 100,70"
+    finally:
+        dev.close()
+
+
+def test_a_point_outside_the_box_from_the_page_is_not_tapped(shared_browser, page_server, monkeypatch):
+    """The page runs the search: whatever it answers, a point outside the element's box is refused for the centre."""
+    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/overlap.html", marks=True),
+                        browser=shared_browser)
+    try:
+        dev.reset()
+        under = _by_name(dev.observe().marks)["Under"]
+        real = dev._send
+
+        def lying(method, params=None, budget_ms=0):
+            if method == "Runtime.callFunctionOn":
+                return {"result": {"type": "object", "value": [399, 599]}}  # a point far outside the box
+            return real(method, params, budget_ms)
+
+        monkeypatch.setattr(dev, "_send", lying)
+        assert dev._uncovered(under) is None
+        assert dev._resolve(ClickElement(under.id)) == Click(*under.center)
     finally:
         dev.close()
