@@ -142,15 +142,25 @@ def test_an_opened_section_lists_its_links_where_a_tap_finds_them(marks_dev):
     assert section.name == "Section #3"
 
 
-@pytest.mark.slow  # ~4 min on 2 cores: 25 tasks x 8 seeds
+@pytest.mark.parametrize("task, seed", [("click-button-sequence", 1000015), ("click-test-2", 1000036)])
+def test_overlapping_buttons_are_solved_through_element_actions(marks_dev, task, seed):
+    """Held-out seeds whose button ONE lies partly under TWO: at 1000015 TWO covers ONE's centre (the device
+    taps ONE's uncovered part), at 1000036 ONE's centre is on TWO's border (the oracle's tap keeps off it,
+    so its element action names ONE). Both failed before either was handled."""
+    env = GuiEnv(marks_dev, SUITE.task_class(task))
+    success, replies, errors = solve_as_the_model_writes(env, seed)
+    assert success == 1.0 and errors == 0, replies
+
+
+@pytest.mark.slow  # ~6 min on 2 cores: 25 tasks x 50 seeds
 def test_every_benchmark_task_is_solved_through_element_actions(marks_dev):
     """What the warm start's demonstrations teach is solvable as written: the oracle through the marks
-    format's element actions, 8 seeds of every task (50 held-out seeds each: docs/results.md)."""
+    format's element actions on every held-out seed the benchmark evaluates (1,000,000-1,000,049) of every
+    task: 1,250 of 1,250 (docs/results.md)."""
     failures = []
     for task in BENCHMARK_TASKS:
         env = GuiEnv(marks_dev, SUITE.task_class(task))
-        solved = sum(solve_as_the_model_writes(env, seed)[0] == 1.0 for seed in range(8))
-        # (click-button-sequence's two buttons may overlap: the device taps the part of the button not covered)
-        if solved < 8:
-            failures.append((task, solved))
+        failed = [s for s in range(1_000_000, 1_000_050) if solve_as_the_model_writes(env, s)[0] != 1.0]
+        if failed:
+            failures.append((task, failed))
     assert not failures, failures
