@@ -31,7 +31,7 @@ from emulators.names import made_up_name
 from guiagent.store import EpisodeFilter, StoreReader
 from guiagent.types import ELEMENT_ACTION_TYPES, ParseError, Step, Trajectory
 from rl.agents import format_for_policy
-from rl.prompting import sft_example
+from rl.prompting import build_chat, sft_example
 
 __all__ = ["GOAL_FRAMES", "Relabel", "SFTConfig", "SFTExample", "frame_goal", "goal_relabels", "load_examples",
            "replace_goal", "TOGGLE_ROLES", "token_weights", "train_sft"]
@@ -368,8 +368,6 @@ def failed_turns(trajectory: Trajectory, index: int, fmt: Any, prompt_config: An
     that no element of the screen has (a link to be found behind a tab, copied before it shows); the
     reply broken off in its middle. Only a reply that does not parse on the screen is kept: a failed turn
     changes nothing, so the demonstrated reply is still the one to learn."""
-    from rl.prompting import build_chat
-
     step = trajectory.steps[index]
     obs = step.observation
     bad: list[str] = []
