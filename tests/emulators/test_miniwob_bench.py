@@ -152,7 +152,7 @@ def test_overlapping_buttons_are_solved_through_element_actions(marks_dev, task,
     assert success == 1.0 and errors == 0, replies
 
 
-@pytest.mark.slow  # ~6 min on 2 cores: 25 tasks x 50 seeds
+@pytest.mark.slow  # ~5 min on 2 cores: 25 tasks x 50 seeds
 def test_every_benchmark_task_is_solved_through_element_actions(marks_dev):
     """What the warm start's demonstrations teach is solvable as written: the oracle through the marks
     format's element actions on every held-out seed the benchmark evaluates (1,000,000-1,000,049) of every
