@@ -448,7 +448,7 @@ class WarmStartSettings:
     """no --model: the share of the warm start's examples that follow one failed turn on the same screen (a
     name the screen does not list, a reply broken off, with the error the env reports; guiagent sft
     --train.recover): demonstrations never fail, so without them a model's first failed reply leaves it
-    on prompts it never learned on (0: the chats as recorded)"""
+    on prompts it never learned on (0: the chats as recorded; measured once, worse: no recipe uses it)"""
 
     warm_start_mark_states: bool = False
     """no --model, the marks format: the tiny model's prompts list each element's states after its role

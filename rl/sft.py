@@ -83,7 +83,8 @@ class SFTConfig:
     name cut short, a reply broken off) with the error the env reports for it, in the history and as the
     screen's error note, while the reply to learn stays the demonstrated one (the failed turn changed
     nothing). Demonstrations hold no failure, so a model that fails once meets a prompt unlike any it
-    learned on; with these it learns to carry on from one (0 = the chats as recorded)"""
+    learned on; these show it one. Measured once (six MiniWoB++ tasks, 0.3): worse held-out, the
+    recovery not learned (docs/results.md, "Failed turns in the warm start") (0 = the chats as recorded)"""
     max_grad_norm: float = 1.0
     seed: int = 0
     checkpoint_every: int = 0
