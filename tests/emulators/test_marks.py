@@ -280,34 +280,42 @@ def test_marks_carry_the_states_chromium_reports_and_follow_a_tick(shared_browse
         dev.close()
 
 
-def test_an_element_action_taps_the_part_of_its_element_nothing_covers(shared_browser, page_server):
+@pytest.fixture()
+def overlap(shared_browser, page_server):
+    """A device on the page of overlapping buttons, reset, and how to read what was hit."""
+    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/overlap.html", marks=True),
+                        browser=shared_browser)
+    dev.reset()
+    yield dev
+    dev.close()
+
+
+def _hit(dev):
+    return dev.evaluate("() => document.getElementById('out').textContent")
+
+
+def test_an_element_action_taps_the_part_of_its_element_nothing_covers(overlap):
     """Two buttons overlapping (as MiniWoB++'s random layouts place them): the centre of the one beneath
     lies under the other, so a tap at its mark's centre would press the wrong button; the device taps
     the nearest point of the box that the element itself takes. An element covered whole, or gone from
     the page since the observation, is tapped at its centre as before (no error of the device's own)."""
-    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/overlap.html", marks=True),
-                        browser=shared_browser)
-    out = "() => document.getElementById('out').textContent"
-    try:
-        dev.reset()
-        marks = _by_name(dev.observe().marks)
-        under = marks["Under"]
-        cx, cy = under.center
-        assert marks["Over"].contains(cx, cy)  # the centre lies under the other button
-        dev.execute(ClickElement(under.id))
-        assert dev.evaluate(out) == "hit under"
-        dev.execute(ClickElement(marks["Over"].id))
-        assert dev.evaluate(out) == "hit over"
-        dev.execute(LongPressElement(under.id, duration_ms=100))  # a held press too
-        assert dev.evaluate(out) == "hit under"
-        dev.execute(ClickElement(marks["Hidden"].id))  # covered whole: the centre, which the cover takes
-        assert dev.evaluate(out) == "hit cover"
-        marks = _by_name(dev.observe().marks)
-        dev.evaluate("() => { const b = document.getElementById('gone'); b.remove(); }")
-        dev.execute(ClickElement(marks["Gone"].id))  # its node is gone: no error, a tap at the centre on nothing
-        assert dev.evaluate(out) == "hit cover"  # (the last hit stands)
-    finally:
-        dev.close()
+    dev = overlap
+    marks = _by_name(dev.observe().marks)
+    under = marks["Under"]
+    cx, cy = under.center
+    assert marks["Over"].contains(cx, cy)  # the centre lies under the other button
+    dev.execute(ClickElement(under.id))
+    assert _hit(dev) == "hit under"
+    dev.execute(ClickElement(marks["Over"].id))
+    assert _hit(dev) == "hit over"
+    dev.execute(LongPressElement(under.id, duration_ms=100))  # a held press too
+    assert _hit(dev) == "hit under"
+    dev.execute(ClickElement(marks["Hidden"].id))  # covered whole: the centre, which the cover takes
+    assert _hit(dev) == "hit cover"
+    marks = _by_name(dev.observe().marks)
+    dev.evaluate("() => { const b = document.getElementById('gone'); b.remove(); }")
+    dev.execute(ClickElement(marks["Gone"].id))  # its node is gone: no error, a tap at the centre on nothing
+    assert _hit(dev) == "hit cover"  # (the last hit stands)
 
 
 def test_build_marks_gives_each_mark_its_dom_node():
@@ -322,23 +330,16 @@ def test_build_marks_gives_each_mark_its_dom_node():
     assert [m.name for m in marks] == ["A", "T", "C"] and nodes == {0: 20, 1: 50, 2: 40}
 
 
-def test_a_page_that_breaks_the_hit_test_gets_its_centre_tapped(shared_browser, page_server):
+def test_a_page_that_breaks_the_hit_test_gets_its_centre_tapped(overlap):
     """The search for an uncovered point runs in the page: a page whose hit test throws (or lies) cannot make
     the element action fail or tap outside the element's box; the centre is tapped, as without the search."""
-    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/overlap.html", marks=True),
-                        browser=shared_browser)
-    out = "() => document.getElementById('out').textContent"
-    try:
-        dev.reset()
-        marks = _by_name(dev.observe().marks)
-        dev.evaluate("() => { Document.prototype.elementFromPoint = () => { throw new Error('no'); }; }")
-        dev.execute(ClickElement(marks["Under"].id))
-        assert dev.evaluate(out) == "hit over"  # the centre, where the other button lies
-        dev.evaluate("() => { Document.prototype.elementFromPoint = () => null; }")
-        dev.execute(ClickElement(marks["Under"].id))
-        assert dev.evaluate(out) == "hit over"
-    finally:
-        dev.close()
+    marks = _by_name(overlap.observe().marks)
+    overlap.evaluate("() => { Document.prototype.elementFromPoint = () => { throw new Error('no'); }; }")
+    overlap.execute(ClickElement(marks["Under"].id))
+    assert _hit(overlap) == "hit over"  # the centre, where the other button lies
+    overlap.evaluate("() => { Document.prototype.elementFromPoint = () => null; }")
+    overlap.execute(ClickElement(marks["Under"].id))
+    assert _hit(overlap) == "hit over"
 
 
 def test_a_web_components_slotted_label_is_its_own_and_its_centre_is_tapped(shared_browser, page_server):
@@ -356,22 +357,16 @@ def test_a_web_components_slotted_label_is_its_own_and_its_centre_is_tapped(shar
         dev.close()
 
 
-def test_a_point_outside_the_box_from_the_page_is_not_tapped(shared_browser, page_server, monkeypatch):
+def test_a_point_outside_the_box_from_the_page_is_not_tapped(overlap, monkeypatch):
     """The page runs the search: whatever it answers, a point outside the element's box is refused for the centre."""
-    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/overlap.html", marks=True),
-                        browser=shared_browser)
-    try:
-        dev.reset()
-        under = _by_name(dev.observe().marks)["Under"]
-        real = dev._send
+    under = _by_name(overlap.observe().marks)["Under"]
+    real = overlap._send
 
-        def lying(method, params=None, budget_ms=0):
-            if method == "Runtime.callFunctionOn":
-                return {"result": {"type": "object", "value": [399, 599]}}  # a point far outside the box
-            return real(method, params, budget_ms)
+    def lying(method, params=None, budget_ms=0):
+        if method == "Runtime.callFunctionOn":
+            return {"result": {"type": "object", "value": [399, 599]}}  # a point far outside the box
+        return real(method, params, budget_ms)
 
-        monkeypatch.setattr(dev, "_send", lying)
-        assert dev._uncovered(under) is None
-        assert dev._resolve(ClickElement(under.id)) == Click(*under.center)
-    finally:
-        dev.close()
+    monkeypatch.setattr(overlap, "_send", lying)
+    assert overlap._uncovered(under) is None
+    assert overlap._resolve(ClickElement(under.id)) == Click(*under.center)
