@@ -69,7 +69,7 @@ from urllib.parse import urlsplit
 from emulators.base import ActionError, Device, DeviceError
 from emulators.snapshot import DeviceState, SnapshotError
 from emulators.browser_support import (
-    KEY_EXAMPLES, SETTLE_INIT_SCRIPT, SETTLE_POLL_JS, VERSION_JS, BrowserHandle, ChromiumNotFound, build_marks, launch,
+    KEY_EXAMPLES, SETTLE_INIT_SCRIPT, SETTLE_POLL_JS, UNCOVERED_POINT_JS, VERSION_JS, BrowserHandle, ChromiumNotFound, build_marks, launch,
     normalise_key, origin_of, url_allowed,
 )
 from guiagent.types import (
@@ -269,31 +269,8 @@ _TARGET_JS = """([x, y]) => {
 #: something inside it), as a person's tap there would; else the point nearest the centre, of a 9 x 9 grid over the box, that does
 #: (another element drawn over the centre: a button overlapping a button); ``null`` again where none does
 #: (the element covered whole, or not hit-testable: the centre then, as it always was)
-_VISIBLE_POINT_JS = """function(b) {
-    const el = this.nodeType === 1 ? this : this.parentElement;
-    if (!el || !el.isConnected) return null;
-    const root = el.getRootNode && el.getRootNode().elementFromPoint ? el.getRootNode() : document;
-    // the node hit is the element or inside it, through slots and shadow roots (a web component's slotted
-    // label is the component's own, though not its child)
-    const within = (n) => {
-        for (let i = 0; n && i < 1000; i++) { if (n === el) return true; n = n.assignedSlot || n.parentNode || n.host; }
-        return false;
-    };
-    const hit = (x, y) => within(root.elementFromPoint(x, y));
-    // the pixel and its four neighbours: a point on the border of the covering element is not the element's
-    // (a tap's hit test need not round as elementFromPoint does)
-    const hits = (x, y) => hit(x, y) && hit(x - 1, y) && hit(x + 1, y) && hit(x, y - 1) && hit(x, y + 1);
-    const cx = (b[0] + b[2]) / 2, cy = (b[1] + b[3]) / 2;
-    if (hits(cx, cy)) return null;
-    const grid = [];
-    for (let i = 1; i < 10; i++) for (let j = 1; j < 10; j++) {
-        const x = b[0] + (b[2] - b[0]) * i / 10, y = b[1] + (b[3] - b[1]) * j / 10;
-        grid.push([(x - cx) ** 2 + (y - cy) ** 2, x, y]);
-    }
-    grid.sort((p, q) => p[0] - q[0]);  // nearest first: the first that hits is the one
-    for (const [, x, y] of grid) if (hits(x, y)) return [x, y];
-    return null;
-}"""
+_VISIBLE_POINT_JS = ("function(b) { const el = this.nodeType === 1 ? this : this.parentElement; "
+                     "return (" + UNCOVERED_POINT_JS + ")(el, b); }")
 #: the cheap look first (one call, no DOM handle): whether the element hit at the box's centre and at the pixels
 #: around it is one whose box is the mark's box ``b``, or lies inside one (a label inside its button): then nothing
 #: covers the centre and it is tapped there, as :data:`_VISIBLE_POINT_JS` would say after three calls

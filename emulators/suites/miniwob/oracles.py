@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Iterator
 
+from emulators.browser_support import UNCOVERED_POINT_JS
 from guiagent.types import Action, Click, Key, Scroll, Type
 
 __all__ = ["ORACLES", "MAX_STEPS", "next_action"]
@@ -47,7 +48,8 @@ def oracle(*names: str) -> Callable[[Callable[[Any, str], Plan]], Callable[[Any,
 
 
 # The centre of the element (of its first line's box when it wraps), or, when another element covers the centre (some pages place
-# buttons at random and let them overlap), the point nearest the centre that hits it.
+# buttons at random and let them overlap), the point nearest the centre that hits it, off the other's border: where the browser
+# device taps an element action (UNCOVERED_POINT_JS), so that the tap turned into an element action names the element it hit.
 _CENTER_JS = """(a) => {
     const el = (%s);
     if (!el) return null;
@@ -55,20 +57,9 @@ _CENTER_JS = """(a) => {
     const rects = el.getClientRects();
     const r = rects.length > 1 && rects[0].width > 0 ? rects[0] : el.getBoundingClientRect();
     if (r.width === 0 || r.height === 0) return null;
-    const cx = (r.left + r.right) / 2, cy = (r.top + r.bottom) / 2;
-    const one = (x, y) => { const h = document.elementFromPoint(x, y); return !!h && (h === el || el.contains(h)); };
-    // the pixel and its four neighbours: not on the border of an element drawn over this one (whose box
-    // would then hold the point too, and take it when the tap becomes an element action)
-    const hits = (x, y) => one(x, y) && one(x - 1, y) && one(x + 1, y) && one(x, y - 1) && one(x, y + 1);
-    if (hits(cx, cy)) return [cx / innerWidth, cy / innerHeight];
-    let best = [cx, cy], bestD = Infinity;
-    for (let i = 1; i < 10; i++) for (let j = 1; j < 10; j++) {
-        const x = r.left + r.width * i / 10, y = r.top + r.height * j / 10;
-        const d = (x - cx) ** 2 + (y - cy) ** 2;
-        if (d < bestD && hits(x, y)) { best = [x, y]; bestD = d; }
-    }
-    return [best[0] / innerWidth, best[1] / innerHeight];
-}"""
+    const p = (UNCOVERED)(el, [r.left, r.top, r.right, r.bottom]) || [(r.left + r.right) / 2, (r.top + r.bottom) / 2];
+    return [p[0] / innerWidth, p[1] / innerHeight];
+}""".replace("UNCOVERED", UNCOVERED_POINT_JS)
 
 
 def _center(dev: Any, expr: str, arg: Any = None) -> tuple[float, float] | None:
