@@ -67,9 +67,10 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from emulators.base import ActionError, Device, DeviceError
+from emulators.hit_point import UNCOVERED_POINT_JS
 from emulators.snapshot import DeviceState, SnapshotError
 from emulators.browser_support import (
-    KEY_EXAMPLES, SETTLE_INIT_SCRIPT, SETTLE_POLL_JS, UNCOVERED_POINT_JS, VERSION_JS, BrowserHandle, ChromiumNotFound, build_marks, launch,
+    KEY_EXAMPLES, SETTLE_INIT_SCRIPT, SETTLE_POLL_JS, VERSION_JS, BrowserHandle, ChromiumNotFound, build_marks, launch,
     normalise_key, origin_of, url_allowed,
 )
 from guiagent.types import (

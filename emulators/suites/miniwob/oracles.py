@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Iterator
 
-from emulators.browser_support import UNCOVERED_POINT_JS
+from emulators.hit_point import UNCOVERED_POINT_JS
 from guiagent.types import Action, Click, Key, Scroll, Type
 
 __all__ = ["ORACLES", "MAX_STEPS", "next_action"]
