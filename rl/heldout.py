@@ -95,12 +95,15 @@ class HeldOut:
         self.task_before: dict[str, float] = {}
         self.unseen_before: float | None = None
         self.unseen_task_before: dict[str, float] = {}
+        #: the starting model was evaluated in this process (not on a resumed run, not with --eval-episodes 0)
+        self.evaluated_before = False
 
     def before(self, tag: str, **model: Any) -> float:
         """The starting model's evaluation, kept as the run's "before" figures."""
         seen = self(tag, **model)
         self.suite_before, self.task_before = dict(self.suite), dict(self.task)
         self.unseen_before, self.unseen_task_before = self.unseen, dict(self.unseen_task)
+        self.evaluated_before = seen == seen  # not nan
         return seen
 
     def __call__(self, tag: str, *, model_dir: str, settings: Any, frame: Any, loaded: Any) -> float:

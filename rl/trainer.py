@@ -357,7 +357,15 @@ class Trainer:
         final = self.out / "model"
         with self.phases.timer("final model"), writing("the final model", final):
             self.learner.save_model(final, self.settings)  # weights the last checkpoint holds: linked
-        after, s, h = self.evaluate("after"), self.state, self.held_out
+        s, h = self.state, self.held_out
+        if s.iteration == 0 and h.evaluated_before:
+            # no update ran (--iterations 0, or stopped before the first): the model is the one evaluated before,
+            # on the same greedy episodes, so the figures after are those (an evaluation again would repeat them)
+            log.info("no iteration ran: held-out success after = before (%.1f%%), not evaluated again",
+                     100 * s.eval_before)
+            after = s.eval_before
+        else:
+            after = self.evaluate("after")
         if h.suite and s.iteration > 0:  # the end of each suite's held-out curve
             self.loggers.log(s.iteration - 1, {f"suite/{k}/eval_success": v for k, v in h.suite.items()})
         self.loggers.log(s.iteration, h.point(after, h.unseen))  # the held-out curve's last point

@@ -3,6 +3,7 @@
 import contextlib
 import dataclasses
 import json
+import logging
 import math
 import os
 import signal
@@ -372,6 +373,20 @@ def test_a_new_run_over_an_earlier_one_needs_overwrite_which_deletes_only_what_a
     assert "seed: 2" in (out / "config.yaml").read_text() and not (out / "model" / "weights").exists()
     assert not (out / "checkpoint").exists() and second.run_id != earlier  # 0 iterations: no checkpoint yet
     assert {r.run_id for r in StoreReader(out).list_runs()} == {earlier, second.run_id}
+
+
+def test_a_run_of_no_iterations_evaluates_its_model_once(tiny_model_dir, tmp_path, caplog):
+    """--iterations 0 (a warm start alone): the model after is the model before, so the held-out episodes are
+    not played again; the figures after are the ones before, per task too."""
+    from rl.trainer import train
+
+    out = tmp_path / "run"
+    with caplog.at_level(logging.INFO, logger="rl.trainer"):
+        r = train(_tiny_cfg(tiny_model_dir, out, iterations=0, eval_episodes=2))
+    assert (out / "eval-before").is_dir() and not (out / "eval-after").exists()
+    assert r.iterations == 0 and r.success_after == r.success_before
+    assert r.task_success_after == r.task_success_before == {"go_home": r.success_before}
+    assert "eval after" not in r.phase_seconds and "not evaluated again" in caplog.text
 
 
 def test_overwrite_replaces_a_real_earlier_run_and_only_what_it_wrote(tiny_model_dir, tmp_path, capsys):
