@@ -54,8 +54,8 @@ from gymnasium.vector.utils import shared_memory as shm
 from PIL import Image
 
 from emulators.snapshot import DeviceState, EnvState, SnapshotError, StartStates
-from guiagent.types import (Action, Answer, Finish, Observation, ParseError, TaskSpec, action_from_dict,
-                            is_terminal)
+from guiagent.types import (ELEMENT_ACTION_TYPES, Action, Answer, Finish, Observation, ParseError, TaskSpec,
+                            action_from_dict, is_terminal)
 
 __all__ = ["ActionError", "DeviceError", "RestoreMismatch", "Device", "Task", "GuiEnv", "StepInfo", "ActionText",
            "UnicodeText",
@@ -113,6 +113,9 @@ class Device(ABC):
 
     #: whether :meth:`snapshot` and :meth:`restore` work (a device may decide per instance)
     can_snapshot: bool = False
+    #: where the last element action executed was carried out, normalised ``(x, y)``, for a device that can say
+    #: (``None``: not an element action, or not known); recorded with the step (``StepInfo.tap_point``)
+    element_point: tuple[float, float] | None = None
 
     def snapshot(self) -> DeviceState:
         """The device's state as it stands (between two actions), for :meth:`restore`.
@@ -338,6 +341,9 @@ class StepInfo:
     target_box: tuple[float, float, float, float] | None = None
     """the element the step's point action landed on, normalised ``(x0, y0, x1, y1)``, where the device
     can tell (a browser page; see ``BrowserDevice.target_box``)"""
+    tap_point: tuple[float, float] | None = None
+    """where an element action was carried out, normalised ``(x, y)``, where the device says (a browser page
+    taps the part of the element nothing covers, not always its mark's centre; ``BrowserDevice.element_point``)"""
     elapsed_ms: float = field(default=0.0, compare=False)
 
 
@@ -709,6 +715,7 @@ class GuiEnv(gymnasium.Env):
         self._actions.append(action)
         action_error: str | None = None
         target: tuple[float, float, float, float] | None = None
+        tap: tuple[float, float] | None = None
         parse_error = action if isinstance(action, ParseError) else None
         try:
             if parse_error is not None:
@@ -722,6 +729,8 @@ class GuiEnv(gymnasium.Env):
                     self.device.execute(action)
                 except ActionError as e:
                     action_error = str(e)
+                if action_error is None and isinstance(action, ELEMENT_ACTION_TYPES):
+                    tap = self.device.element_point if isinstance(self.device, Device) else None
             obs = self.device.observe()
             if action_error is not None:
                 obs = _with_error(obs, action_error)
@@ -745,7 +754,7 @@ class GuiEnv(gymnasium.Env):
         self._last = obs
         self._milestones = milestones
         info = StepInfo(action_error=action_error, parse_error=parse_error, success=success,
-                        milestones=milestones, target_box=target, elapsed_ms=(time.perf_counter() - t0) * 1e3)
+                        milestones=milestones, target_box=target, tap_point=tap, elapsed_ms=(time.perf_counter() - t0) * 1e3)
         return obs, terminated, truncated, info
 
     # --- Gymnasium face -------------------------------------------------------------------

@@ -386,8 +386,9 @@ class BrowserDevice(Device):
     * ``Wait``: waits the given seconds (the agent's own choice), then settles.
     * ``ClickElement`` / ``LongPressElement`` / ``TypeElement``: the same action at the centre of the
       numbered element in the last observation's marks (``BrowserConfig.marks``), or, where another
-      element is drawn over that centre, at the nearest point of its box the element itself takes; an
-      unknown number, or no marks, is an ActionError.
+      element is drawn over that centre, at the nearest point of its box the element itself takes
+      (``element_point`` says where, and the step records it: ``StepInfo.tap_point``); an unknown
+      number, or no marks, is an ActionError.
 
     Extras for suites and oracles (agents see only observations): ``page``,
     ``config``, ``home_url`` (settable), ``goto``, ``evaluate``, ``locate``, ``center``,
@@ -1073,6 +1074,7 @@ class BrowserDevice(Device):
         """Carry out ``action`` and settle. See :class:`BrowserDevice` for each kind."""
         self._guard()
         from playwright.sync_api import Error as PlaywrightError
+        self.element_point = None
         action = self._resolve(action)
         self._blocked.clear()
         self._popup_url = None
@@ -1109,7 +1111,9 @@ class BrowserDevice(Device):
             raise ActionError(str(e)) from None
         mark = next(m for m in self._marks or () if m.id == action.element)
         better = self._uncovered(mark)
-        return point if better is None else replace(point, x=better[0], y=better[1])
+        point = point if better is None else replace(point, x=better[0], y=better[1])
+        self.element_point = (point.x, point.y)
+        return point
 
     def _uncovered(self, mark: Mark) -> tuple[float, float] | None:
         """A point (normalised) of ``mark``'s box, nearest its centre, where a tap reaches the mark's own

@@ -10,11 +10,11 @@ Scroll arrows point in the scroll ``direction`` (towards the content that comes
 into view), start at the scroll point (or the screen centre) and are
 ``amount / 2`` of the screen long.
 
-Element actions (``ClickElement`` ...) are drawn where the device carries them out: a point
-at the centre of their mark (where another element covers that centre, the browser taps the nearest
-part of the box the element itself takes), with the mark's box and a label naming it. They need the step's
-mark table (``marks``); without it, or with an id it does not hold, only the label says what
-was asked. :func:`marks_overlay` gives every mark of a screen (box and number), for a layer a
+Element actions (``ClickElement`` ...) are drawn where the device carried them out: the point the
+step recorded (``point``: the browser taps the part of the box the element itself takes, which is not
+the centre where another element covers it), else the centre of their mark, with the mark's box and a
+label naming it. They need the step's mark table (``marks``); without it, or with an id it does not
+hold, only the label says what was asked. :func:`marks_overlay` gives every mark of a screen (box and number), for a layer a
 viewer can switch on.
 """
 
@@ -46,15 +46,17 @@ def _short(text: str) -> str:
 
 
 def overlay(action: Action | ParseError | None, image_size: tuple[int, int],
-            marks: Sequence[Mark] | None = None) -> dict[str, Any]:
+            marks: Sequence[Mark] | None = None, point: tuple[float, float] | None = None) -> dict[str, Any]:
     """Overlay primitives for ``action`` on a screenshot of ``image_size`` (width, height).
 
     Returns ``{"kind", "width", "height", "points": [{"x", "y", "style"}],
     "arrows": [{"x1", "y1", "x2", "y2", "style"}], "boxes": [{"x0", "y0", "x1", "y1", "style"}],
     "label": str | None}`` where ``style`` is the action kind (``click``, ``long_press``, ``type``,
     ``swipe``, ``drag``, ``scroll``; double clicks, right clicks and hovers use ``click`` plus a
-    label). An element action gives its mark's box and a point at its centre, in the style of the
-    same action at a point, when ``marks`` (the step's mark table) holds its id. A
+    label). An element action gives its mark's box and a point, in the style of the same action at a
+    point, when ``marks`` (the step's mark table) holds its id: at ``point`` (normalised, where the device
+    says it carried the action out: ``Step.metadata["tap_point"]``) when that lies in the box, else at the
+    box's centre. A
     :class:`ParseError` or ``None`` gives no shapes and a label.
 
     >>> overlay(Click(0.5, 0.25), (200, 400))["points"]
@@ -67,7 +69,7 @@ def overlay(action: Action | ParseError | None, image_size: tuple[int, int],
     out: dict[str, Any] = {"kind": None, "width": w, "height": h, "points": [], "arrows": [], "boxes": [],
                            "label": None}
 
-    def point(x: float, y: float, style: str) -> None:
+    def point_at(x: float, y: float, style: str) -> None:
         px, py = _px(x, y, w, h)
         out["points"].append({"x": px, "y": py, "style": style})
 
@@ -83,21 +85,21 @@ def overlay(action: Action | ParseError | None, image_size: tuple[int, int],
         return out
     out["kind"] = action.kind
     if isinstance(action, Click):
-        point(action.x, action.y, "click")
+        point_at(action.x, action.y, "click")
     elif isinstance(action, (DoubleClick, RightClick, Hover)):
         # drawn as a click point (every viewer already styles it); the label tells them apart
-        point(action.x, action.y, "click")
+        point_at(action.x, action.y, "click")
         out["label"] = {"double_click": "double click", "right_click": "right click",
                         "hover": "hover"}[action.kind]
     elif isinstance(action, LongPress):
-        point(action.x, action.y, "long_press")
+        point_at(action.x, action.y, "long_press")
         out["label"] = f"long press {action.duration_ms} ms"
     elif isinstance(action, Type):
         if action.x is not None and action.y is not None:
-            point(action.x, action.y, "type")
+            point_at(action.x, action.y, "type")
         out["label"] = "type: " + _short(action.text) + (" ⏎" if action.submit else "")
     elif isinstance(action, (Swipe, Drag)):
-        point(action.x1, action.y1, action.kind)
+        point_at(action.x1, action.y1, action.kind)
         arrow(action.x1, action.y1, action.x2, action.y2, action.kind)
     elif isinstance(action, Scroll):
         x = 0.5 if action.x is None else action.x
@@ -131,7 +133,8 @@ def overlay(action: Action | ParseError | None, image_size: tuple[int, int],
             x0, y0, x1, y1 = mark.box
             (a, b), (c, d) = _px(x0, y0, w, h), _px(x1, y1, w, h)
             out["boxes"].append({"x0": a, "y0": b, "x1": c, "y1": d, "style": style})
-            point(*mark.center, style)
+            inside = point is not None and x0 <= point[0] <= x1 and y0 <= point[1] <= y1
+            point_at(*(point if inside else mark.center), style)
             out["label"] = _short(f"[{mark.id}] {mark.role}" + (f" \"{mark.name}\"" if mark.name else ""))
         if isinstance(action, TypeElement):
             out["label"] += " · type: " + _short(action.text) + (" ⏎" if action.submit else "")

@@ -652,7 +652,7 @@ class Step:
     action could not be carried out (it also reaches the next observation's
     ``last_action_error``). ``reward_parts`` names every reward component; ``reward``
     is their configured combination. ``metadata`` holds JSON-serialisable extras (a
-    recorded step's ``target_box``, a semi-online step's ``patched`` / ``matched`` flags).
+    recorded step's ``target_box`` and ``tap_point``, a semi-online step's ``patched`` / ``matched`` flags).
     """
 
     index: int

@@ -60,12 +60,16 @@ class EpisodeRequest:
         return {"member": self.member}
 
 
-def step_metadata(target_box: Sequence[float] | None, rejected: Sequence[str] = ()) -> dict[str, Any]:
-    """A live step's metadata: the target element's box when the env reports one, and the
-    unparseable replies the policy set aside before the one it acted on (``--resample-unparseable``)."""
+def step_metadata(target_box: Sequence[float] | None, rejected: Sequence[str] = (),
+                  tap_point: Sequence[float] | None = None) -> dict[str, Any]:
+    """A live step's metadata: the target element's box when the env reports one, the point an element
+    action was carried out at when the device says (the web UI draws it there), and the unparseable replies
+    the policy set aside before the one it acted on (``--resample-unparseable``)."""
     meta: dict[str, Any] = {}
     if target_box:
         meta["target_box"] = list(target_box)
+    if tap_point:
+        meta["tap_point"] = [round(float(v), 5) for v in tap_point]
     if rejected:
         meta["rejected_replies"] = list(rejected)
     return meta
@@ -189,7 +193,7 @@ class LiveSide:
                     parse_error=turn.action if parse_failed else None,  # type: ignore[arg-type]
                     action_error=info.action_error, reward=reward, reward_parts=parts, milestones=info.milestones,
                     terminated=out.terminated, truncated=out.truncated, policy_version=turn.policy_version,
-                    latency_ms=info.elapsed_ms, metadata=step_metadata(info.target_box, turn.rejected))
+                    latency_ms=info.elapsed_ms, metadata=step_metadata(info.target_box, turn.rejected, info.tap_point))
         # the policy's history numbers on from what it already holds (a branch's trunk prefix), so a
         # branch's prompts read as a plain rollout's would at that step; the stored step keeps its own index
         seen = step if step.index == len(ep.history) else dataclasses.replace(step, index=len(ep.history))

@@ -148,12 +148,22 @@ def step_json(r: StepRecord, screenshot_url: str | None) -> dict[str, Any]:
         "milestones": list(r.milestones), "terminated": r.terminated, "truncated": r.truncated,
         "policy_version": r.policy_version, "latency_ms": num(r.latency_ms),
         "overlay": overlay_shapes(r.action if r.parse_error is None else r.parse_error, r.width, r.height,
-                                  r.marks),
+                                  r.marks, tap_point(r.metadata)),
         "marks": mark_shapes(r.marks, r.width, r.height),
         "metadata": dict(r.metadata),
         "semi": semi_online_json(r),
         "rejected_replies": rejected_replies(r.metadata),
     }
+
+
+def tap_point(meta: Any) -> tuple[float, float] | None:
+    """The point a step's element action was carried out at (``metadata["tap_point"]``, normalised), or
+    ``None`` where the store holds none or something else there (a store written by another tool)."""
+    p = meta.get("tap_point") if isinstance(meta, Mapping) else None
+    if not (isinstance(p, list) and len(p) == 2 and all(_is_real(v) and math.isfinite(v) for v in p)):
+        return None
+    x, y = float(p[0]), float(p[1])
+    return (x, y) if 0.0 <= x <= 1.0 and 0.0 <= y <= 1.0 else None
 
 
 def _check_step(r: StepRecord) -> None:

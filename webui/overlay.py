@@ -38,16 +38,17 @@ def _label_box(text: str, w: int, h: int, near: tuple[float, float] | None, unit
 
 
 def overlay_shapes(action: Action | ParseError | None, width: int, height: int,
-                   marks: Sequence[Mark] | None = None) -> dict[str, Any]:
+                   marks: Sequence[Mark] | None = None, point: tuple[float, float] | None = None) -> dict[str, Any]:
     """``{"kind", "width", "height", "label", "shapes": [...]}`` for one step.
 
     Shapes: ``rect`` (x, y, width, height: an element action's target), ``circle`` (cx, cy, r,
     style, ring: bool), ``line`` (x1, y1, x2, y2), ``polygon`` (points as "x,y x,y ..." text) and
     ``label`` (box x, y, width, height; text anchor tx, ty; font_size; text). ``style`` is the
     action kind; the stroke width is ``stroke``. ``marks``: the step's mark table, which places an
-    element action on its element.
+    element action on its element; ``point``: where the device carried an element action out (the step's
+    ``tap_point``), drawn there rather than at the element's centre.
     """
-    data = overlay(action, (int(width), int(height)), marks)
+    data = overlay(action, (int(width), int(height)), marks, point)
     w, h = data["width"], data["height"]
     unit = float(min(w, h))
     r = max(7.0, round(unit * 0.05, 1))

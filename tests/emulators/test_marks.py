@@ -318,6 +318,52 @@ def test_an_element_action_taps_the_part_of_its_element_nothing_covers(overlap):
     assert _hit(dev) == "hit cover"  # (the last hit stands)
 
 
+def test_the_step_records_where_an_element_action_tapped_and_the_overlay_draws_it_there(shared_browser, page_server):
+    """The tapped point goes with the step (``StepInfo.tap_point``, the step's ``tap_point`` metadata), so a
+    replay draws the tap where it landed: off the centre of a button another one covers."""
+    from guiagent.overlay import overlay
+    from rl.rollout import step_metadata
+
+    class _Page(Task):
+        suite, task_id, template = "test", "overlap", "press under"
+
+        @classmethod
+        def sample_params(cls, rng):
+            return {}
+
+        def setup(self, device):
+            return self.goal
+
+        def evaluate(self, device, answer=None):
+            return float(_hit(device) == "hit under")
+
+        def oracle(self, device):
+            return Finish()
+
+    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/overlap.html", marks=True),
+                        browser=shared_browser)
+    env = GuiEnv(dev, _Page, max_steps=5)
+    try:
+        obs, _ = env.reset_typed(seed=0)
+        marks = _by_name(obs.marks)
+        under, over = marks["Under"], marks["Over"]
+        _, _, _, info = env.step_typed(ClickElement(99))  # no such element: nothing tapped
+        assert info.action_error and info.tap_point is None
+        obs, _, _, info = env.step_typed(ClickElement(under.id))
+        assert _hit(dev) == "hit under" and info.tap_point is not None
+        x, y = info.tap_point
+        assert under.contains(x, y) and not over.contains(x, y) and (x, y) != under.center
+        assert step_metadata(info.target_box, (), info.tap_point)["tap_point"] == [round(x, 5), round(y, 5)]
+        drawn = overlay(ClickElement(under.id), (400, 600), tuple(marks.values()), (x, y))
+        assert drawn["points"][0]["x"] == round(x * 400, 1) and drawn["points"][0]["y"] == round(y * 600, 1)
+        _, _, _, info = env.step_typed(ClickElement(over.id))  # nothing covers its centre: tapped there
+        assert info.tap_point == over.center
+        _, _, _, info = env.step_typed(Click(*over.center))  # a point action: its own point, nothing more
+        assert info.tap_point is None
+    finally:
+        env.close()
+
+
 def test_build_marks_gives_each_mark_its_dom_node():
     ax = [_ax(1, "RootWebArea", "page", 1, children=(2, 3, 5, 4)), _ax(2, "button", "A", 20),
           _ax(3, "button", "B"),                                   # no DOM node: no box, no mark

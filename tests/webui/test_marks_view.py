@@ -31,6 +31,23 @@ def test_element_actions_are_drawn_on_their_element():
     assert "no marks stored" in overlay_shapes(ClickElement(0), 360, 640)["label"]
 
 
+def test_an_element_action_is_drawn_where_the_step_says_it_tapped():
+    """The step's ``tap_point`` (where the browser tapped: off the centre where another element covers it) places
+    the point; one outside the element's box, or metadata of another shape, leaves it at the centre."""
+    from webui.data import tap_point
+
+    at = overlay_shapes(ClickElement(1), 360, 640, MARKS, (0.9, 0.6))
+    rect, ring = at["shapes"][0], at["shapes"][-3]
+    assert rect["x"] == 180.0 and (ring["cx"], ring["cy"]) == (324.0, 384.0)
+    outside = overlay_shapes(ClickElement(1), 360, 640, MARKS, (0.1, 0.1))
+    assert (outside["shapes"][-3]["cx"], outside["shapes"][-3]["cy"]) == (270.0, 400.0)
+    assert tap_point({"tap_point": [0.9, 0.6]}) == (0.9, 0.6)
+    for bad in ({}, {"tap_point": "0.5,0.5"}, {"tap_point": [0.5]}, {"tap_point": [0.5, float("nan")]},
+                {"tap_point": [True, 0.5]}, {"tap_point": [2.0, 0.5]}, {"tap_point": [0.5, -0.1]},
+                {"tap_point": {"x": 0.5}}, {"tap_point": [0.5, 0.5, 0.5]}, []):
+        assert tap_point(bad) is None, bad
+
+
 def test_mark_layer_geometry():
     layer = mark_shapes(MARKS, 360, 640)
     m = layer["marks"][1]
@@ -47,7 +64,8 @@ def marks_app(tmp_path_factory):
     store = Store.open(root / "run")
     run = store.create_run("marks-demo")
     w = store.begin_episode(run, TaskSpec("webapps", "open_app", 1, "Open the Contacts app."), "model", episode_id="ep-marks")
-    w.add_step(Step(0, obs(1, marks=MARKS), ClickElement(1), response='{"action": {"kind": "click_element", "element": 1}}'))
+    w.add_step(Step(0, obs(1, marks=MARKS), ClickElement(1), response='{"action": {"kind": "click_element", "element": 1}}',
+                    metadata={"tap_point": [0.9, 0.6]}))
     w.add_step(Step(1, obs(2), Click(0.5, 0.5), response="tap"))  # a screen without marks
     w.add_step(Step(2, obs(3, marks=MARKS), Finish(), response="done", terminated=True))
     w.complete(1.0)
@@ -69,6 +87,7 @@ def test_replay_page_shows_marks_escaped_and_the_toggle(marks_app):
     assert [m["id"] for m in s0["marks"]["marks"]] == [0, 1, 2] and s1["marks"] is None
     assert s0["action"] == {"kind": "click_element", "element": 1}
     assert s0["overlay"]["shapes"][0]["type"] == "rect"
+    assert (s0["overlay"]["shapes"][-3]["cx"], s0["overlay"]["shapes"][-3]["cy"]) == (324.0, 384.0)  # the tap point
 
 
 @pytest.mark.browser
