@@ -26,7 +26,9 @@ OpenApp            keys.resolve_app: label table, package name or package/activi
 Wait               sleep
 Answer/Finish      nothing: they end the episode in the environment, never touch the screen
 *Element           the same action at the centre of the numbered element of the last
-                   observation's marks (``with_marks``); an unknown number is an ActionError
+                   observation's marks (``with_marks``), or, where a control later in the
+                   hierarchy is drawn over that centre, at the nearest point of the element's
+                   box none covers (``ui_marks_and_taps``); an unknown number is an ActionError
 =================  ==============================================================
 """
 
@@ -35,11 +37,12 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
+from dataclasses import replace
 from typing import Collection, Mapping
 
 from emulators.android.keys import KeyChord, parse_key, resolve_app
 from emulators.android.transport import Transport, png_size
-from emulators.android.uitree import UITreeError, format_ui_tree, parse_ui_tree, ui_marks
+from emulators.android.uitree import UITreeError, format_ui_tree, parse_ui_tree, ui_marks_and_taps
 from emulators.base import ActionError, Device, parse_flag
 from emulators.snapshot import DeviceState, SnapshotError
 from guiagent.types import (
@@ -114,6 +117,8 @@ class AndroidDevice(Device):
         self.transport = transport
         self.with_marks = parse_flag("with_marks", with_marks)
         self._marks: tuple[Mark, ...] | None = None
+        #: the last observation's marks whose centre a later control covers -> where to tap them instead
+        self._taps: dict[int, tuple[float, float]] = {}
         self.with_tree = with_tree
         self.with_activity = with_activity
         self.settle_s = settle_s
@@ -152,33 +157,40 @@ class AndroidDevice(Device):
         size = self.screen_size
         if (width > height) != (size[0] > size[1]):
             self._size = None  # the screen rotated since we asked
-        marks = None
+        marks, taps = None, {}
         if self.with_marks:
-            tree, marks = self._tree_and_marks()
+            tree, marks, taps = self._tree_and_marks()
         else:
             tree = self.transport.ui_tree() if self.with_tree else None
         url = self.transport.current_activity() if self.with_activity else None
-        self._marks = marks
+        self._marks, self._taps = marks, taps
         return Observation(screenshot=png, width=width, height=height, tree=tree, url=url, marks=marks)
 
-    def _tree_and_marks(self) -> tuple[str | None, tuple[Mark, ...] | None]:
-        """Tree text (when ``with_tree``) and marks from one dump; a screen without a dump this step
-        (``uiautomator`` fails while an animation runs) has neither: no marks, not an empty table."""
+    def _tree_and_marks(self) -> tuple[str | None, tuple[Mark, ...] | None, dict[int, tuple[float, float]]]:
+        """Tree text (when ``with_tree``), marks and the tap points of covered marks from one dump; a screen
+        without a dump this step (``uiautomator`` fails while an animation runs) has neither: no marks, not an
+        empty table."""
         xml = self.transport.ui_xml()
         if xml is None:  # a back end without a dump of its own
-            return (self.transport.ui_tree() if self.with_tree else None), None
+            return (self.transport.ui_tree() if self.with_tree else None), None, {}
         try:
             nodes = parse_ui_tree(xml)
         except UITreeError:
-            return None, None
-        return (format_ui_tree(nodes) if self.with_tree else None), ui_marks(nodes, self.screen_size)
+            return None, None, {}
+        marks, taps = ui_marks_and_taps(nodes, self.screen_size)
+        return (format_ui_tree(nodes) if self.with_tree else None), marks, taps
 
     def execute(self, action: Action) -> None:
+        self.element_point = None
         if isinstance(action, ELEMENT_ACTION_TYPES):
+            element = action.element
             try:
                 action = resolve_element(action, self._marks)
             except ElementNotFound as e:
                 raise ActionError(str(e)) from None
+            if element in self._taps:  # another control is drawn over its centre: a point of its own
+                action = replace(action, x=self._taps[element][0], y=self._taps[element][1])
+            self.element_point = (action.x, action.y)
         self._dispatch(action)
         if not isinstance(action, (Wait, Answer, Finish)):
             self._settle()
@@ -257,7 +269,7 @@ class AndroidDevice(Device):
             self._saves_blocked = (f"this emulator ({here}) loaded a snapshot copied from {where}; an emulator "
                                    "cannot save snapshots after that until it restarts")
         self._size = None
-        self._marks = None
+        self._marks, self._taps = None, {}
         self._settle()
 
     def _copy_in(self, name: str, where: str, here: str) -> None:

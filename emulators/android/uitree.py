@@ -14,7 +14,8 @@ Bounds are device pixels; ``[i]`` indexes :func:`parse_ui_tree`'s list.
 
 :func:`ui_marks` numbers the same nodes as marks (:class:`guiagent.types.Mark`) for element
 actions: the controls one acts on and the text one reads, with roles from the widget classes
-(``Button`` -> ``button``, ``EditText`` -> ``textbox``) and boxes normalised to the screen.
+(``Button`` -> ``button``, ``EditText`` -> ``textbox``) and boxes normalised to the screen;
+:func:`ui_marks_and_taps` also says where to tap a mark whose centre another control covers.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from dataclasses import dataclass
 
 from guiagent.types import Mark
 
-__all__ = ["UINode", "parse_ui_tree", "format_ui_tree", "ui_tree_text", "UITreeError", "ui_marks", "role_of"]
+__all__ = ["UINode", "parse_ui_tree", "format_ui_tree", "ui_tree_text", "UITreeError", "ui_marks", "ui_marks_and_taps",
+           "role_of"]
 
 _BOUNDS = re.compile(r"\[(-?\d+),(-?\d+)\]\[(-?\d+),(-?\d+)\]")
 _FLAGS = ("clickable", "long-clickable", "checkable", "checked", "scrollable", "focused", "selected",
@@ -183,6 +185,16 @@ def _interactive(node: UINode) -> bool:
 
 
 def ui_marks(nodes: list[UINode], screen_size: tuple[int, int]) -> "tuple[Mark, ...]":
+    """The screen's marks (:func:`ui_marks_and_taps` without the tap points)."""
+    return ui_marks_and_taps(nodes, screen_size)[0]
+
+
+#: the grid a covered mark's box is searched on for a point no later control covers (as the browser's search)
+_GRID = 9
+
+
+def ui_marks_and_taps(nodes: list[UINode], screen_size: tuple[int, int]
+                      ) -> "tuple[tuple[Mark, ...], dict[int, tuple[float, float]]]":
     """The screen's marks from :func:`parse_ui_tree`'s nodes, numbered in document order from 0.
 
     Marked: nodes with bounds on the screen that one acts on (clickable, long-clickable or checkable,
@@ -192,6 +204,14 @@ def ui_marks(nodes: list[UINode], screen_size: tuple[int, int]) -> "tuple[Mark, 
     without a name of its own; text inside a marked control is part of that control's name, not a
     mark of its own. A mark carries its node's states: ``checked`` (a checkable node that is),
     ``selected``, ``disabled``. ``screen_size`` is the screen in device pixels (bounds are normalised by it).
+
+    The second value maps the id of a mark whose box centre another control covers to the point (normalised)
+    of its box, nearest the centre on a 9 x 9 grid, that no such control covers: where an element action on it
+    is tapped, so that the tap reaches the element and not the one drawn over it. A dump has no hit test; the
+    rule is Android's drawing order: a view is drawn over the views before it in the hierarchy (a later
+    sibling's subtree over an earlier one's; a floating button after the list it floats on), and a control
+    (a node that takes taps) takes a tap on its bounds. Covers are the controls after the mark's own subtree;
+    a mark covered whole, or not covered at its centre, is not in the map (its centre is tapped).
     """
     w, h = screen_size
     if w <= 0 or h <= 0:
@@ -262,6 +282,7 @@ def ui_marks(nodes: list[UINode], screen_size: tuple[int, int]) -> "tuple[Mark, 
         return -1
 
     marks: list[Mark] = []
+    node_of: list[int] = []  # the node of each mark
     for i, n in enumerate(nodes):
         b = box(n)
         if b is None or container[i]:
@@ -280,4 +301,35 @@ def ui_marks(nodes: list[UINode], screen_size: tuple[int, int]) -> "tuple[Mark, 
         states = (("checked",) if {"checkable", "checked"} <= n.flags else ()) \
             + (("selected",) if "selected" in n.flags else ()) + (() if n.enabled else ("disabled",))
         marks.append(Mark(len(marks), role_of(n), cut(name), b, states))
-    return tuple(marks)
+        node_of.append(i)
+    return tuple(marks), _tap_points(marks, node_of, [box(n) for n in nodes], interactive, nodes)
+
+
+def _tap_points(marks: list[Mark], node_of: list[int], boxes: list, interactive: list[bool],
+                nodes: list[UINode]) -> dict[int, tuple[float, float]]:
+    """Mark id -> the point of its box nearest its centre that no control after its subtree covers (only for the
+    marks whose centre one covers; see :func:`ui_marks_and_taps`)."""
+    controls = [j for j, ok in enumerate(interactive) if ok]
+    out: dict[int, tuple[float, float]] = {}
+    for mark, i in zip(marks, node_of):
+        end = i + 1  # the first node after i's subtree (children follow their parent, deeper)
+        while end < len(nodes) and nodes[end].depth > nodes[i].depth:
+            end += 1
+        covers = [boxes[j] for j in controls if j >= end]
+        if not covers:
+            continue
+
+        def covered(x: float, y: float) -> bool:
+            return any(c[0] <= x <= c[2] and c[1] <= y <= c[3] for c in covers)
+
+        cx, cy = mark.center
+        if not covered(cx, cy):
+            continue
+        x0, y0, x1, y1 = mark.box
+        grid = [(x0 + (a + 0.5) * (x1 - x0) / _GRID, y0 + (b + 0.5) * (y1 - y0) / _GRID)
+                for a in range(_GRID) for b in range(_GRID)]
+        grid.sort(key=lambda p: ((p[0] - cx) ** 2 + (p[1] - cy) ** 2, p[1], p[0]))
+        free = next((p for p in grid if not covered(*p)), None)
+        if free is not None:
+            out[mark.id] = (round(free[0], 6), round(free[1], 6))
+    return out

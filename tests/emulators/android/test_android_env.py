@@ -222,6 +222,51 @@ def test_marks_from_the_dump_and_element_taps_through_android_env():
         env.close()
 
 
+class _FabAdb(_RecordingAdb):
+    """Answers ``uiautomator dump`` with a list row and a floating button drawn over the row's centre."""
+
+    def execute_command(self, args, timeout=None, device_specific=True):
+        if any("uiautomator dump" in str(a) for a in args):
+            return (b'<?xml version="1.0"?><hierarchy rotation="0">'
+                    b'<node class="android.widget.LinearLayout" clickable="true" bounds="[0,100][360,200]">'
+                    b'<node class="android.widget.TextView" text="Alice" bounds="[20,100][200,200]"/></node>'
+                    b'<node class="android.widget.ImageButton" content-desc="New" clickable="true" '
+                    b'bounds="[120,80][240,220]"/></hierarchy>')
+        return super().execute_command(args, timeout, device_specific)
+
+
+class FabSimulator(RecordingSimulator):
+    def create_adb_controller(self):
+        from android_env.components import config_classes
+        return _FabAdb(self.adb_log, config_classes.AdbControllerConfig())
+
+
+def test_an_element_under_a_floating_button_is_tapped_where_the_button_is_not():
+    """A row whose centre a later control covers (a floating button): the element action's touch lands on the
+    row, beside the button, and the device says where (``element_point``, recorded with the step)."""
+    from guiagent.types import ClickElement
+
+    env = ae.make_fake_env((W, H), simulator_cls=FabSimulator)
+    try:
+        dev = AndroidDevice(ae.AndroidEnvTransport(env), with_marks=True, settle_s=0, home_on_reset=False)
+        marks = {m.name: m for m in dev.observe().marks}
+        row, fab = marks["Alice"], marks["New"]
+        assert fab.contains(*row.center)
+        sim = env._simulator
+        sim.touches.clear()
+        dev.execute(ClickElement(row.id))
+        x, y = sim.touches[0][:2]
+        assert not (120 <= x <= 240) and 100 <= y <= 200  # on the row, off the button
+        assert dev.element_point is not None and row.contains(*dev.element_point) \
+            and not fab.contains(*dev.element_point)
+        sim.touches.clear()
+        dev.execute(ClickElement(fab.id))  # nothing over the button: its centre
+        x, y = sim.touches[0][:2]
+        assert abs(x - 180) <= 1 and abs(y - 150) <= 1 and dev.element_point == fab.center
+    finally:
+        env.close()
+
+
 def test_a_transport_without_a_dump_gives_no_marks(device):
     device.with_marks = True
     assert device.observe().marks is None  # the fake's adb answers no dump: no table, not an empty one

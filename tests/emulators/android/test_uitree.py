@@ -145,3 +145,49 @@ def test_marks_carry_checked_selected_and_disabled():
     marks = ui_marks(parse_ui_tree(xml), (100, 400))
     assert [(m.name, m.states) for m in marks] == [("Sync", ("checked",)), ("Backup", ()), ("Tab", ("selected",)),
                                                    ("Send", ("disabled",))]
+
+
+FAB_OVER_LIST = (
+    '<hierarchy>'
+    '<node class="android.widget.FrameLayout" bounds="[0,0][1000,2000]">'
+    '<node class="androidx.recyclerview.widget.RecyclerView" scrollable="true" bounds="[0,0][1000,2000]">'
+    '<node class="android.widget.LinearLayout" clickable="true" bounds="[0,1700][1000,1900]">'
+    '<node class="android.widget.TextView" text="Alice" bounds="[40,1700][600,1900]"/></node>'
+    '<node class="android.widget.LinearLayout" clickable="true" bounds="[0,1500][1000,1700]">'
+    '<node class="android.widget.TextView" text="Bob" bounds="[40,1500][600,1700]"/></node>'
+    '</node>'
+    '<node class="android.widget.ImageButton" content-desc="Create contact" clickable="true" '
+    'bounds="[300,1650][700,1950]"/>'
+    '<node class="android.widget.Button" text="Hidden" clickable="true" bounds="[350,1700][650,1900]"/>'
+    '<node class="android.widget.Button" text="Cover" clickable="true" bounds="[300,1650][700,1950]"/>'
+    '</node></hierarchy>')
+
+
+def test_a_mark_whose_centre_a_later_control_covers_is_tapped_where_none_does():
+    """Android draws a view over the views before it: the floating button after the list covers the middle of
+    the row "Alice"; an element action on the row taps the nearest point of its box nothing covers. A control
+    covered whole ("Hidden", under "Cover") keeps its centre; so does a row nothing covers at its centre, a
+    later control covering it only in part."""
+    from emulators.android.uitree import ui_marks_and_taps
+
+    marks, taps = ui_marks_and_taps(parse_ui_tree(FAB_OVER_LIST), (1000, 2000))
+    by = {m.name: m for m in marks}
+    assert set(by) == {"Alice", "Bob", "Create contact", "Hidden", "Cover"}
+    alice, fab = by["Alice"], by["Create contact"]
+    assert fab.contains(*alice.center) and set(taps) == {alice.id}  # "Bob" is covered at its bottom edge only
+    x, y = taps[alice.id]
+    assert alice.contains(x, y) and not fab.contains(x, y) and not by["Cover"].contains(x, y)
+    # the nearest free point: just left or right of the cover, at the row's middle height
+    assert abs(y - alice.center[1]) < 0.02 and (x < 0.3 or x > 0.7)
+    assert ui_marks(parse_ui_tree(FAB_OVER_LIST), (1000, 2000)) == marks  # the marks alone, the same
+
+
+def test_real_dumps_have_no_covered_marks():
+    """The checked-in dumps (a settings list, the Appium fake app, Markor's editor) draw nothing over a control's
+    centre: no tap moves."""
+    from emulators.android.uitree import ui_marks_and_taps
+
+    for name, size in (("settings_home.xml", (1080, 2400)), ("appium_fake_app.xml", (1080, 2400)),
+                       ("markor_editor.xml", (1080, 2400))):
+        marks, taps = ui_marks_and_taps(parse_ui_tree((FIXTURES / name).read_bytes()), size)
+        assert marks and taps == {}, name
