@@ -6,6 +6,7 @@ Run::
     python bench/marks.py --rounds 100
     python bench/marks.py --oracles 3     # every oracle through element actions, 3 seeds a task
     python bench/marks.py --taps 200      # where an element action taps: the cover check against the centre
+    python bench/marks.py --android-taps 200   # the same on Android UI dumps (the drawing-order rule)
 
 Two devices on one Chromium, one with ``BrowserConfig.marks`` off and one with it on (ARIA tree
 text on in both, as the suites' default), look at the same pages in turn: the webapps launcher,
@@ -25,6 +26,12 @@ against the check that nothing covers the centre, on a mark nothing covers (the 
 first app: the one-call look) and on a covered one (MiniWoB++ ``click-test-2`` seed 1000015, whose
 button ONE lies under TWO at its centre: the search of the box), beside one ``observe()`` for scale.
 The load average is printed with the figures.
+
+``--android-taps N`` times the Android side, which has no page to ask: the marks of a UI dump alone
+(``emulators.android.uitree.ui_marks``) against the marks with the tap points of covered ones
+(``ui_marks_and_taps``, the drawing-order rule), N calls each, alternating, on the checked-in
+settings dump (nothing covered) and on a generated list of 200 rows under a floating button (one
+row covered), beside the parse of the dump.
 """
 
 from __future__ import annotations
@@ -115,6 +122,41 @@ def taps(rounds: int) -> None:
     print(json.dumps({"bench": "marks_taps", "rounds": rounds, "cases": cases, "load_1min": os.getloadavg()[0]}))
 
 
+def android_taps(rounds: int) -> None:
+    from pathlib import Path
+
+    from emulators.android.uitree import parse_ui_tree, ui_marks, ui_marks_and_taps
+
+    here = Path(__file__).resolve().parent.parent / "tests" / "emulators" / "android" / "fixtures"
+    rows = "".join(f'<node class="android.widget.LinearLayout" clickable="true" bounds="[0,{100 * i}][1080,{100 * i + 100}]">'
+                   f'<node class="android.widget.TextView" text="Row {i}" bounds="[40,{100 * i}][800,{100 * i + 100}]"/></node>'
+                   for i in range(200))
+    fab = ('<hierarchy><node class="android.widget.FrameLayout" bounds="[0,0][1080,20000]">' + rows +
+           '<node class="android.widget.ImageButton" content-desc="New" clickable="true" bounds="[400,1000][700,1200]"/>'
+           '</node></hierarchy>')
+    cases = {}
+    for label, xml, size in (("settings dump", (here / "settings_home.xml").read_bytes(), (1080, 2400)),
+                             ("200 rows, a floating button", fab.encode(), (1080, 20000))):
+        parse, plain, taps_ = [], [], []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            nodes = parse_ui_tree(xml)
+            parse.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            ui_marks(nodes, size)
+            plain.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            marks, points = ui_marks_and_taps(nodes, size)
+            taps_.append(time.perf_counter() - t0)
+        cases[label] = {"nodes": len(nodes), "marks": len(marks), "covered": len(points), "parse_ms": _median_ms(parse),
+                        "marks_ms": _median_ms(plain), "marks_and_taps_ms": _median_ms(taps_)}
+        c = cases[label]
+        print(f"{label:28s} {c['nodes']} nodes, {c['marks']} marks, {c['covered']} covered: parse {c['parse_ms']:.2f} ms, "
+              f"marks {c['marks_ms']:.2f} ms, marks and taps {c['marks_and_taps_ms']:.2f} ms; "
+              f"load {os.getloadavg()[0]:.2f}", flush=True)
+    print(json.dumps({"bench": "android_taps", "rounds": rounds, "cases": cases, "load_1min": os.getloadavg()[0]}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=40, help="observations per page and setting")
@@ -122,7 +164,12 @@ def main() -> None:
                     help="run every oracle through element actions for N seeds instead")
     ap.add_argument("--taps", type=int, default=0, metavar="N",
                     help="time N element-action points with and without the cover check instead")
+    ap.add_argument("--android-taps", type=int, default=0, metavar="N",
+                    help="time N Android dumps' marks with and without the tap points of covered marks instead")
     args = ap.parse_args()
+    if args.android_taps:
+        android_taps(args.android_taps)
+        return
     if args.taps:
         taps(args.taps)
         return

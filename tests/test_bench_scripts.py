@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -276,3 +277,15 @@ def test_the_miniwob_table_over_seeds_gives_each_seed_the_mean_and_the_worst(tmp
     bad = subprocess.run([sys.executable, script, str(a), str(tmp_path / "none")],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and bad.stdout == ""
+
+
+def test_the_android_taps_bench_finds_the_covered_rows_and_prints_its_figures():
+    """``bench/marks.py --android-taps``: the drawing-order rule timed on a real dump (nothing covered) and on a
+    long list under a floating button (the two rows under it), the figures in its last line."""
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "marks.py"), "--android-taps", "2"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    cases = result["cases"]
+    assert cases["settings dump"]["covered"] == 0 and cases["200 rows, a floating button"]["covered"] == 2
+    assert all(c["marks_and_taps_ms"] > 0 for c in cases.values()) and "load_1min" in result

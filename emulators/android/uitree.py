@@ -186,7 +186,7 @@ def _interactive(node: UINode) -> bool:
 
 def ui_marks(nodes: list[UINode], screen_size: tuple[int, int]) -> "tuple[Mark, ...]":
     """The screen's marks (:func:`ui_marks_and_taps` without the tap points)."""
-    return ui_marks_and_taps(nodes, screen_size)[0]
+    return _ui_marks(nodes, screen_size, taps=False)[0]
 
 
 #: the grid a covered mark's box is searched on for a point no later control covers (as the browser's search)
@@ -213,6 +213,11 @@ def ui_marks_and_taps(nodes: list[UINode], screen_size: tuple[int, int]
     (a node that takes taps) takes a tap on its bounds. Covers are the controls after the mark's own subtree;
     a mark covered whole, or not covered at its centre, is not in the map (its centre is tapped).
     """
+    return _ui_marks(nodes, screen_size, taps=True)
+
+
+def _ui_marks(nodes: list[UINode], screen_size: tuple[int, int], *, taps: bool
+              ) -> "tuple[tuple[Mark, ...], dict[int, tuple[float, float]]]":
     w, h = screen_size
     if w <= 0 or h <= 0:
         raise ValueError(f"screen size must be positive, got {screen_size}")
@@ -302,7 +307,7 @@ def ui_marks_and_taps(nodes: list[UINode], screen_size: tuple[int, int]
             + (("selected",) if "selected" in n.flags else ()) + (() if n.enabled else ("disabled",))
         marks.append(Mark(len(marks), role_of(n), cut(name), b, states))
         node_of.append(i)
-    return tuple(marks), _tap_points(marks, node_of, [box(n) for n in nodes], interactive, nodes)
+    return tuple(marks), (_tap_points(marks, node_of, [box(n) for n in nodes], interactive, nodes) if taps else {})
 
 
 def _tap_points(marks: list[Mark], node_of: list[int], boxes: list, interactive: list[bool],
@@ -315,7 +320,9 @@ def _tap_points(marks: list[Mark], node_of: list[int], boxes: list, interactive:
         end = i + 1  # the first node after i's subtree (children follow their parent, deeper)
         while end < len(nodes) and nodes[end].depth > nodes[i].depth:
             end += 1
-        covers = [boxes[j] for j in controls if j >= end]
+        x0, y0, x1, y1 = mark.box
+        covers = [c for c in (boxes[j] for j in controls if j >= end)
+                  if c[0] < x1 and c[2] > x0 and c[1] < y1 and c[3] > y0]  # those over some of the box
         if not covers:
             continue
 
@@ -325,7 +332,6 @@ def _tap_points(marks: list[Mark], node_of: list[int], boxes: list, interactive:
         cx, cy = mark.center
         if not covered(cx, cy):
             continue
-        x0, y0, x1, y1 = mark.box
         grid = [(x0 + (a + 0.5) * (x1 - x0) / _GRID, y0 + (b + 0.5) * (y1 - y0) / _GRID)
                 for a in range(_GRID) for b in range(_GRID)]
         grid.sort(key=lambda p: ((p[0] - cx) ** 2 + (p[1] - cy) ** 2, p[1], p[0]))
