@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import collections
 import csv
+import json
 import sys
 from pathlib import Path
 
@@ -54,13 +55,28 @@ def published(path: Path) -> dict[tuple[str, str], float]:
 Counts = dict[str, tuple[int, int]]
 
 
+def evaluation(run: Path, part: str) -> Path | None:
+    """The folder of ``run``'s held-out evaluation ``part`` (``eval-before`` or ``eval-after``); a run in which no
+    iteration ran (``summary.json``'s ``iterations`` 0) evaluated once, so its ``eval-before`` stands for both."""
+    if (run / part / "store.sqlite").is_file():
+        return run / part
+    if part == "eval-after" and (run / "eval-before" / "store.sqlite").is_file():
+        try:
+            summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if isinstance(summary, dict) and summary.get("iterations") == 0:
+            return run / "eval-before"
+    return None
+
+
 def table(runs: list[Path], agents: list[str], csv_path: Path) -> str:
     """The Markdown table of ``runs`` (one, or several of one recipe, one a seed) beside ``agents``.
     One run: a cell is its share and counts (``50% (1/2)``), the last row its mean over the set. Several:
     a cell is the mean of the runs' shares with each run's after it (``55% (48/62)``), the last row each
     run's mean over the set, the mean of those and the worst (a run with no episode of the set shows "–"
     and counts in neither)."""
-    stages = [[per_task(run / part) for run in runs] for part in ("eval-before", "eval-after")]
+    stages = [[per_task(evaluation(run, part) or run / part) for run in runs] for part in ("eval-before", "eval-after")]
     pub = published(csv_path)
     tasks = sorted({t for stage in stages for counts in stage for t in counts})
     n = len(runs)
@@ -109,13 +125,14 @@ def table(runs: list[Path], agents: list[str], csv_path: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", type=Path, nargs="+", metavar="run",
-                   help="a training run's folder (holding eval-before/ and eval-after/); several: one a seed")
+                   help="a training run's folder (holding eval-before/ and eval-after/, or eval-before/ alone after "
+                        "--iterations 0); several: one a seed")
     p.add_argument("--agents", nargs="*", default=list(AGENTS), help="published agents to show (the CSV's names)")
     p.add_argument("--published", type=Path, default=ROOT / "docs" / "miniwob_published.csv")
     a = p.parse_args(argv)
     for run in a.runs:
         for part in ("eval-before", "eval-after"):
-            if not (run / part / "store.sqlite").is_file():
+            if evaluation(run, part) is None:
                 print(f"miniwob_table: {run / part} holds no held-out evaluation", file=sys.stderr)
                 return 2
     print(table(a.runs, a.agents, a.published))

@@ -342,8 +342,8 @@ class StepInfo:
     """the element the step's point action landed on, normalised ``(x0, y0, x1, y1)``, where the device
     can tell (a browser page; see ``BrowserDevice.target_box``)"""
     tap_point: tuple[float, float] | None = None
-    """where an element action was carried out, normalised ``(x, y)``, where the device says (a browser page
-    taps the part of the element nothing covers, not always its mark's centre; ``BrowserDevice.element_point``)"""
+    """where an element action was carried out, normalised ``(x, y)``, where the device says (``Device.element_point``:
+    the browser and Android devices tap the part of the element nothing covers, not always its mark's centre)"""
     elapsed_ms: float = field(default=0.0, compare=False)
 
 

@@ -5,8 +5,9 @@ What AndroidWorld's M3A agent (``{"action_type": "click", "index": 7}``) and Bro
 screen from its accessibility / UI tree (:class:`~guiagent.types.Mark`: id, role, name,
 normalised box), the prompt lists them beside the screenshot, and the model acts on a number
 instead of a point. The device resolves the number to the element's box centre
-(:func:`guiagent.types.resolve_element`; the browser, where another element covers that centre, to
-the nearest point of the box the element itself takes); a number the screen does not hold is an action
+(:func:`guiagent.types.resolve_element`; where another element covers that centre, the browser to the
+nearest point of the box the element itself takes, and the Android device to the nearest point no control
+drawn later covers); a number the screen does not hold is an action
 error, reported back like any other.
 
 :class:`MarksFormat` is the JSON format (:mod:`grounding.jsonfmt`) over the element actions

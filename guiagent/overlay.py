@@ -164,11 +164,12 @@ _COLOURS = {"click": (255, 40, 40), "long_press": (255, 140, 0), "type": (40, 12
 
 
 def draw(png_bytes: bytes, action: Action | ParseError | None, marks: Sequence[Mark] | None = None, *,
-         show_marks: bool = False) -> bytes:
+         show_marks: bool = False, point: tuple[float, float] | None = None) -> bytes:
     """Render :func:`overlay` onto an image (PNG or JPEG bytes) and return PNG bytes; ``show_marks`` also
-    outlines every mark with its number (set-of-marks, as a marks-format model is prompted)."""
+    outlines every mark with its number (set-of-marks, as a marks-format model is prompted); ``point``: where
+    the device carried an element action out (the step's ``tap_point``)."""
     img = Image.open(io.BytesIO(png_bytes)).convert("RGB")
-    data = overlay(action, img.size, marks)
+    data = overlay(action, img.size, marks, point)
     d = ImageDraw.Draw(img)
     r = max(4, min(img.size) // 40)
     if show_marks:

@@ -253,8 +253,8 @@ class Finish(_ActionBase):
 
 # ----------------------------------------------------------------------------- element actions
 # An element action names a mark of the observation it was chosen on (``Observation.marks``) instead of a
-# point. Devices resolve it to the pixel action at the mark's box centre (:func:`resolve_element`; the browser
-# device taps the nearest uncovered point of the box instead where another element covers the centre); an id
+# point. Devices resolve it to the pixel action at the mark's box centre (:func:`resolve_element`; where another
+# element covers the centre, the browser and Android devices tap the nearest uncovered point of the box); an id
 # the observation's table does not hold is an action error, like any action that cannot be carried out.
 # They are kinds of their own rather than an optional ``element`` on Click/LongPress/Type, so a Click
 # always has a point (every overlay, matcher and format that reads ``x, y`` stays correct) and a format's
@@ -450,7 +450,7 @@ class Mark:
     @property
     def center(self) -> tuple[float, float]:
         """The box centre, normalised: where an element action on this mark lands (unless another element
-        covers it: the browser device then taps the nearest point of the box the element itself takes)."""
+        covers it: the browser and Android devices then tap the nearest point of the box the element takes)."""
         x0, y0, x1, y1 = self.box
         return (round((x0 + x1) / 2, 6), round((y0 + y1) / 2, 6))
 

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -103,7 +104,7 @@ class HeldOut:
         seen = self(tag, **model)
         self.suite_before, self.task_before = dict(self.suite), dict(self.task)
         self.unseen_before, self.unseen_task_before = self.unseen, dict(self.unseen_task)
-        self.evaluated_before = seen == seen  # not nan
+        self.evaluated_before = not math.isnan(seen)
         return seen
 
     def __call__(self, tag: str, *, model_dir: str, settings: Any, frame: Any, loaded: Any) -> float:

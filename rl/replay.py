@@ -144,6 +144,8 @@ class ReplaySide:
         }
         if "target_box" in rec.metadata:
             meta["target_box"] = list(rec.metadata["target_box"])
+        if "tap_point" in rec.metadata:  # where the recorded element action was tapped (the web UI draws it there)
+            meta["recorded_tap_point"] = rec.metadata["tap_point"]
         if turn.rejected:
             meta["rejected_replies"] = list(turn.rejected)
         last = cur.at == len(req.episode.steps) - 1

@@ -289,3 +289,22 @@ def test_the_android_taps_bench_finds_the_covered_rows_and_prints_its_figures():
     cases = result["cases"]
     assert cases["settings dump"]["covered"] == 0 and cases["200 rows, a floating button"]["covered"] == 2
     assert all(c["marks_and_taps_ms"] > 0 for c in cases.values()) and "load_1min" in result
+
+
+def test_the_miniwob_table_of_a_warm_start_alone_reads_its_one_evaluation_for_both_columns(tmp_path):
+    """A run of no iterations (``--iterations 0``) evaluates once, into ``eval-before``: the table shows it in both
+    columns; without the summary saying so, the missing ``eval-after`` is still one line and exit 2."""
+    import shutil
+
+    run = tmp_path / "run"
+    _miniwob_evals(run, {"click-test": 3}, {"click-test": 3})
+    shutil.rmtree(run / "eval-after")
+    script = str(ROOT / "bench" / "miniwob_table.py")
+    bad = subprocess.run([sys.executable, script, str(run), "--agents", "human"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "eval-after holds no held-out evaluation" in bad.stderr
+    (run / "summary.json").write_text(json.dumps({"iterations": 0}))
+    out = subprocess.run([sys.executable, script, str(run), "--agents", "human"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "| `click-test` | 75% (3/4) | 75% (3/4) |" in out.stdout

@@ -160,9 +160,12 @@ def tap_point(meta: Any) -> tuple[float, float] | None:
     """The point a step's element action was carried out at (``metadata["tap_point"]``, normalised), or
     ``None`` where the store holds none or something else there (a store written by another tool)."""
     p = meta.get("tap_point") if isinstance(meta, Mapping) else None
-    if not (isinstance(p, list) and len(p) == 2 and all(_is_real(v) and math.isfinite(v) for v in p)):
+    if not (isinstance(p, list) and len(p) == 2 and all(_is_real(v) for v in p)):
         return None
-    x, y = float(p[0]), float(p[1])
+    try:
+        x, y = float(p[0]), float(p[1])
+    except OverflowError:  # an integer of 400 digits, as JSON allows
+        return None
     return (x, y) if 0.0 <= x <= 1.0 and 0.0 <= y <= 1.0 else None
 
 
@@ -263,7 +266,8 @@ def semi_online_json(r: StepRecord) -> dict[str, Any] | None:
             "kind_match": bool(meta.get("kind_match")), "patched": bool(meta.get("patched")),
             "reason": str(meta.get("match_reason", "")), "patch_thought": str(meta.get("patch_thought", "")),
             "recorded_index": meta.get("recorded_index"),
-            "overlay": overlay_shapes(recorded, r.width, r.height, r.marks)}
+            "overlay": overlay_shapes(recorded, r.width, r.height, r.marks,
+                                      tap_point({"tap_point": meta.get("recorded_tap_point")}))}
 
 
 def credit_by_step(rows: Any) -> dict[int, list[dict[str, Any]]]:

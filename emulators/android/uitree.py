@@ -52,6 +52,9 @@ class UINode:
     bounds: tuple[int, int, int, int] | None = None
     flags: frozenset[str] = frozenset()
     enabled: bool = True
+    drawing_order: int | None = None
+    """the view's place in its parent's drawing order (AndroidX uiautomator's ``drawing-order``, API 24+), where
+    the dump has it: views drawn later lie over earlier ones"""
 
     @property
     def center(self) -> tuple[int, int] | None:
@@ -100,6 +103,11 @@ def _parse_bounds(value: str | None) -> tuple[int, int, int, int] | None:
     return tuple(int(g) for g in m.groups()) if m else None  # type: ignore[return-value]
 
 
+def _parse_order(value: str | None) -> int | None:
+    v = (value or "").strip()
+    return int(v) if v.isdigit() and len(v) <= 9 else None
+
+
 def parse_ui_tree(xml_text: str | bytes) -> list[UINode]:
     """Every element below the root, in document order.
 
@@ -131,6 +139,7 @@ def parse_ui_tree(xml_text: str | bytes) -> list[UINode]:
                 bounds=_parse_bounds(a.get("bounds")),
                 flags=flags,
                 enabled=a.get("enabled", "true") != "false",
+                drawing_order=_parse_order(a.get("drawing-order")),
             ))
             walk(child, depth + 1)
 
@@ -207,11 +216,15 @@ def ui_marks_and_taps(nodes: list[UINode], screen_size: tuple[int, int]
 
     The second value maps the id of a mark whose box centre another control covers to the point (normalised)
     of its box, nearest the centre on a 9 x 9 grid, that no such control covers: where an element action on it
-    is tapped, so that the tap reaches the element and not the one drawn over it. A dump has no hit test; the
-    rule is Android's drawing order: a view is drawn over the views before it in the hierarchy (a later
-    sibling's subtree over an earlier one's; a floating button after the list it floats on), and a control
-    (a node that takes taps) takes a tap on its bounds. Covers are the controls after the mark's own subtree;
-    a mark covered whole, or not covered at its centre, is not in the map (its centre is tapped).
+    is tapped, so that the tap reaches the element and not the one drawn over it. A dump has no hit test, so
+    this is a rule of thumb from Android's drawing order: a parent draws its children in order, each over the
+    ones before, and a control (a node that takes taps) takes a tap on its bounds. A node's order among its
+    siblings is the dump's ``drawing-order`` attribute where the dumper writes one (AndroidX uiautomator, API
+    24+), else its place in the dump, which lists children in accessibility order (by position on the screen:
+    a floating button or bottom bar, below or right of the list it lies over, comes after it, but a view on top
+    that starts above or left of the one beneath does not). Elevation is not in the dump. Covers are the
+    controls drawn after the mark, neither inside it nor around it; a mark covered whole, or not covered at
+    its centre, is not in the map (its centre is tapped).
     """
     return _ui_marks(nodes, screen_size, taps=True)
 
@@ -307,35 +320,51 @@ def _ui_marks(nodes: list[UINode], screen_size: tuple[int, int], *, taps: bool
             + (("selected",) if "selected" in n.flags else ()) + (() if n.enabled else ("disabled",))
         marks.append(Mark(len(marks), role_of(n), cut(name), b, states))
         node_of.append(i)
-    return tuple(marks), (_tap_points(marks, node_of, [box(n) for n in nodes], interactive, nodes) if taps else {})
+    return tuple(marks), (_tap_points(marks, node_of, [box(n) for n in nodes], interactive, nodes, parent, kids)
+                          if taps else {})
 
 
 def _tap_points(marks: list[Mark], node_of: list[int], boxes: list, interactive: list[bool],
-                nodes: list[UINode]) -> dict[int, tuple[float, float]]:
-    """Mark id -> the point of its box nearest its centre that no control after its subtree covers (only for the
+                nodes: list[UINode], parent: list[int], kids: dict[int, list[int]]) -> dict[int, tuple[float, float]]:
+    """Mark id -> the point of its box nearest its centre that no control drawn over the mark covers (only for the
     marks whose centre one covers; see :func:`ui_marks_and_taps`)."""
+    import numpy as np
+
     controls = [j for j, ok in enumerate(interactive) if ok]
+    if not controls or not marks:
+        return {}
+    # each node's place in the drawing order: the path of its and its ancestors' orders among their siblings (the
+    # dump's drawing-order attribute where it has one, else the place in the dump); a node is drawn over another,
+    # neither inside the other, when its path sorts after the other's
+    order: list[tuple[int, int]] = [(0, 0)] * len(nodes)
+    for siblings in kids.values():
+        for place, j in enumerate(siblings):
+            d = nodes[j].drawing_order
+            order[j] = (place if d is None else d, place)  # equal drawing orders: the dump's order
+    key: list[tuple[tuple[int, int], ...]] = []
+    for j in range(len(nodes)):  # parents come first in the dump
+        key.append((key[parent[j]] if parent[j] >= 0 else ()) + (order[j],))
+
+    def over(j: int, i: int) -> bool:
+        kj, ki = key[j], key[i]
+        related = kj[:len(ki)] == ki or ki[:len(kj)] == kj  # one inside the other (or the same node)
+        return not related and kj > ki
+
+    cb = np.array([boxes[j] for j in controls], dtype=float)
     out: dict[int, tuple[float, float]] = {}
     for mark, i in zip(marks, node_of):
-        end = i + 1  # the first node after i's subtree (children follow their parent, deeper)
-        while end < len(nodes) and nodes[end].depth > nodes[i].depth:
-            end += 1
-        x0, y0, x1, y1 = mark.box
-        covers = [c for c in (boxes[j] for j in controls if j >= end)
-                  if c[0] < x1 and c[2] > x0 and c[1] < y1 and c[3] > y0]  # those over some of the box
-        if not covers:
-            continue
-
-        def covered(x: float, y: float) -> bool:
-            return any(c[0] <= x <= c[2] and c[1] <= y <= c[3] for c in covers)
-
         cx, cy = mark.center
-        if not covered(cx, cy):
+        at_centre = np.nonzero((cb[:, 0] <= cx) & (cx <= cb[:, 2]) & (cb[:, 1] <= cy) & (cy <= cb[:, 3]))[0]
+        if not any(over(controls[k], i) for k in at_centre):
             continue
+        x0, y0, x1, y1 = mark.box
+        part = np.nonzero((cb[:, 0] < x1) & (cb[:, 2] > x0) & (cb[:, 1] < y1) & (cb[:, 3] > y0))[0]
+        covers = [boxes[controls[k]] for k in part if over(controls[k], i)]  # over some of the box
         grid = [(x0 + (a + 0.5) * (x1 - x0) / _GRID, y0 + (b + 0.5) * (y1 - y0) / _GRID)
                 for a in range(_GRID) for b in range(_GRID)]
         grid.sort(key=lambda p: ((p[0] - cx) ** 2 + (p[1] - cy) ** 2, p[1], p[0]))
-        free = next((p for p in grid if not covered(*p)), None)
+        free = next((p for p in grid if not any(c[0] <= p[0] <= c[2] and c[1] <= p[1] <= c[3] for c in covers)),
+                    None)
         if free is not None:
             out[mark.id] = (round(free[0], 6), round(free[1], 6))
     return out

@@ -248,7 +248,7 @@ def _episode(eid="rec1", task="t1"):
     acts = [Click(0.5, 0.45), Type("hello"), Scroll("down"), Finish("success")]
     steps = []
     for i, a in enumerate(acts):
-        meta = {"target_box": list(BOX)} if i == 0 else {}
+        meta = {"target_box": list(BOX), "tap_point": [0.5, 0.45]} if i == 0 else {}
         steps.append(
             Step(i, Observation(_png((i * 40, 10, 200)), 20, 40), a, thought=f"recorded {i}", metadata=meta)
         )
@@ -327,6 +327,8 @@ def test_all_matched_episode_succeeds_with_own_history(tmp_path):
     back = StoreReader(tmp_path).load_trajectory(t.episode_id)
     assert back.steps == t.steps and back.agent == "semi:scripted"
     assert back.steps[0].metadata["target_box"] == list(BOX)
+    # where the recorded step tapped goes beside the recorded action, never as the replayed step's own tap
+    assert back.steps[0].metadata["recorded_tap_point"] == [0.5, 0.45] and "tap_point" not in back.steps[0].metadata
 
 
 @pytest.mark.parametrize("mode,thought", [("recorded", "recorded 1"), ("none", "")])

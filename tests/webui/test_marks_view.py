@@ -44,7 +44,8 @@ def test_an_element_action_is_drawn_where_the_step_says_it_tapped():
     assert tap_point({"tap_point": [0.9, 0.6]}) == (0.9, 0.6)
     for bad in ({}, {"tap_point": "0.5,0.5"}, {"tap_point": [0.5]}, {"tap_point": [0.5, float("nan")]},
                 {"tap_point": [True, 0.5]}, {"tap_point": [2.0, 0.5]}, {"tap_point": [0.5, -0.1]},
-                {"tap_point": {"x": 0.5}}, {"tap_point": [0.5, 0.5, 0.5]}, []):
+                {"tap_point": {"x": 0.5}}, {"tap_point": [0.5, 0.5, 0.5]}, [], {"tap_point": [10 ** 400, 0.5]},
+                {"tap_point": [0.5, float("inf")]}):
         assert tap_point(bad) is None, bad
 
 

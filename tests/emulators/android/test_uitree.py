@@ -191,3 +191,29 @@ def test_real_dumps_have_no_covered_marks():
                        ("markor_editor.xml", (1080, 2400))):
         marks, taps = ui_marks_and_taps(parse_ui_tree((FIXTURES / name).read_bytes()), size)
         assert marks and taps == {}, name
+
+
+def test_the_dumps_drawing_order_decides_what_lies_over_what():
+    """Where the dump gives each view's drawing order (AndroidX uiautomator, ``drawing-order``), that order, not
+    the dump's (accessibility order, by position), says which of two overlapping views is on top: a banner listed
+    before the button beneath it but drawn after it covers the button's centre; with the orders the other way
+    round, the button is on top and keeps its centre."""
+    from emulators.android.uitree import ui_marks_and_taps
+
+    def dump(banner_order, button_order):
+        return ('<hierarchy><node class="android.widget.FrameLayout" bounds="[0,0][1000,1000]">'
+                f'<node class="android.widget.Button" text="Banner" clickable="true" drawing-order="{banner_order}" '
+                'bounds="[0,0][1000,300]"/>'
+                f'<node class="android.widget.Button" text="Send" clickable="true" drawing-order="{button_order}" '
+                'bounds="[400,200][600,360]"/></node></hierarchy>')
+
+    marks, taps = ui_marks_and_taps(parse_ui_tree(dump(2, 1)), (1000, 1000))
+    send = next(m for m in marks if m.name == "Send")
+    assert set(taps) == {send.id} and taps[send.id][1] > 0.3  # below the banner's bottom edge
+    assert parse_ui_tree(dump(2, 1))[1].drawing_order == 2
+    marks, taps = ui_marks_and_taps(parse_ui_tree(dump(1, 2)), (1000, 1000))
+    assert taps == {}  # the button drawn last: on top, tapped at its centre
+    # without the attribute, the dump's order: the later button is on top
+    plain = dump(1, 2).replace(' drawing-order="1"', "").replace(' drawing-order="2"', "")
+    assert ui_marks_and_taps(parse_ui_tree(plain), (1000, 1000))[1] == {}
+    assert parse_ui_tree(dump("x", "-1"))[1].drawing_order is None  # not a number: the dump's order
