@@ -146,7 +146,7 @@ class AndroidDevice(Device):
     # Device --------------------------------------------------------------------------------------
     def reset(self) -> None:
         self._size = None
-        self._marks = None
+        self._marks, self._taps = None, {}
         if self.home_on_reset:
             self.transport.home()
             self._settle()
