@@ -24,6 +24,8 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
+import numpy as np
+
 from guiagent.types import Mark
 
 __all__ = ["UINode", "parse_ui_tree", "format_ui_tree", "ui_tree_text", "UITreeError", "ui_marks", "ui_marks_and_taps",
@@ -328,8 +330,6 @@ def _tap_points(marks: list[Mark], node_of: list[int], boxes: list, interactive:
                 nodes: list[UINode], parent: list[int], kids: dict[int, list[int]]) -> dict[int, tuple[float, float]]:
     """Mark id -> the point of its box nearest its centre that no control drawn over the mark covers (only for the
     marks whose centre one covers; see :func:`ui_marks_and_taps`)."""
-    import numpy as np
-
     controls = [j for j, ok in enumerate(interactive) if ok]
     if not controls or not marks:
         return {}
