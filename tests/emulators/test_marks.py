@@ -105,8 +105,7 @@ def test_build_marks_reads_states_and_no_node_gets_two_that_contradict():
 
 @pytest.fixture()
 def marked(shared_browser, page_server):
-    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/marks.html", marks=True),
-                        browser=shared_browser)
+    dev = _device(shared_browser, page_server, "marks.html")
     dev.reset()
     yield dev
     dev.close()
@@ -114,6 +113,33 @@ def marked(shared_browser, page_server):
 
 def _by_name(marks):
     return {m.name: m for m in marks}
+
+
+def _device(browser, server, page, **config):
+    """A device on one of the test pages (marks on unless ``config`` says otherwise)."""
+    return BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=f"{server}/{page}", **{"marks": True, **config}),
+                         browser=browser)
+
+
+def _page_task(name, hit):
+    """A task on a test page, done when the page's ``out`` element reads ``hit``."""
+    class _Page(Task):
+        suite, task_id, template = "test", name, f"press {name}"
+
+        @classmethod
+        def sample_params(cls, rng):
+            return {}
+
+        def setup(self, device):
+            return self.goal
+
+        def evaluate(self, device, answer=None):
+            return float(device.evaluate("() => document.getElementById('out').textContent") == hit)
+
+        def oracle(self, device):
+            return Finish()
+
+    return _Page
 
 
 def test_page_marks(marked):
@@ -154,25 +180,7 @@ def test_type_and_long_press_on_elements(marked):
 
 
 def test_unknown_element_is_an_action_error_and_the_episode_goes_on(shared_browser, page_server):
-    class _Page(Task):
-        suite, task_id, template = "test", "marks", "press send"
-
-        @classmethod
-        def sample_params(cls, rng):
-            return {}
-
-        def setup(self, device):
-            return self.goal
-
-        def evaluate(self, device, answer=None):
-            return float(device.evaluate("() => document.getElementById('out').textContent") == "hit b1")
-
-        def oracle(self, device):
-            return Finish()
-
-    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/marks.html", marks=True),
-                        browser=shared_browser)
-    env = GuiEnv(dev, _Page, max_steps=5)
+    env = GuiEnv(_device(shared_browser, page_server, "marks.html"), _page_task("marks", "hit b1"), max_steps=5)
     try:
         obs, _ = env.reset_typed(seed=0)
         obs, term, trunc, info = env.step_typed(ClickElement(99))
@@ -188,8 +196,7 @@ def test_unknown_element_is_an_action_error_and_the_episode_goes_on(shared_brows
 
 
 def test_marks_are_off_by_default_and_element_actions_then_fail(shared_browser, page_server):
-    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/marks.html"),
-                        browser=shared_browser)
+    dev = _device(shared_browser, page_server, "marks.html", marks=False)
     try:
         dev.reset()
         assert dev.observe().marks is None
@@ -259,8 +266,7 @@ def test_marks_carry_the_states_chromium_reports_and_follow_a_tick(shared_browse
     ticking a box shows in the next screen's marks, and the marks format lists them only when asked."""
     from grounding.marks import MarksFormat
 
-    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/states.html", marks=True),
-                        browser=shared_browser)
+    dev = _device(shared_browser, page_server, "states.html")
     try:
         dev.reset()
         obs = dev.observe()
@@ -283,8 +289,7 @@ def test_marks_carry_the_states_chromium_reports_and_follow_a_tick(shared_browse
 @pytest.fixture()
 def overlap(shared_browser, page_server):
     """A device on the page of overlapping buttons, reset, and how to read what was hit."""
-    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/overlap.html", marks=True),
-                        browser=shared_browser)
+    dev = _device(shared_browser, page_server, "overlap.html")
     dev.reset()
     yield dev
     dev.close()
@@ -324,25 +329,8 @@ def test_the_step_records_where_an_element_action_tapped_and_the_overlay_draws_i
     from guiagent.overlay import overlay
     from rl.rollout import step_metadata
 
-    class _Page(Task):
-        suite, task_id, template = "test", "overlap", "press under"
-
-        @classmethod
-        def sample_params(cls, rng):
-            return {}
-
-        def setup(self, device):
-            return self.goal
-
-        def evaluate(self, device, answer=None):
-            return float(_hit(device) == "hit under")
-
-        def oracle(self, device):
-            return Finish()
-
-    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/overlap.html", marks=True),
-                        browser=shared_browser)
-    env = GuiEnv(dev, _Page, max_steps=5)
+    dev = _device(shared_browser, page_server, "overlap.html")
+    env = GuiEnv(dev, _page_task("overlap", "hit under"), max_steps=5)
     try:
         obs, _ = env.reset_typed(seed=0)
         marks = _by_name(obs.marks)
@@ -391,8 +379,7 @@ def test_a_page_that_breaks_the_hit_test_gets_its_centre_tapped(overlap):
 def test_a_web_components_slotted_label_is_its_own_and_its_centre_is_tapped(shared_browser, page_server):
     """A button inside a shadow root, its label slotted from the page: the label at the centre is the button's
     own (through its slot), so the tap stays at the centre rather than moving to the button's padding."""
-    dev = BrowserDevice(BrowserConfig(viewport=(400, 600), home_url=page_server + "/overlap_shadow.html",
-                                      marks=True), browser=shared_browser)
+    dev = _device(shared_browser, page_server, "overlap_shadow.html")
     try:
         dev.reset()
         button = next(m for m in dev.observe().marks if m.role == "button")

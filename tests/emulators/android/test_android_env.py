@@ -183,22 +183,29 @@ def test_fake_transport_speed():
     assert load_s < 10 and tap_ms < 500, (load_s, tap_ms)
 
 
-class _DumpingAdb(_RecordingAdb):
-    """Answers ``uiautomator dump`` with a real settings dump scaled to this screen."""
+def _dumping_simulator(xml: bytes):
+    """A recording simulator whose adb answers ``uiautomator dump`` with ``xml``."""
 
-    def execute_command(self, args, timeout=None, device_specific=True):
-        if any("uiautomator dump" in str(a) for a in args):
-            return (b'<?xml version="1.0"?><hierarchy rotation="0">'
-                    b'<node class="android.widget.TextView" text="Wi-Fi" bounds="[20,100][200,140]"/>'
-                    b'<node class="android.widget.Switch" text="" checkable="true" clickable="true" '
-                    b'bounds="[280,100][340,140]"/></hierarchy>')
-        return super().execute_command(args, timeout, device_specific)
+    class _DumpingAdb(_RecordingAdb):
+        def execute_command(self, args, timeout=None, device_specific=True):
+            if any("uiautomator dump" in str(a) for a in args):
+                return xml
+            return super().execute_command(args, timeout, device_specific)
+
+    class _DumpingSimulator(RecordingSimulator):
+        def create_adb_controller(self):
+            from android_env.components import config_classes
+            return _DumpingAdb(self.adb_log, config_classes.AdbControllerConfig())
+
+    return _DumpingSimulator
 
 
-class DumpingSimulator(RecordingSimulator):
-    def create_adb_controller(self):
-        from android_env.components import config_classes
-        return _DumpingAdb(self.adb_log, config_classes.AdbControllerConfig())
+#: a settings row scaled to this screen
+DumpingSimulator = _dumping_simulator(
+    b'<?xml version="1.0"?><hierarchy rotation="0">'
+    b'<node class="android.widget.TextView" text="Wi-Fi" bounds="[20,100][200,140]"/>'
+    b'<node class="android.widget.Switch" text="" checkable="true" clickable="true" '
+    b'bounds="[280,100][340,140]"/></hierarchy>')
 
 
 def test_marks_from_the_dump_and_element_taps_through_android_env():
@@ -222,23 +229,13 @@ def test_marks_from_the_dump_and_element_taps_through_android_env():
         env.close()
 
 
-class _FabAdb(_RecordingAdb):
-    """Answers ``uiautomator dump`` with a list row and a floating button drawn over the row's centre."""
-
-    def execute_command(self, args, timeout=None, device_specific=True):
-        if any("uiautomator dump" in str(a) for a in args):
-            return (b'<?xml version="1.0"?><hierarchy rotation="0">'
-                    b'<node class="android.widget.LinearLayout" clickable="true" bounds="[0,100][360,200]">'
-                    b'<node class="android.widget.TextView" text="Alice" bounds="[20,100][200,200]"/></node>'
-                    b'<node class="android.widget.ImageButton" content-desc="New" clickable="true" '
-                    b'bounds="[120,80][240,220]"/></hierarchy>')
-        return super().execute_command(args, timeout, device_specific)
-
-
-class FabSimulator(RecordingSimulator):
-    def create_adb_controller(self):
-        from android_env.components import config_classes
-        return _FabAdb(self.adb_log, config_classes.AdbControllerConfig())
+#: a list row and a floating button drawn over the row's centre
+FabSimulator = _dumping_simulator(
+    b'<?xml version="1.0"?><hierarchy rotation="0">'
+    b'<node class="android.widget.LinearLayout" clickable="true" bounds="[0,100][360,200]">'
+    b'<node class="android.widget.TextView" text="Alice" bounds="[20,100][200,200]"/></node>'
+    b'<node class="android.widget.ImageButton" content-desc="New" clickable="true" '
+    b'bounds="[120,80][240,220]"/></hierarchy>')
 
 
 def test_an_element_under_a_floating_button_is_tapped_where_the_button_is_not():
