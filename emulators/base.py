@@ -730,7 +730,7 @@ class GuiEnv(gymnasium.Env):
                 except ActionError as e:
                     action_error = str(e)
                 if action_error is None and isinstance(action, ELEMENT_ACTION_TYPES):
-                    tap = self.device.element_point if isinstance(self.device, Device) else None
+                    tap = getattr(self.device, "element_point", None)
             obs = self.device.observe()
             if action_error is not None:
                 obs = _with_error(obs, action_error)
@@ -753,8 +753,8 @@ class GuiEnv(gymnasium.Env):
         self.done = terminated or truncated
         self._last = obs
         self._milestones = milestones
-        info = StepInfo(action_error=action_error, parse_error=parse_error, success=success,
-                        milestones=milestones, target_box=target, tap_point=tap, elapsed_ms=(time.perf_counter() - t0) * 1e3)
+        info = StepInfo(action_error=action_error, parse_error=parse_error, success=success, milestones=milestones,
+                        target_box=target, tap_point=tap, elapsed_ms=(time.perf_counter() - t0) * 1e3)
         return obs, terminated, truncated, info
 
     # --- Gymnasium face -------------------------------------------------------------------

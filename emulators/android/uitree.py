@@ -360,8 +360,8 @@ def _tap_points(marks: list[Mark], node_of: list[int], boxes: list, interactive:
         x0, y0, x1, y1 = mark.box
         part = np.nonzero((cb[:, 0] < x1) & (cb[:, 2] > x0) & (cb[:, 1] < y1) & (cb[:, 3] > y0))[0]
         covers = [boxes[controls[k]] for k in part if over(controls[k], i)]  # over some of the box
-        grid = [(x0 + (a + 0.5) * (x1 - x0) / _GRID, y0 + (b + 0.5) * (y1 - y0) / _GRID)
-                for a in range(_GRID) for b in range(_GRID)]
+        grid = [(x0 + a * (x1 - x0) / (_GRID + 1), y0 + b * (y1 - y0) / (_GRID + 1))
+                for a in range(1, _GRID + 1) for b in range(1, _GRID + 1)]  # the browser's grid
         grid.sort(key=lambda p: ((p[0] - cx) ** 2 + (p[1] - cy) ** 2, p[1], p[0]))
         free = next((p for p in grid if not any(c[0] <= p[0] <= c[2] and c[1] <= p[1] <= c[3] for c in covers)),
                     None)
