@@ -11,8 +11,8 @@ into view), start at the scroll point (or the screen centre) and are
 ``amount / 2`` of the screen long.
 
 Element actions (``ClickElement`` ...) are drawn where the device carried them out: the point the
-step recorded (``point``: the browser taps the part of the box the element itself takes, which is not
-the centre where another element covers it), else the centre of their mark, with the mark's box and a
+step recorded (``point``: the browser and Android devices tap the part of the box the element itself
+takes, which is not the centre where another element covers it), else the centre of their mark, with the mark's box and a
 label naming it. They need the step's mark table (``marks``); without it, or with an id it does not
 hold, only the label says what was asked. :func:`marks_overlay` gives every mark of a screen (box and number), for a layer a
 viewer can switch on.

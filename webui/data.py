@@ -156,10 +156,11 @@ def step_json(r: StepRecord, screenshot_url: str | None) -> dict[str, Any]:
     }
 
 
-def tap_point(meta: Any) -> tuple[float, float] | None:
-    """The point a step's element action was carried out at (``metadata["tap_point"]``, normalised), or
-    ``None`` where the store holds none or something else there (a store written by another tool)."""
-    p = meta.get("tap_point") if isinstance(meta, Mapping) else None
+def tap_point(meta: Any, key: str = "tap_point") -> tuple[float, float] | None:
+    """The point a step's element action was carried out at (``metadata[key]``, normalised; ``recorded_tap_point``:
+    the recorded step's, beside a replayed one), or ``None`` where the store holds none or something else there
+    (a store written by another tool)."""
+    p = meta.get(key) if isinstance(meta, Mapping) else None
     if not (isinstance(p, list) and len(p) == 2 and all(_is_real(v) for v in p)):
         return None
     try:
@@ -267,7 +268,7 @@ def semi_online_json(r: StepRecord) -> dict[str, Any] | None:
             "reason": str(meta.get("match_reason", "")), "patch_thought": str(meta.get("patch_thought", "")),
             "recorded_index": meta.get("recorded_index"),
             "overlay": overlay_shapes(recorded, r.width, r.height, r.marks,
-                                      tap_point({"tap_point": meta.get("recorded_tap_point")}))}
+                                      tap_point(meta, "recorded_tap_point"))}
 
 
 def credit_by_step(rows: Any) -> dict[int, list[dict[str, Any]]]:
