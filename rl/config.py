@@ -338,6 +338,12 @@ class TrainConfig:
                                            "has one stage, held to its start")
         if not self.groups.min_informative_groups:
             out["max_sampling_rounds"] = "bounds dynamic sampling, which is off (--min-informative-groups 0)"
+        if self.mode == "semi-online":
+            out.setdefault("task_sampling", "draws the tasks of online groups; --mode semi-online replays recorded "
+                                            "episodes")
+        if self.mode == "semi-online" or self.groups.task_sampling == "uniform":
+            for key in ("task_sampling_floor", "task_sampling_decay"):
+                out.setdefault(key, "shapes --task-sampling learnability, which this run does not use")
         return out
 
     def is_semi_online(self, iteration: int) -> bool:

@@ -16,12 +16,15 @@ member, the turn index), so a reply depends on neither batching, slot order nor 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
+import re
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
 from emulators.suites import get_suite
+from guiagent.store.records import SUCCESS_THRESHOLD
 from rl.branch import run_branched
 from rl.loop import RolloutResult
 from rl.patching import ModelExplainer
@@ -35,21 +38,64 @@ if TYPE_CHECKING:
     from rl.plan import Phase
     from rl.strategies import Strategy
 
-__all__ = ["Producer", "sample_tasks", "resolve_tasks", "warm_start_tasks"]
+__all__ = ["Producer", "sample_tasks", "learnability_weights", "resolve_tasks", "warm_start_tasks"]
+
+log = logging.getLogger(__name__)
 
 
-def sample_tasks(rng: random.Random, tasks: Sequence[str], n: int, weights: dict[str, float] | None = None
-                 ) -> list[str]:
+def sample_tasks(rng: random.Random, tasks: Sequence[str], n: int, weights: dict[str, float] | None = None,
+                 task_weights: dict[str, float] | None = None) -> list[str]:
     """``n`` tasks drawn from ``tasks``: uniformly, or (``weights``: suite -> weight, a mixed run whose
-    tasks read ``<suite>.<task>``) a suite by its weight (1 when not given), then a task of it."""
+    tasks read ``<suite>.<task>``) a suite by its weight (1 when not given), then a task of it; with
+    ``task_weights`` (task -> weight, :func:`learnability_weights`) a task by its weight, within its suite."""
+    def pick(among: Sequence[str]) -> str:
+        if task_weights is None:
+            return rng.choice(among)
+        return rng.choices(among, [task_weights[t] for t in among])[0]
+
     if not weights:
-        return [rng.choice(tasks) for _ in range(n)]
+        return [pick(tasks) for _ in range(n)]
     by_suite: dict[str, list[str]] = {}
     for t in tasks:
         by_suite.setdefault(t.partition(".")[0], []).append(t)
     names = list(by_suite)
     w = [float(weights.get(s, 1.0)) for s in names]
-    return [rng.choice(by_suite[rng.choices(names, w)[0]]) for _ in range(n)]
+    return [pick(by_suite[rng.choices(names, w)[0]]) for _ in range(n)]
+
+
+#: an online group's id (:func:`rl.rollout.make_groups`): ``task:seed:i<iteration>r<round>-<k>``
+_ONLINE_GROUP = re.compile(r":i(\d+)r\d+-\d+$")
+
+
+def learnability_weights(outcomes: Sequence[tuple[str | None, str, str, float]], tasks: Sequence[str], iteration: int,
+                         *, floor: float = 0.1, decay: float = 0.8) -> dict[str, float]:
+    """Task -> the weight iteration ``iteration`` draws it by under ``--task-sampling learnability``.
+
+    ``outcomes``: (group id, suite, task id, success) of the run's episodes (the store's
+    :meth:`~guiagent.store.Store.grouped_outcomes`); those of online groups of earlier iterations
+    count, an episode of iteration ``j`` by ``decay ** (iteration - 1 - j)``. A task's success rate
+    ``p`` is the mean of its Beta(1, 1) posterior over them (1/2 before any episode), and its weight
+    ``max(p (1 - p), floor / 4)``: most where outcomes still differ, ``floor`` of that where a task is
+    always or never solved (the learnability score of Rutherford et al. 2024, "No Regrets").
+    A mixed run's tasks read ``<suite>.<task>``, as its episodes' suite and task id make them."""
+    known = set(tasks)
+    wins = dict.fromkeys(tasks, 0.0)
+    seen = dict.fromkeys(tasks, 0.0)
+    for group_id, suite, task_id, success in outcomes:
+        m = _ONLINE_GROUP.search(group_id or "")
+        if m is None or int(m.group(1)) >= iteration:
+            continue
+        task = task_id if task_id in known else f"{suite}.{task_id}"
+        if task not in known:
+            continue
+        w = decay ** (iteration - 1 - int(m.group(1)))
+        seen[task] += w
+        wins[task] += w * (success >= SUCCESS_THRESHOLD)
+    out = {}
+    for t in tasks:
+        p = (wins[t] + 1.0) / (seen[t] + 2.0)
+        out[t] = max(p * (1.0 - p), floor / 4.0)
+    return out
 
 
 def resolve_tasks(cfg: "TrainConfig") -> list[str]:
@@ -119,8 +165,18 @@ class Producer:
         return result
 
     def _online(self, rng: random.Random, iteration: int, rnd: int) -> RolloutResult:
-        cfg = self.cfg
-        picks = sample_tasks(rng, self.tasks, cfg.groups.groups_per_iteration, cfg.env_weights)
+        cfg, g = self.cfg, self.cfg.groups
+        task_weights = None
+        if g.task_sampling == "learnability":
+            task_weights = learnability_weights(self.store.grouped_outcomes(self.run_id), self.tasks, iteration,
+                                                floor=g.task_sampling_floor, decay=g.task_sampling_decay)
+            if rnd == 0:
+                total = sum(task_weights.values())
+                ranked = sorted(task_weights, key=lambda t: -task_weights[t])
+                log.info("iteration %d draws its tasks by learnability: most %s, least %s", iteration,
+                         ", ".join(f"{t} {task_weights[t] / total:.0%}" for t in ranked[:3]),
+                         ", ".join(f"{t} {task_weights[t] / total:.0%}" for t in ranked[-3:]))
+        picks = sample_tasks(rng, self.tasks, g.groups_per_iteration, cfg.env_weights, task_weights)
         seeds = [rng.randrange(TRAIN_SEED_RANGE) for _ in picks]
         branched = cfg.branch.branch_at != "none"
         requests = make_groups(picks, seeds, 1 if branched else cfg.groups.group_size,

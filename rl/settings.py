@@ -161,8 +161,22 @@ class GroupSettings:
     filter_zero_variance: bool = True
     """skip groups whose episodes all got the same reward (no GRPO signal); semi-online: groups whose
     samples got the same step rewards throughout"""
+    task_sampling: Literal["uniform", "learnability"] = "uniform"
+    """how an online iteration draws its groups' tasks: uniform, or learnability (a task in proportion
+    to p(1 - p), p its success rate over the run's earlier online rollouts, so that groups go where
+    outcomes still differ; a task always or never solved is drawn at --task-sampling-floor of the rate
+    of one solved half the time)"""
+    task_sampling_floor: float = 0.1
+    """learnability: the least a task is drawn, as a share of a task at p = 1/2"""
+    task_sampling_decay: float = 0.8
+    """learnability: how much an iteration's rollouts count against the next one's (0.8: the last ~5
+    iterations make p; 0: the last iteration alone)"""
 
     def __post_init__(self) -> None:
+        if not 0.0 < self.task_sampling_floor <= 1.0:
+            raise ValueError(f"--task-sampling-floor must be in (0, 1], got {self.task_sampling_floor}")
+        if not 0.0 <= self.task_sampling_decay < 1.0:
+            raise ValueError(f"--task-sampling-decay must be in [0, 1), got {self.task_sampling_decay}")
         if self.group_size < 2:
             raise ValueError("--group-size must be >= 2: group advantages compare episodes of one task")
         if self.groups_per_iteration <= 0 or self.max_sampling_rounds <= 0 or self.min_informative_groups < 0:

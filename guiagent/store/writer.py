@@ -195,6 +195,22 @@ class Store:
         if con.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
             raise RunNotFound(f"no run {run_id!r} in {self.run_dir}")
 
+    def grouped_outcomes(self, run_id: str) -> list[tuple[str, str, str, float]]:
+        """(group id, suite, task id, success) of the run's completed episodes that belong to a group, in
+        the order they began: what a trainer's task sampling reads of its own earlier rollouts. A group
+        member played again (an iteration a killed run had begun, run again on resume) counts once,
+        as its last play."""
+        with self._lock:
+            rows = self._con.execute(
+                "SELECT group_id, json_extract(metadata, '$.member'), suite, task_id, success FROM episodes "
+                "WHERE run_id = ? AND status = 'completed' AND group_id IS NOT NULL ORDER BY pk", (run_id,)).fetchall()
+        last: dict[Any, tuple[str, str, str, float]] = {}
+        for k, (group_id, member, suite, task_id, success) in enumerate(rows):
+            key = (group_id, member) if isinstance(member, int) else k
+            last.pop(key, None)  # a later play moves to the end
+            last[key] = (group_id, suite, task_id, success)
+        return list(last.values())
+
     # -- episodes ---------------------------------------------------------------------------
 
     def begin_episode(self, run_id: str, spec: TaskSpec, agent: str = "", *, group_id: str | None = None,
