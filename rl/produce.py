@@ -63,8 +63,9 @@ def sample_tasks(rng: random.Random, tasks: Sequence[str], n: int, weights: dict
     return [pick(by_suite[rng.choices(names, w)[0]]) for _ in range(n)]
 
 
-#: an online group's id (:func:`rl.rollout.make_groups`): ``task:seed:i<iteration>r<round>-<k>``
-_ONLINE_GROUP = re.compile(r":i(\d+)r\d+-\d+$")
+#: an online group's id (:func:`rl.rollout.make_groups`): ``task:seed:i<iteration>r<round>-<k>``, and
+#: ``@<step>`` after it for the branches from one of its states (:mod:`rl.branch`)
+_ONLINE_GROUP = re.compile(r":i(\d+)r\d+-\d+(?:@\d+)?$")
 
 
 def learnability_weights(outcomes: Sequence[tuple[str | None, str, str, float]], tasks: Sequence[str], iteration: int,

@@ -28,7 +28,9 @@ def test_weights_follow_how_often_each_task_was_solved_before():
     outcomes = (_outcomes("always", 0, 12, 0) + _outcomes("never", 0, 0, 12) + _outcomes("half", 0, 6, 6)
                 + [("", "webapps", "never", 1.0)] * 50  # held-out episodes (no online group): not counted
                 + [(None, "webapps", "never", 1.0)] * 50
-                + _outcomes("never", 1, 9, 0))  # the iteration being drawn, and later: not counted
+                + _outcomes("never", 1, 9, 0)  # the iteration being drawn, and later: not counted
+                + [("half:7:i0r0-0@2", "webapps", "half", 1.0), ("half:7:i0r0-0@2", "webapps", "half", 0.0)]
+                + [("half:7:i0r0-0:trunk", "webapps", "half", 1.0)] * 9)  # branches count, a trunk's id does not
     w = learnability_weights(outcomes, tasks, 1, floor=0.1, decay=0.8)
     assert w["half"] == pytest.approx(0.25) and w["unseen"] == pytest.approx(0.25)  # p = 1/2: the most
     assert w["always"] == pytest.approx(13 / 196) and w["never"] == pytest.approx(13 / 196)
