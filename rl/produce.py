@@ -47,7 +47,12 @@ def sample_tasks(rng: random.Random, tasks: Sequence[str], n: int, weights: dict
                  task_weights: dict[str, float] | None = None) -> list[str]:
     """``n`` tasks drawn from ``tasks``: uniformly, or (``weights``: suite -> weight, a mixed run whose
     tasks read ``<suite>.<task>``) a suite by its weight (1 when not given), then a task of it; with
-    ``task_weights`` (task -> weight, :func:`learnability_weights`) a task by its weight, within its suite."""
+    ``task_weights`` (task -> weight, :func:`learnability_weights`) a task by its weight, within its suite;
+    equal weights draw what uniform draws do, from the same stream (a learnability run's first iteration
+    is a uniform run's)."""
+    if task_weights is not None and len(set(task_weights.values())) <= 1:
+        task_weights = None
+
     def pick(among: Sequence[str]) -> str:
         if task_weights is None:
             return rng.choice(among)

@@ -71,6 +71,8 @@ def test_draws_follow_the_weights_and_uniform_draws_are_unchanged():
     assert picks["webapps.x"] / (picks["webapps.x"] + picks["webapps.y"]) == pytest.approx(0.25 / 0.275, abs=0.03)
     rng = random.Random(5)
     assert sample_tasks(random.Random(5), tasks, 9) == [rng.choice(tasks) for _ in range(9)]
+    assert sample_tasks(random.Random(5), tasks, 9, None, dict.fromkeys(tasks, 0.25)) == sample_tasks(
+        random.Random(5), tasks, 9)  # equal weights: the uniform draws
 
 
 def test_the_store_gives_each_online_episodes_group_and_outcome(tmp_path):
@@ -120,10 +122,10 @@ def test_a_run_draws_each_iterations_tasks_by_its_earlier_rollouts(tiny_model_di
         groups = {e.group_id for e in eps if e.group_id and f":i{iteration}r0-" in e.group_id}
         return [g.split(":")[0] for g in sorted(groups, key=lambda g: int(g.rsplit("-", 1)[1]))]
 
-    # iteration 0 knows no outcome: every task at p = 1/2
-    assert drawn(0) == sample_tasks(random.Random(0 * 7919 + 0), list(tasks), 3, None, dict.fromkeys(tasks, 0.25))
+    # iteration 0 knows no outcome: every task at p = 1/2, drawn as a uniform run draws
+    assert drawn(0) == sample_tasks(random.Random(0 * 7919 + 0), list(tasks), 3)
     weights = learnability_weights(outcomes, list(tasks), 1, floor=0.2, decay=0.8)
-    assert weights["go_home"] == max(weights.values()) > min(weights.values())  # iteration 0 did not draw it
+    assert weights["settings_turn_on"] == max(weights.values()) > min(weights.values())  # iteration 0 did not draw it
     assert drawn(1) == sample_tasks(random.Random(0 * 7919 + 1), list(tasks), 3, None, weights)
 
 
