@@ -158,7 +158,8 @@ class Producer:
             return self._rounds(lambda rnd: self._replay(rng, iteration, rnd), strategy)
         if strategy.offline(iteration):  # awr's offline start: the replay buffer only
             return RolloutResult()
-        return self._rounds(lambda rnd: self._online(rng, iteration, rnd), strategy)
+        weights = self._task_weights(iteration)  # once an iteration: its rounds draw by the same weights
+        return self._rounds(lambda rnd: self._online(rng, iteration, rnd, weights), strategy)
 
     def _rounds(self, one: Callable[[int], RolloutResult], strategy: "Strategy") -> RolloutResult:
         """Rounds of rollouts until enough groups are informative (one round without the option)."""
@@ -170,18 +171,23 @@ class Producer:
                 break
         return result
 
-    def _online(self, rng: random.Random, iteration: int, rnd: int) -> RolloutResult:
+    def _task_weights(self, iteration: int) -> dict[str, float] | None:
+        """--task-sampling learnability: the iteration's task weights from the store (None: uniform draws)."""
+        g = self.cfg.groups
+        if g.task_sampling != "learnability":
+            return None
+        weights = learnability_weights(self.store.grouped_outcomes(self.run_id), self.tasks, iteration,
+                                       floor=g.task_sampling_floor, decay=g.task_sampling_decay)
+        total = sum(weights.values())
+        ranked = sorted(weights, key=lambda t: -weights[t])
+        log.info("iteration %d draws its tasks by learnability: most %s, least %s", iteration,
+                 ", ".join(f"{t} {weights[t] / total:.0%}" for t in ranked[:3]),
+                 ", ".join(f"{t} {weights[t] / total:.0%}" for t in ranked[-3:]))
+        return weights
+
+    def _online(self, rng: random.Random, iteration: int, rnd: int,
+                task_weights: dict[str, float] | None) -> RolloutResult:
         cfg, g = self.cfg, self.cfg.groups
-        task_weights = None
-        if g.task_sampling == "learnability":
-            task_weights = learnability_weights(self.store.grouped_outcomes(self.run_id), self.tasks, iteration,
-                                                floor=g.task_sampling_floor, decay=g.task_sampling_decay)
-            if rnd == 0:
-                total = sum(task_weights.values())
-                ranked = sorted(task_weights, key=lambda t: -task_weights[t])
-                log.info("iteration %d draws its tasks by learnability: most %s, least %s", iteration,
-                         ", ".join(f"{t} {task_weights[t] / total:.0%}" for t in ranked[:3]),
-                         ", ".join(f"{t} {task_weights[t] / total:.0%}" for t in ranked[-3:]))
         picks = sample_tasks(rng, self.tasks, g.groups_per_iteration, cfg.env_weights, task_weights)
         seeds = [rng.randrange(TRAIN_SEED_RANGE) for _ in picks]
         branched = cfg.branch.branch_at != "none"
