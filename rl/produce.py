@@ -186,7 +186,7 @@ class Producer:
         return weights
 
     def _online(self, rng: random.Random, iteration: int, rnd: int,
-                task_weights: dict[str, float] | None) -> RolloutResult:
+                task_weights: dict[str, float] | None = None) -> RolloutResult:
         cfg, g = self.cfg, self.cfg.groups
         picks = sample_tasks(rng, self.tasks, g.groups_per_iteration, cfg.env_weights, task_weights)
         seeds = [rng.randrange(TRAIN_SEED_RANGE) for _ in picks]
