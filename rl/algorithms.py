@@ -111,9 +111,6 @@ class Algorithm:
             if cfg.credit.entropy_modulation:
                 raise ValueError(f"--entropy-modulation needs the sampling log-probs of each reply; {cls.name} "
                                  "trains on replayed and demonstrated turns that have none")
-            if cfg.update.kl_coef > 0:
-                raise ValueError(f"--kl-coef is a term of the PPO-clip loss; {cls.name}'s weighted regression has "
-                                 "none: drop it")
             if cfg.update.rescore == "on":
                 raise ValueError(f"--rescore on re-scores the PPO ratio's old log-probs; {cls.name}'s weighted "
                                  "regression has no ratio: drop it")
@@ -198,9 +195,9 @@ class AWR(Algorithm):
     ratio = False
     sections = ("awr",)
     own_keys = CRITIC_KEYS
-    #: the PPO-clip loss's settings, which a weighted regression (no ratio, no KL term) leaves unused
-    RATIO_SETTINGS = ("clip_eps_low", "clip_eps_high", "kl_coef", "kl_kind", "kl_target", "kl_horizon",
-                      "kl_reference", "max_kl_old", "rescore", "tis_cap", "entropy_modulation")
+    #: the PPO-clip loss's settings, which a weighted regression (no ratio) leaves unused; its KL term to the
+    #: reference (--kl-coef and the settings of the reference and the estimator) it has
+    RATIO_SETTINGS = ("clip_eps_low", "clip_eps_high", "max_kl_old", "rescore", "tis_cap", "entropy_modulation")
 
     @classmethod
     def check(cls, cfg: "TrainConfig") -> None:
@@ -213,8 +210,8 @@ class AWR(Algorithm):
     def unused(cls, cfg: "TrainConfig") -> dict[str, str]:
         out = super().unused(cfg)
         for key in cls.RATIO_SETTINGS:
-            out.setdefault(key, "is a setting of the PPO-clip loss; awr's weighted regression has no ratio and no "
-                                "KL term: drop it")
+            out.setdefault(key, "is a setting of the PPO-clip loss; awr's weighted regression has no ratio: "
+                                "drop it")
         return out
 
 

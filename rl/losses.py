@@ -162,23 +162,38 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
 
 
 def awr_loss(logp: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor, *, agg: str = "token_mean",
-             max_len: int | None = None) -> tuple[torch.Tensor, PolicyLossStats]:
-    """Advantage-weighted regression's actor loss ``ℓ = −w · log π(a|s)`` per token, then :func:`aggregate`.
+             max_len: int | None = None, ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0,
+             kl_kind: str = "k3") -> tuple[torch.Tensor, PolicyLossStats]:
+    """Advantage-weighted regression's actor loss ``ℓ = −w · log π(a|s) + β · KL(π ‖ π_ref)`` per token,
+    then :func:`aggregate`.
 
     ``w = min(exp(A/β), w_max)`` (:func:`rl.advantages.awr_weights`) is one weight per turn
     (``[B]``) or per token (``[B, L]``); it is a constant (no gradient flows into it). Unlike
     PPO there is no ratio to the behaviour policy, so the same loss trains on demonstrations
     and on the replay of older policies' turns (off-policy).
 
+    The KL term (``ref_logp`` given and ``kl_coef`` > 0) is :func:`kl_estimate` on the batch's own
+    tokens. Those are the replay buffer's (older policies' samples, or demonstrations), not samples of
+    π, so it is an anchor that holds π's log-probs of those tokens near the reference's rather than an
+    unbiased estimate of the KL; on a turn the reference already writes, it keeps what the regression
+    on other turns would take away.
+
     Args:
         logp: ``[B, L]`` log-probs of the taken tokens (with grad).
         weights: ``[B]`` or ``[B, L]``, ≥ 0.
         mask: ``[B, L]``.
+        ref_logp: ``[B, L]`` reference-policy log-probs, for ``kl_coef > 0``.
     """
     if weights.dim() == 1:
         weights = weights[:, None].expand_as(logp)
-    loss = aggregate(-weights.detach() * logp, mask, agg, max_len=max_len)
-    stats = PolicyLossStats(pg_loss=float(loss.detach()), kl=0.0, clip_frac=0.0, approx_kl_old=0.0, ratio_mean=1.0)
+    pg = aggregate(-weights.detach() * logp, mask, agg, max_len=max_len)
+    loss, kl_val = pg, 0.0
+    if ref_logp is not None:
+        kl = aggregate(kl_estimate(logp, ref_logp, kl_kind), mask, agg, max_len=max_len)
+        kl_val = float(kl.detach())
+        if kl_coef:
+            loss = pg + kl_coef * kl
+    stats = PolicyLossStats(pg_loss=float(pg.detach()), kl=kl_val, clip_frac=0.0, approx_kl_old=0.0, ratio_mean=1.0)
     return loss, stats
 
 

@@ -217,5 +217,7 @@ class AWR(algorithms.AWR, _WithCritic):
     def loss(self, logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, *,
              ref_logp: torch.Tensor | None, group_ids: torch.Tensor, kl_coef: float
              ) -> tuple[torch.Tensor, PolicyLossStats]:
-        """Weighted regression: ``adv`` holds the weights exp(A/β); no ratio, no KL term."""
-        return awr_loss(logp, adv, mask, agg=self.loss_agg, max_len=self.cfg.sampling.max_new_tokens)
+        """Weighted regression: ``adv`` holds the weights exp(A/β); no ratio. With ``--kl-coef`` a KL term to
+        the reference on the batch's tokens (:func:`rl.losses.awr_loss`)."""
+        return awr_loss(logp, adv, mask, agg=self.loss_agg, max_len=self.cfg.sampling.max_new_tokens,
+                        ref_logp=ref_logp, kl_coef=kl_coef, kl_kind=self.cfg.update.kl_kind)

@@ -313,10 +313,26 @@ def test_ppo_run_stores_credit_checkpoints_its_critic_and_follows_the_horizon(ti
     assert all(c.value is not None and c.ret is not None and c.algo == "ppo" for c in credit)
 
 
+def test_awr_with_a_kl_anchor_keeps_a_reference_and_logs_the_kl(tiny_model_dir, tmp_path):
+    from rl.trainer import train
+
+    demos = tmp_path / "demos"
+    _demo_store(demos, 3)
+    common = dict(model=tiny_model_dir, algo="awr", tasks=("settings_dark_theme",), iterations=2, offline_iterations=2,
+                  data=(str(demos),), eval_episodes=0, max_new_tokens=8, replay_episodes=3, seed=1, lr=3e-3, epochs=1,
+                  mini_batch_size=0)
+    anchored = train(TrainConfig.build(out=str(tmp_path / "kl"), kl_coef=1.0, **common))
+    free = train(TrainConfig.build(out=str(tmp_path / "free"), **common))
+    # the first update starts at the reference (KL 0); the second has moved and pays for it
+    kl = [m.value for m in StoreReader(tmp_path / "kl").metrics(anchored.run_id)["kl"]]
+    assert len(kl) == 2 and kl[0] == pytest.approx(0.0, abs=1e-6) and kl[1] > 0
+    assert "kl" not in StoreReader(tmp_path / "free").metrics(free.run_id)  # no term, no flat-zero chart
+    assert anchored.last["loss"] != free.last["loss"]
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(algo="ppo", mode="semi-online", data=("x",)), "trains on online rollouts"),
     (dict(algo="awr", entropy_modulation=0.5), "entropy-modulation"),
-    (dict(algo="awr", kl_coef=0.1), "kl-coef"),
     (dict(algo="grpo", offline_iterations=1), "offline-iterations"),
     (dict(algo="grpo", replay_demos=False), "replay-demos"),
     (dict(algo="awr", offline_iterations=1, replay_demos=False), "no-replay-demos leaves empty"),

@@ -175,6 +175,29 @@ def test_tis_advantages_weight_the_pg_loss_per_token():
     torch.testing.assert_close(logp.grad, torch.tensor([[-0.5 / 3, -2 * 0.5 * rho[1] / 3, -0.25 * 0.5 * rho[2] / 3]]))
 
 
+def test_awr_loss_kl_term_to_the_reference_is_added_with_its_gradient():
+    from rl.losses import awr_loss, kl_estimate
+
+    logp = torch.tensor([[-1.0, -2.0], [-0.5, 0.0]], requires_grad=True)
+    ref = torch.tensor([[-1.5, -1.0], [-0.5, -3.0]])
+    mask = torch.tensor([[1, 1], [1, 0]])
+    w = torch.tensor([2.0, 1.0])
+    plain = awr_loss(logp, w, mask)[0].detach()
+    loss, st = awr_loss(logp, w, mask, ref_logp=ref, kl_coef=0.5)
+    k3 = kl_estimate(logp.detach(), ref)
+    kl = float((k3[0, 0] + k3[0, 1] + k3[1, 0]) / 3)  # the padded token counts nowhere
+    assert st.kl == pytest.approx(kl) and st.pg_loss == pytest.approx(float(plain))
+    assert float(loss) == pytest.approx(float(plain) + 0.5 * kl)
+    loss.backward()
+    # d/d logp of k3 = 1 - exp(ref - logp): toward the reference's log-prob
+    d = logp.detach() - ref
+    expected = (-w[:, None] + 0.5 * (1 - torch.exp(-d))) / 3 * mask
+    torch.testing.assert_close(logp.grad, expected)
+    # the KL measured without a coefficient moves nothing: the loss is the regression's
+    measured, st0 = awr_loss(logp.detach(), w, mask, ref_logp=ref, kl_coef=0.0)
+    assert float(measured) == pytest.approx(float(plain)) and st0.kl == pytest.approx(kl)
+
+
 def test_awr_loss_hand_computed_and_weights_are_constants():
     from rl.advantages import awr_weights
     from rl.losses import awr_loss
