@@ -290,6 +290,10 @@ class UpdateSettings:
     (default: each algorithm's own: seq_mean_token_sum_norm for dr_grpo, token_mean otherwise)"""
     max_grad_norm: float = 1.0
     """gradient clipping: largest global norm of an optimiser step's gradient"""
+    entropy_coef: float = 0.0
+    """entropy bonus: the loss less this times the policy's mean entropy per completion token (of its
+    whole next-token distribution, aggregated as the loss is), against the entropy collapse of long
+    runs; stored as the metric update_entropy (0: off, nothing extra computed)"""
     rescore: Literal["auto", "on", "off"] = "auto"
     """re-score every rollout turn with the learner before the update: the PPO ratio's old log-probs
     become the learner's own and the train-inference mismatch (KL between the engine's and the
@@ -312,6 +316,8 @@ class UpdateSettings:
             raise ValueError("--tis-cap must be >= 0 (0: measure the mismatch without correcting it)")
         if self.max_grad_norm <= 0:
             raise ValueError("--max-grad-norm must be positive")
+        if not 0 <= self.entropy_coef < 1:
+            raise ValueError(f"--entropy-coef {self.entropy_coef}: give a bonus in [0, 1) (0: off; runs use ~0.001-0.01)")
         aggs = ("", "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm",
                 "group_token_mean")
         if self.loss_agg not in aggs:

@@ -44,7 +44,7 @@ def update(strategy: "Strategy", settings: "UpdateSettings", policy: Any, ref: A
     s = settings
     params = [p for p in policy.parameters() if p.requires_grad]
     out = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "grad_norm": 0.0, "approx_kl_old": 0.0, "optimizer_steps": 0.0,
-           "early_stopped": 0.0}
+           "early_stopped": 0.0, "update_entropy": 0.0}
     n_mb = 0
     learner_old = None
     if s.rescore == "on" and strategy.ratio:
@@ -73,7 +73,7 @@ def update(strategy: "Strategy", settings: "UpdateSettings", policy: Any, ref: A
             out["loss"] += loss_sum
             out["grad_norm"] += float(gn)
             out["optimizer_steps"] += 1
-    for k in ("clip_frac", "kl", "approx_kl_old"):
+    for k in ("clip_frac", "kl", "approx_kl_old", "update_entropy"):
         out[k] /= max(n_mb, 1)
     for k in ("loss", "grad_norm"):  # means over the optimiser steps
         out[k] /= max(out["optimizer_steps"], 1)
@@ -83,6 +83,8 @@ def update(strategy: "Strategy", settings: "UpdateSettings", policy: Any, ref: A
         del out["clip_frac"], out["approx_kl_old"]
     if ref is None or not s.kl_coef:
         del out["kl"]
+    if not s.entropy_coef:
+        del out["update_entropy"]
     if out["optimizer_steps"]:
         policy.mark_updated()  # one new policy version per update: what rollouts are tagged and lag-checked with
     return out
@@ -100,7 +102,7 @@ def _accumulate(strategy: "Strategy", s: "UpdateSettings", policy: Any, ref: Any
         idx = part[i:i + s.micro_batch_size]
         mb = [turns[j] for j in idx]
         comps = [list(u.completion_ids) for u in mb]
-        sb = score_turns(policy, mb, comps, grad=True)
+        sb = score_turns(policy, mb, comps, grad=True, entropy=s.entropy_coef > 0)
         old = _place(sb.mask, [u.old_logprobs for u in mb], sb.logprobs.dtype)
         adv_mb = adv[idx].to(device=sb.logprobs.device, dtype=sb.logprobs.dtype)  # advantages are made on CPU
         if learner_old is not None:  # the learner's own old log-probs; TIS on the advantages
@@ -112,9 +114,13 @@ def _accumulate(strategy: "Strategy", s: "UpdateSettings", policy: Any, ref: Any
         ref_lp = None
         if ref is not None and s.kl_coef > 0:
             ref_lp = score_turns(ref, mb, comps, grad=False).logprobs.detach()
+        group_ids = torch.tensor([_group_index(u.group_id) for u in mb], device=sb.mask.device)
         loss, st = strategy.loss(sb.logprobs, old, adv_mb, sb.mask, ref_logp=ref_lp, kl_coef=s.kl_coef,
-                                 group_ids=torch.tensor([_group_index(u.group_id) for u in mb],
-                                                        device=sb.mask.device))
+                                 group_ids=group_ids)
+        if s.entropy_coef > 0:  # the bonus: a flatter next-token distribution lowers the loss
+            ent = strategy.mean_entropy(sb.extra["entropy"], sb.mask, group_ids=group_ids)
+            loss = loss - s.entropy_coef * ent
+            out["update_entropy"] += float(ent.detach())
         # Each micro-batch's share of the mini-batch, so accumulation equals one big batch.
         share = (int(sb.mask.sum()) / max(part_tokens, 1)) if strategy.loss_agg == "token_mean" else len(mb) / len(part)
         (loss * share).backward()
@@ -167,12 +173,16 @@ def rescore(policy: Any, turns: list[Any], micro_batch_size: int, *,
     return rows, stats
 
 
-def score_turns(policy: Any, turns: list[Any], completions: list[list[int]], *, grad: bool) -> Any:
+def score_turns(policy: Any, turns: list[Any], completions: list[list[int]], *, grad: bool,
+                entropy: bool = False) -> Any:
     """Teacher-forced log-probs of ``turns``' completions under ``policy``: from each turn's encoding
-    where generation kept one (so a turn is encoded once, however often it is scored), else its chat."""
+    where generation kept one (so a turn is encoded once, however often it is scored), else its chat.
+    ``entropy``: also each token's next-token entropy (``extra["entropy"]``; asked for only then, so
+    a policy that cannot give it is called as before)."""
+    kw = {"entropy": True} if entropy else {}
     if hasattr(policy, "score_encoded") and hasattr(policy, "encoder"):
-        return policy.score_encoded([encoded(policy, u.inputs) for u in turns], completions, grad=grad)
-    return policy.score_batch([u.prompt for u in turns], completions, grad=grad)
+        return policy.score_encoded([encoded(policy, u.inputs) for u in turns], completions, grad=grad, **kw)
+    return policy.score_batch([u.prompt for u in turns], completions, grad=grad, **kw)
 
 
 def _cluster(idx: list[int], turns: list[Any]) -> list[int]:

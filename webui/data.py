@@ -330,6 +330,8 @@ _CHART_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("Reward components", re.compile(r"^(rewards?|returns?)([/._:-]|$)", re.I)),
     ("Episode length", re.compile(r"(length|num_steps|steps_per_episode|ep_len)", re.I)),
     ("Parse errors", re.compile(r"parse", re.I)),
+    # the sampled replies' entropy (rollouts) beside the updated policy's (--entropy-coef)
+    ("Policy entropy", re.compile(r"^(entropy|update_entropy)$")),
     # the rollout engine against the learner (rescored runs, e.g. --rollout-engine vllm): the gap, then TIS
     ("Engine-learner log-prob gap", re.compile(r"^mismatch_(kl|mean_abs|max_abs)$")),
     ("Truncated importance weights", re.compile(r"^tis_(weight_mean|clip_frac)$")),

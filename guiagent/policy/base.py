@@ -220,7 +220,8 @@ class ScoreBatch:
     """Teacher-forced log-probs of given completions, padded to one tensor.
 
     ``logprobs``: float ``[B, T]`` (differentiable when asked for), ``mask``: bool
-    ``[B, T]``, true on real completion tokens; ``T`` is the longest completion.
+    ``[B, T]``, true on real completion tokens; ``T`` is the longest completion. ``extra``: what
+    else the scoring was asked for (``"entropy"``: ``[B, T]``, nats, zeros off the mask).
     """
 
     logprobs: "torch.Tensor"
@@ -255,8 +256,9 @@ class TrainablePolicy(Policy, Protocol):
         ...
 
     def score_batch(self, chats: Sequence[Chat], completions: Sequence[Sequence[int]], *,
-                    grad: bool = True) -> ScoreBatch:
-        """As :meth:`score`, as a padded tensor batch; differentiable when ``grad``."""
+                    grad: bool = True, entropy: bool = False) -> ScoreBatch:
+        """As :meth:`score`, as a padded tensor batch; differentiable when ``grad``; with ``entropy``
+        also each completion token's next-token entropy, in ``extra["entropy"]``."""
         ...
 
     def encode_completion(self, text: str, *, end_turn: bool = True) -> list[int]:

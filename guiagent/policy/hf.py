@@ -324,21 +324,23 @@ class TransformersPolicy:
     # ---- teacher forcing ------------------------------------------------------------------------
 
     def score_batch(self, chats: Sequence[Chat], completions: Sequence[Sequence[int]], *,
-                    grad: bool = True) -> ScoreBatch:
+                    grad: bool = True, entropy: bool = False) -> ScoreBatch:
         """Teacher-forced log-probs ``[B, T]`` of the completion tokens and their mask.
 
         With ``grad`` the graph is kept for a loss downstream (the model is not
         switched to train mode: Qwen-VL has no dropout, and eval mode keeps the
-        numbers equal to generation's).
+        numbers equal to generation's). With ``entropy`` the batch's ``extra["entropy"]``
+        holds the entropy ``[B, T]`` (nats) of the policy's whole next-token distribution at
+        each completion token, from the same forward (differentiable with ``grad``).
         """
         if len(chats) != len(completions):
             raise ValueError(f"{len(chats)} chats but {len(completions)} completions")
         if not chats:
             raise ValueError("score_batch needs at least one chat")
-        return self.score_encoded([self.encoder.encode(c) for c in chats], completions, grad=grad)
+        return self.score_encoded([self.encoder.encode(c) for c in chats], completions, grad=grad, entropy=entropy)
 
     def score_encoded(self, encs: Sequence[Encoded], completions: Sequence[Sequence[int]], *,
-                      grad: bool = True) -> ScoreBatch:
+                      grad: bool = True, entropy: bool = False) -> ScoreBatch:
         """:meth:`score_batch` on encoded prompts.
 
         Rows with identical prompts (a GRPO group's samples of one screen) share one prompt
@@ -353,18 +355,18 @@ class TransformersPolicy:
         t = max(len(c) for c in completions)
         if t == 0:
             z = torch.zeros((len(encs), 0), device=self.device)
-            return ScoreBatch(z, z.bool())
+            return ScoreBatch(z, z.bool(), {"entropy": z} if entropy else {})
         owner = _prompt_owners(encs) if self._can_share_prompts() else None
         if owner is not None and len(set(owner)) < len(encs):
-            return self._score_shared(encs, completions, owner, t, grad)
+            return self._score_shared(encs, completions, owner, t, grad, entropy)
         batch = self._collate(encs, completions, pixels=False)
         with torch.set_grad_enabled(grad), self._compute(train=grad):
             batch.update(self._vision_inputs(encs, grad=grad))
             logits = self.model(**batch, logits_to_keep=t + 1, use_cache=False).logits[:, :t]
             target = batch["input_ids"][:, -t:]
-            lp = _token_logprobs(logits, target)
+            lp, ent = _token_logprobs(logits, target, entropy=entropy)
         mask = batch["attention_mask"][:, -t:].bool()
-        return ScoreBatch(lp.masked_fill(~mask, 0.0), mask)
+        return _score_batch(lp, ent, mask)
 
     def _can_share_prompts(self) -> bool:
         # A checkpointed model turns its KV cache off in train mode; DDP / FSDP expect one forward
@@ -379,7 +381,7 @@ class TransformersPolicy:
         return getattr(model, "model", model)
 
     def _score_shared(self, encs: Sequence[Encoded], completions: Sequence[Sequence[int]], owner: list[int],
-                      t: int, grad: bool) -> ScoreBatch:
+                      t: int, grad: bool, entropy: bool = False) -> ScoreBatch:
         """:meth:`score_encoded` with one prompt forward per distinct prompt; ``owner[b]`` is the
         first row whose prompt equals row ``b``'s."""
         full = self._collate(encs, completions, pixels=False)
@@ -412,9 +414,9 @@ class TransformersPolicy:
                                   position_ids=pos[:, :, plen:end], use_cache=True,
                                   **{_cache_kwarg(self._core()): cache}).logits
                 logits = torch.cat([logits, rest], dim=1)
-            lp = _token_logprobs(logits, ids[:, plen:])
+            lp, ent = _token_logprobs(logits, ids[:, plen:], entropy=entropy)
         cmask = mask[:, plen:].bool()
-        return ScoreBatch(lp.masked_fill(~cmask, 0.0), cmask)
+        return _score_batch(lp, ent, cmask)
 
     # ---- vision features ---------------------------------------------------------------------------
 
@@ -606,9 +608,19 @@ def _output_cache(out: Any) -> Any:
     return cache if cache is not None else out.past_key_values
 
 
-def _token_logprobs(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """``log_softmax(logits)`` at ``target``: ``[B, T, V]``, ``[B, T]`` -> float ``[B, T]``."""
-    return logits.float().log_softmax(-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+def _token_logprobs(logits: torch.Tensor, target: torch.Tensor, *,
+                    entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``log_softmax(logits)`` at ``target``: ``[B, T, V]``, ``[B, T]`` -> float ``[B, T]``; with
+    ``entropy`` also the entropy ``[B, T]`` of each row's distribution, from the same log-softmax
+    (else None)."""
+    logp = logits.float().log_softmax(-1)
+    lp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    return lp, (-(logp.exp() * logp).sum(-1) if entropy else None)
+
+
+def _score_batch(lp: torch.Tensor, ent: torch.Tensor | None, mask: torch.Tensor) -> ScoreBatch:
+    """The padded batch, zeros off the completion tokens (the entropy's too, when it was asked for)."""
+    return ScoreBatch(lp.masked_fill(~mask, 0.0), mask, {} if ent is None else {"entropy": ent.masked_fill(~mask, 0.0)})
 
 
 def _split_images(e: Encoded) -> list[tuple[bytes, torch.Tensor, torch.Tensor]]:

@@ -25,7 +25,7 @@ import torch
 
 from rl.advantages import aem_modulation, normalize_per_key, whiten
 from rl.algorithms import ALGORITHMS, Algorithm, algorithm
-from rl.losses import PolicyLossStats, ppo_clip_loss
+from rl.losses import PolicyLossStats, aggregate, ppo_clip_loss
 
 if TYPE_CHECKING:
     from rl.config import TrainConfig
@@ -148,6 +148,12 @@ class Strategy(Algorithm):
     @property
     def loss_agg(self) -> str:
         return self.cfg.update.loss_agg or self.default_loss_agg
+
+    def mean_entropy(self, entropy: torch.Tensor, mask: torch.Tensor, *, group_ids: torch.Tensor) -> torch.Tensor:
+        """The entropy bonus's measure of one micro-batch (``--entropy-coef``): the per-token entropy
+        ``[B, T]`` aggregated as the loss aggregates its tokens, so that it accumulates over
+        micro-batches as the loss does."""
+        return aggregate(entropy, mask, self.loss_agg, max_len=self.cfg.sampling.max_new_tokens, group_ids=group_ids)
 
     def fit(self) -> dict[str, float]:
         """After the actor's update: fit a critic to this iteration's returns (nothing by default)."""

@@ -187,6 +187,33 @@ def test_score_batch_is_differentiable_and_masked(policy):
     assert max_diff(policy.score(cs, comps)[1], sb.to_lists()[1]) < 1e-6
 
 
+def test_score_batch_gives_each_tokens_entropy_of_the_whole_distribution(policy):
+    """``entropy=True``: at each completion token, the entropy of the next-token distribution,
+    checked against the distribution itself (every vocabulary token scored as the next one), on the
+    one-forward and the shared-prompt paths alike, differentiable, zero off the mask."""
+    c = chats()[0]
+    first = policy.encode_completion("ok")[0]
+    vocab = len(policy.tokenizer)
+    for prefix in ([], [first]):
+        rows = policy.score_batch([c] * vocab, [prefix + [v] for v in range(vocab)], grad=False)
+        lp = rows.logprobs[:, len(prefix)]
+        assert lp.exp().sum().item() == pytest.approx(1.0, abs=1e-4)
+        want = float(-(lp.exp() * lp).sum())
+        for share in (False, True):
+            policy.share_prompts = share
+            sb = policy.score_batch([c, c], [[first, 5], [first]], grad=False, entropy=True)
+            policy.share_prompts = True
+            ent = sb.extra["entropy"]
+            assert ent.shape == sb.mask.shape == (2, 2)
+            assert ent[0, len(prefix)].item() == pytest.approx(want, abs=1e-4)
+            assert ent[1, 1].item() == 0.0  # off the second row's one token
+    assert "entropy" not in policy.score_batch([c], [[first]], grad=False).extra  # asked for only
+    sb = policy.score_batch([c], [[first, 5]], grad=True, entropy=True)
+    sb.extra["entropy"].sum().backward()
+    assert any(q.grad is not None and q.grad.abs().sum() > 0 for q in policy.parameters())
+    policy.model.zero_grad(set_to_none=True)
+
+
 def _scores_and_grads(p, cs, comps, share):
     p.share_prompts = share
     p.model.zero_grad(set_to_none=True)

@@ -330,6 +330,33 @@ def test_awr_with_a_kl_anchor_keeps_a_reference_and_logs_the_kl(tiny_model_dir, 
     assert anchored.last["loss"] != free.last["loss"]
 
 
+def test_awr_with_an_entropy_bonus_logs_it_and_lowers_its_loss_by_it(tiny_model_dir, tmp_path):
+    """--entropy-coef on a whole run: the first update (the same batch at the same weights as the run
+    without it) has the loss less c times the logged update_entropy; no bonus, no update_entropy chart."""
+    from rl.trainer import train
+
+    demos = tmp_path / "demos"
+    _demo_store(demos, 3)
+    common = dict(model=tiny_model_dir, algo="awr", tasks=("settings_dark_theme",), iterations=1, offline_iterations=1,
+                  data=(str(demos),), eval_episodes=0, max_new_tokens=8, replay_episodes=3, seed=1, lr=3e-3, epochs=1,
+                  mini_batch_size=0)
+    bonus = train(TrainConfig.build(out=str(tmp_path / "ent"), entropy_coef=0.01, **common))
+    free = train(TrainConfig.build(out=str(tmp_path / "free"), **common))
+    ent = [m.value for m in StoreReader(tmp_path / "ent").metrics(bonus.run_id)["update_entropy"]]
+    assert len(ent) == 1 and ent[0] > 0
+    assert bonus.last["loss"] == pytest.approx(free.last["loss"] - 0.01 * ent[0], rel=1e-4)
+    assert "update_entropy" not in StoreReader(tmp_path / "free").metrics(free.run_id)
+
+
+@pytest.mark.parametrize("value, match", [(-0.01, "--entropy-coef"), (1.0, "--entropy-coef"),
+                                          (float("nan"), "entropy_coef: nan")])
+def test_an_entropy_bonus_out_of_range_is_refused(value, match):
+    from guiagent.config import ConfigError
+
+    with pytest.raises((ValueError, ConfigError), match=match):
+        TrainConfig.build(model="m", entropy_coef=value)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(algo="ppo", mode="semi-online", data=("x",)), "trains on online rollouts"),
     (dict(algo="awr", entropy_modulation=0.5), "entropy-modulation"),

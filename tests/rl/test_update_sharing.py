@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import random
 
+import pytest
 import torch
 from PIL import Image
 
@@ -72,3 +73,50 @@ def test_rescore_returns_rows_in_the_turns_order(tiny_model_dir):
         assert len(r) == len(u.completion_ids)
         assert max(abs(a - b) for a, b in zip(r, u.old_logprobs)) < 1e-5
     assert stats["mismatch_max_abs"] < 1e-5
+
+
+def _batch_entropy(policy, turns) -> float:
+    sb = policy.score_batch([u.prompt for u in turns], [list(u.completion_ids) for u in turns], grad=False,
+                            entropy=True)
+    return float((sb.extra["entropy"] * sb.mask).sum() / sb.mask.sum())
+
+
+def test_the_entropy_bonus_is_its_share_of_the_loss_and_raises_the_entropy(tiny_model_dir):
+    """--entropy-coef c: with no advantage to learn from, the loss is -c times the batch's mean entropy per
+    token (logged as update_entropy), and the updates flatten the policy; without it nothing moves."""
+    policy = load_transformers(tiny_model_dir, device="cpu")
+    turns, _ = _turns(policy, groups=2, size=3)
+    zero = torch.zeros(len(turns))
+    # first a peaked policy (a random model's is near uniform, its entropy near the maximum)
+    sharpen = TrainConfig.build(algo="grpo", micro_batch_size=len(turns), lr=1e-2)
+    opt = torch.optim.AdamW(policy.parameters(), lr=1e-2)
+    for _ in range(3):
+        update(make_strategy(sharpen, ".", None), sharpen.update, policy, None, opt, turns, torch.ones(len(turns)))
+    before = _batch_entropy(policy, turns)
+    cfg = TrainConfig.build(algo="grpo", entropy_coef=0.1, micro_batch_size=len(turns), lr=1e-3)
+    opt = torch.optim.AdamW(policy.parameters(), lr=1e-3)
+    out = update(make_strategy(cfg, ".", None), cfg.update, policy, None, opt, turns, zero)
+    assert out["update_entropy"] == pytest.approx(before, rel=1e-5)
+    assert out["loss"] == pytest.approx(-0.1 * before, rel=1e-5)
+    for _ in range(4):
+        update(make_strategy(cfg, ".", None), cfg.update, policy, None, opt, turns, zero)
+    assert _batch_entropy(policy, turns) > before + 0.05
+    off = TrainConfig.build(algo="grpo", micro_batch_size=len(turns), lr=1e-2)
+    still = _batch_entropy(policy, turns)
+    out = update(make_strategy(off, ".", None), off.update, policy, None,
+                 torch.optim.AdamW(policy.parameters(), lr=1e-2, weight_decay=0.0), turns, zero)
+    assert "update_entropy" not in out and out["loss"] == 0.0
+    assert _batch_entropy(policy, turns) == pytest.approx(still, abs=1e-6)
+
+
+def test_the_entropy_bonus_accumulates_over_micro_batches_as_one_batch(tiny_model_dir):
+    steps = {}
+    for micro in (6, 2):
+        policy = load_transformers(tiny_model_dir, device="cpu")
+        turns, adv = _turns(policy, groups=3, size=2)
+        opt = torch.optim.SGD(policy.parameters(), lr=1.0)
+        cfg = TrainConfig.build(micro_batch_size=micro, lr=1.0, max_grad_norm=1e9, entropy_coef=0.5)
+        update(make_strategy(cfg, ".", None), cfg.update, policy, None, opt, turns, adv)
+        steps[micro] = {n: t.detach().clone() for n, t in policy.model.named_parameters()}
+    for n in steps[6]:
+        torch.testing.assert_close(steps[2][n], steps[6][n], atol=1e-5, rtol=1e-4)

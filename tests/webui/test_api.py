@@ -183,3 +183,11 @@ def test_engine_gap_metrics_grouped_into_their_charts():
         ["success_rate", "mismatch_kl", "mismatch_mean_abs", "mismatch_max_abs", "tis_weight_mean", "tis_clip_frac"])}
     assert charts["Engine-learner log-prob gap"] == ["mismatch_kl", "mismatch_max_abs", "mismatch_mean_abs"]
     assert charts["Truncated importance weights"] == ["tis_clip_frac", "tis_weight_mean"]
+
+
+def test_the_rollouts_entropy_and_the_updates_share_a_chart():
+    from webui.data import chart_groups
+
+    charts = {c["title"]: c["series"] for c in chart_groups(["entropy", "update_entropy", "alarm/entropy", "loss"])}
+    assert charts["Policy entropy"] == ["entropy", "update_entropy"]
+    assert charts["alarm/entropy"] == ["alarm/entropy"]
