@@ -313,39 +313,40 @@ def test_ppo_run_stores_credit_checkpoints_its_critic_and_follows_the_horizon(ti
     assert all(c.value is not None and c.ret is not None and c.algo == "ppo" for c in credit)
 
 
-def test_awr_with_a_kl_anchor_keeps_a_reference_and_logs_the_kl(tiny_model_dir, tmp_path):
+def _offline_awr_with_and_without(model_dir, tmp_path, iterations: int, **setting):
+    """Two offline AWR runs on the same demonstrations, one with ``setting``: (its result and
+    metrics, the other's result and metrics)."""
     from rl.trainer import train
 
     demos = tmp_path / "demos"
     _demo_store(demos, 3)
-    common = dict(model=tiny_model_dir, algo="awr", tasks=("settings_dark_theme",), iterations=2, offline_iterations=2,
-                  data=(str(demos),), eval_episodes=0, max_new_tokens=8, replay_episodes=3, seed=1, lr=3e-3, epochs=1,
-                  mini_batch_size=0)
-    anchored = train(TrainConfig.build(out=str(tmp_path / "kl"), kl_coef=1.0, **common))
-    free = train(TrainConfig.build(out=str(tmp_path / "free"), **common))
+    common = dict(model=model_dir, algo="awr", tasks=("settings_dark_theme",), iterations=iterations,
+                  offline_iterations=iterations, data=(str(demos),), eval_episodes=0, max_new_tokens=8,
+                  replay_episodes=3, seed=1, lr=3e-3, epochs=1, mini_batch_size=0)
+    out = []
+    for name, extra in (("with", setting), ("free", {})):
+        r = train(TrainConfig.build(out=str(tmp_path / name), **common, **extra))
+        out += [r, StoreReader(tmp_path / name).metrics(r.run_id)]
+    return tuple(out)
+
+
+def test_awr_with_a_kl_anchor_keeps_a_reference_and_logs_the_kl(tiny_model_dir, tmp_path):
+    anchored, metrics, free, free_metrics = _offline_awr_with_and_without(tiny_model_dir, tmp_path, 2, kl_coef=1.0)
     # the first update starts at the reference (KL 0); the second has moved and pays for it
-    kl = [m.value for m in StoreReader(tmp_path / "kl").metrics(anchored.run_id)["kl"]]
+    kl = [m.value for m in metrics["kl"]]
     assert len(kl) == 2 and kl[0] == pytest.approx(0.0, abs=1e-6) and kl[1] > 0
-    assert "kl" not in StoreReader(tmp_path / "free").metrics(free.run_id)  # no term, no flat-zero chart
+    assert "kl" not in free_metrics  # no term, no flat-zero chart
     assert anchored.last["loss"] != free.last["loss"]
 
 
 def test_awr_with_an_entropy_bonus_logs_it_and_lowers_its_loss_by_it(tiny_model_dir, tmp_path):
     """--entropy-coef on a whole run: the first update (the same batch at the same weights as the run
     without it) has the loss less c times the logged update_entropy; no bonus, no update_entropy chart."""
-    from rl.trainer import train
-
-    demos = tmp_path / "demos"
-    _demo_store(demos, 3)
-    common = dict(model=tiny_model_dir, algo="awr", tasks=("settings_dark_theme",), iterations=1, offline_iterations=1,
-                  data=(str(demos),), eval_episodes=0, max_new_tokens=8, replay_episodes=3, seed=1, lr=3e-3, epochs=1,
-                  mini_batch_size=0)
-    bonus = train(TrainConfig.build(out=str(tmp_path / "ent"), entropy_coef=0.01, **common))
-    free = train(TrainConfig.build(out=str(tmp_path / "free"), **common))
-    ent = [m.value for m in StoreReader(tmp_path / "ent").metrics(bonus.run_id)["update_entropy"]]
+    bonus, metrics, free, free_metrics = _offline_awr_with_and_without(tiny_model_dir, tmp_path, 1, entropy_coef=0.01)
+    ent = [m.value for m in metrics["update_entropy"]]
     assert len(ent) == 1 and ent[0] > 0
     assert bonus.last["loss"] == pytest.approx(free.last["loss"] - 0.01 * ent[0], rel=1e-4)
-    assert "update_entropy" not in StoreReader(tmp_path / "free").metrics(free.run_id)
+    assert "update_entropy" not in free_metrics
 
 
 @pytest.mark.parametrize("value, match", [(-0.01, "--entropy-coef"), (1.0, "--entropy-coef"),
