@@ -317,7 +317,7 @@ class UpdateSettings:
         if self.max_grad_norm <= 0:
             raise ValueError("--max-grad-norm must be positive")
         if not 0 <= self.entropy_coef < 1:
-            raise ValueError(f"--entropy-coef {self.entropy_coef}: give a bonus in [0, 1) (0: off; runs use ~0.001-0.01)")
+            raise ValueError(f"--entropy-coef {self.entropy_coef}: give a bonus in [0, 1) (0: off)")
         aggs = ("", "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm",
                 "group_token_mean")
         if self.loss_agg not in aggs:
