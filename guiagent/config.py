@@ -66,6 +66,7 @@ import dataclasses
 import functools
 import json
 import math
+import io
 import os
 import pickle
 import re
@@ -851,11 +852,63 @@ def parse_config(cls: type[T], argv: Sequence[str] | None = None, *, prog: str |
         raise ConfigError(_from_file(cls, " ".join(str(e).split()) or type(e).__name__, path, given,
                                      rest)) from None
     check_numbers("", cfg)  # flags: the ranges YAML values are held to
+    flag_keys = _flag_keys(cls, rest)
     try:  # the settings the file and the flags gave (never the defaults, nor a built-in recipe's)
-        _ask_given(cfg, given | _flag_keys(cls, rest))
+        if path is not None:
+            given -= _idle_file_keys(cls, cfg, checked, given - flag_keys, rest, registry=_ascii_numbers())
+        _ask_given(cfg, given | flag_keys)
     except ValueError as e:
         raise ConfigError(_from_file(cls, _one_line(e), path, given, rest)) from None
     return cfg
+
+
+def _idle_file_keys(cls: type, cfg: Any, checked: Mapping[str, Any], file_keys: set[str], rest: Sequence[str], *,
+                    registry: Any) -> set[str]:
+    """The settings of a config file that ``cfg`` leaves unused (``cfg.unused()``) at the very value the
+    config takes without them: never refused, so that a run's own config.yaml, which writes every setting
+    out (defaults and values the config resolved for itself included), feeds back as ``--config`` to repeat
+    the run. Found by building the config again with those keys left out of the file (a build that fails
+    leaves them all refusable)."""
+    unused = getattr(cfg, "unused", None)
+    if not callable(unused):
+        return set()
+    idle = unused()
+    candidates = {k for k in file_keys
+                  if k in idle or any(u.endswith(".") and k.startswith(u) for u in idle)}
+    if not candidates:
+        return set()
+    import tyro  # lazy: as in parse_config
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), _one_line_parse_errors():
+            without = tyro.cli(cls, args=list(rest), default=_unchecked(cls, _drop_keys(cls, checked, candidates)),
+                               registry=registry)
+    except (SystemExit, Exception):  # noqa: BLE001 - the file's keys stay refusable, as they were
+        return set()
+    return {k for k in candidates if _value_at(cfg, k) == _value_at(without, k)}
+
+
+def _drop_keys(cls: type, checked: Mapping[str, Any], keys: set[str], prefix: str = "") -> dict[str, Any]:
+    """``checked`` (a file's checked values) without the settings at the key paths ``keys``."""
+    hints = typing.get_type_hints(cls)
+    flat = _flat_fields(cls)
+    out: dict[str, Any] = {}
+    for name, value in checked.items():
+        tp = hints.get(name)
+        if name in flat:
+            out[name] = _drop_keys(tp, value, keys, prefix)
+        elif _is_dataclass_type(tp) and isinstance(value, Mapping):
+            out[name] = _drop_keys(tp, value, keys, f"{prefix}{name}.")
+        elif f"{prefix}{name}" not in keys:
+            out[name] = value
+    return out
+
+
+def _value_at(obj: Any, key: str) -> Any:
+    """The value of ``obj`` (a config) at the key path ``key`` (``lr``, ``semi.gamma``), Flat sections seen through."""
+    for part in key.split("."):
+        obj = flat_values(obj)[part] if dataclasses.is_dataclass(obj) else None
+    return obj
 
 
 def _flag_keys(cls: type, argv: Sequence[str]) -> set[str]:

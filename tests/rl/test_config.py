@@ -1,7 +1,9 @@
 """The training config refuses a setting the user gives that the run leaves unused, naming it in one line.
 
 "Given" means set by the user (a flag, a key of a --config file, a field passed to TrainConfig.build),
-whatever its value; the class defaults and the embedded recipe's values are never refused."""
+whatever its value; the class defaults and the embedded recipe's values are never refused, nor a config
+file's key at the value the run would take without it (a run's own config.yaml writes every setting out,
+and feeds back as --config to repeat the run)."""
 
 from pathlib import Path
 
@@ -92,6 +94,37 @@ def test_a_config_file_key_left_unused_is_named_by_its_file_and_key(tmp_path):
     # the same key given again on the command line is named as the flag
     with pytest.raises(ConfigError, match="^--clip-eps-high "):
         parse_config(TrainConfig, ["--config", str(f), "--clip-eps-high", "0.2"])
+
+
+def test_a_config_file_key_unused_at_the_value_the_run_takes_anyway_is_not_refused(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("algo: awr\nmodel: m\nclip_eps_high: 0.28\nrescore: 'off'\nadvantage: episode\n")
+    cfg = parse_config(TrainConfig, ["--config", str(f)])
+    assert cfg == TrainConfig.build(algo="awr", model="m")
+    # the same values as flags are the user's own: refused where unused
+    with pytest.raises(ConfigError, match="^--clip-eps-high "):
+        parse_config(TrainConfig, ["--config", str(f), "--clip-eps-high", "0.28"])
+
+
+@pytest.mark.parametrize("args", [
+    [],  # the embedded default's recipe (online AWR from a warm start it builds)
+    ["--env", "miniwob"],  # the staged Dr. GRPO recipe
+    ["--algo", "awr", "--rename-targets", "0.5", "--targets", "seen", "--task-sampling", "learnability",
+     "--no-replay-demos", "--temperature", "0.5"],
+    ["--algo", "ppo", "--model", "m", "--gae-lambda", "0.9"],
+])
+def test_a_runs_own_config_yaml_feeds_back_to_repeat_the_run(tmp_path, args):
+    """config.yaml, every setting written out (resolved ones too: --rescore, --loss-agg), is taken back
+    whole as --config: with --model RUN/sft the run's RL stage runs again from its saved warm start with
+    the run's own settings (without --config, --model leaves the embedded recipe out)."""
+    from guiagent.cli.train import parse_args
+    from rl.checkpoint import save_config
+    from rl.plan import with_demos
+
+    cfg = with_demos(parse_args([*args, "--out", str(tmp_path / "run")]), tmp_path / "run")  # as the run saves it
+    save_config(tmp_path, cfg)
+    again = parse_config(TrainConfig, ["--config", str(tmp_path / "config.yaml"), "--model", "sft"])
+    assert again == TrainConfig.build(base=cfg, model="sft")
 
 
 @pytest.mark.parametrize("env", ["webapps", "miniwob"])
