@@ -148,6 +148,23 @@ def _gives_iterations(argv: list[str]) -> bool:
     return False
 
 
+def _hint_run_config(cfg, argv: list[str]) -> None:
+    """``--model RUN/sft`` (a training run's own warm start) without ``--config``: one line saying that the
+    run's RL settings are in its config.yaml, which this run does not take (the class defaults apply where
+    the run had the embedded recipe's), and how to repeat them."""
+    if not cfg.model or cfg.resume or any(a.split("=", 1)[0] == "--config" for a in argv):
+        return
+    from rl.checkpoint import RUN_MARKER  # lazy: as in _undo_failed_start
+
+    run = Path(cfg.model).parent
+    if (run / RUN_MARKER).is_file() and (run / "config.yaml").is_file():
+        import logging
+
+        logging.getLogger("guiagent.cli.train").warning(
+            "--model %s is the warm start of the run %s; this run takes the class defaults, not that run's settings: "
+            "to run its RL stage again, give --config %s too", cfg.model, run, run / "config.yaml")
+
+
 def _names_a_start(argv: list[str]) -> bool:
     """A model, a run to resume or a config file on the command line: the class defaults apply; without
     any of them (or with --help) the embedded default's recipe does (rl.config.EMBEDDED_RECIPE)."""
@@ -232,6 +249,7 @@ def main(argv: list[str]) -> int:
         validate_out_dir(cfg.out)
     show_progress()
     quiet_library_bars()
+    _hint_run_config(cfg, argv)
     # one writer per run folder: a second train, eval --out, sft --out or import into it is refused
     with run_lock(cfg.resume or cfg.out, "guiagent train " + shlex.join(argv)):
         # one resolution of the start (a resumed run's config and total, its checkpoint, the folder, the

@@ -688,3 +688,25 @@ def test_a_number_of_the_wrong_kind_is_said_in_the_flag_s_words(tmp_path, capsys
     assert main(["ui", "--runs", str(tmp_path / "f.sqlite")]) == 2
     assert capsys.readouterr().err.strip().endswith("is a file; give the folder of runs (or one run's folder)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.sqlite"]
+
+
+def test_a_runs_own_warm_start_as_model_without_its_config_is_told_how_to_repeat_the_run(tmp_path, caplog):
+    """`train --model RUN/sft` takes the class defaults, not the run's recipe: one line names RUN/config.yaml."""
+    from guiagent.cli.train import _hint_run_config, parse_args
+    from rl.checkpoint import RUN_MARKER
+
+    run = tmp_path / "run"
+    (run / "sft").mkdir(parents=True)
+    (run / RUN_MARKER).write_text("{}")
+    (run / "config.yaml").write_text("algo: awr\n")
+    sft = str(run / "sft")
+    with caplog.at_level("WARNING", logger="guiagent.cli.train"):
+        _hint_run_config(parse_args(["--model", sft]), ["--model", sft])
+    [line] = [r.getMessage() for r in caplog.records]
+    assert f"give --config {run / 'config.yaml'} too" in line
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="guiagent.cli.train"):  # with the run's config, or another model: silent
+        argv = ["--config", str(run / "config.yaml"), "--model", sft]
+        _hint_run_config(parse_args(argv), argv)
+        _hint_run_config(parse_args(["--model", str(tmp_path)]), ["--model", str(tmp_path)])
+    assert not caplog.records
