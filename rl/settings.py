@@ -591,6 +591,10 @@ class AWRSettings:
     """awr: seed the replay buffer with the recorded episodes (--data, else the warm start's
     demonstrations); --no-replay-demos: the buffer holds the run's own rollouts only, so that every update learns
     from the model's own samples (no imitation of recorded episodes)"""
+    awr_positive_returns: bool = False
+    """awr: the actor regresses only on turns whose return is positive (the turns that led to reward), each
+    still weighted by exp(A/β); the critic fits every turn. Without it a failure the critic expected (a quit
+    on a task never solved) weighs about as much as a success, and the model imitates its own failures"""
 
     def __post_init__(self) -> None:
         if self.awr_beta <= 0 or self.awr_max_weight <= 0 or self.replay_size <= 0:

@@ -205,14 +205,21 @@ class AWR(algorithms.AWR, _WithCritic):
         elif cfg.credit.adv_norm == "batch":
             a = whiten(a)
         w = awr_weights(a, beta=cfg.awr.awr_beta, max_weight=cfg.awr.awr_max_weight)
+        if cfg.awr.awr_positive_returns:  # the actor imitates only the turns that led to reward
+            w = torch.where(g > 0, w, torch.zeros_like(w))
         turns = [TrainTurn(e.episode_id, e.episode_id, e.step_index, e.chat, tuple(e.completion_ids),
                            (0.0,) * len(e.completion_ids), policy.version, True) for e in examples]
-        self._pending = (feats, g.float(), v.float())
+        self._pending = (feats, g.float(), v.float())  # the critic fits every turn
         self.record(store, iteration, turns, a, [{"value": float(vi), "return": float(gi),
                                                   "detail": {"awr_weight": float(wi)}}
                                                  for vi, gi, wi in zip(v, g, w)])
-        return Batch(turns, w.float(), {"replay": float(len(self.replay)), "replay_turns": float(len(turns)),
-                                        "adv_mean": float(a.mean()), "awr_weight_mean": float(w.mean())})
+        stats = {"replay": float(len(self.replay)), "replay_turns": float(len(turns)),
+                 "adv_mean": float(a.mean()), "awr_weight_mean": float(w.mean())}
+        keep = [i for i, wi in enumerate(w.tolist()) if wi > 0] if cfg.awr.awr_positive_returns else None
+        if keep is not None:  # turns of weight 0 leave the actor's batch (its token mean is over the kept ones)
+            stats["awr_kept_turns"] = float(len(keep))
+            turns, w = [turns[i] for i in keep], w[keep]
+        return Batch(turns, w.float(), stats)
 
     def loss(self, logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, *,
              ref_logp: torch.Tensor | None, group_ids: torch.Tensor, kl_coef: float

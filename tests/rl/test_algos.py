@@ -14,6 +14,7 @@ from rl.settings import horizon_at, parse_horizon_schedule
 from rl.strategies import make_strategy
 from rl.strategies.gigpo import thumbnail
 from rl.checkpoint import CheckpointError, TrainerState
+from guiagent.config import ConfigError
 from rl.config import TrainConfig
 from rl.critic import TurnCritic
 from rl.rollout import RolloutResult, TrainTurn
@@ -347,6 +348,28 @@ def test_awr_with_an_entropy_bonus_logs_it_and_lowers_its_loss_by_it(tiny_model_
     assert len(ent) == 1 and ent[0] > 0
     assert bonus.last["loss"] == pytest.approx(free.last["loss"] - 0.01 * ent[0], rel=1e-4)
     assert "update_entropy" not in free_metrics
+
+
+def test_awr_on_positive_returns_regresses_on_the_turns_that_led_to_reward_only(tiny_model_dir, tmp_path):
+    """--awr-positive-returns: of a buffer with two won and two lost two-turn episodes, the actor's batch holds
+    the won episodes' four turns (the critic fits all eight); without it, all eight."""
+    from rl.trainer import train
+
+    demos = tmp_path / "demos"
+    store = Store.open(demos)
+    run = store.create_run("demos")
+    for k, rewards in enumerate(([0.0, 1.0], [0.0, 0.0], [0.0, 1.0], [0.0, 0.0])):
+        store.write_trajectory(run, _episode(f"ep-{k}", [_screen(0), _screen(1 + k % 2)], rewards, group=None))
+    store.close()
+    common = dict(model=tiny_model_dir, algo="awr", tasks=("settings_dark_theme",), iterations=1, offline_iterations=1,
+                  data=(str(demos),), eval_episodes=0, max_new_tokens=8, replay_episodes=4, seed=1)
+    kept = train(TrainConfig.build(out=str(tmp_path / "kept"), awr_positive_returns=True, **common)).last
+    assert (kept["replay_turns"], kept["awr_kept_turns"]) == (8.0, 4.0) and math.isfinite(kept["loss"])
+    assert math.isfinite(kept["value_loss"])
+    every = train(TrainConfig.build(out=str(tmp_path / "every"), **common)).last
+    assert every["replay_turns"] == 8.0 and "awr_kept_turns" not in every
+    with pytest.raises((ValueError, ConfigError), match="--awr-positive-returns"):
+        TrainConfig.build(model="m", algo="grpo", awr_positive_returns=True)  # AWR's own setting
 
 
 @pytest.mark.parametrize("value, match", [(-0.01, "--entropy-coef"), (1.0, "--entropy-coef"),
