@@ -64,9 +64,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import io
 import json
 import math
-import io
 import os
 import pickle
 import re
