@@ -15,6 +15,7 @@ not load) leaves nothing behind. SIGTERM stops a run as Ctrl+C does: stored ``in
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shlex
@@ -158,9 +159,7 @@ def _hint_run_config(cfg, argv: list[str]) -> None:
 
     run = Path(cfg.model).parent
     if (run / RUN_MARKER).is_file() and (run / "config.yaml").is_file():
-        import logging
-
-        logging.getLogger("guiagent.cli.train").warning(
+        logging.getLogger(__name__).warning(
             "--model %s is the warm start of the run %s; this run takes the class defaults, not that run's settings: "
             "to run its RL stage again, give --config %s too", cfg.model, run, run / "config.yaml")
 
