@@ -206,7 +206,7 @@ class AWR(algorithms.AWR, _WithCritic):
             a = whiten(a)
         w = awr_weights(a, beta=cfg.awr.awr_beta, max_weight=cfg.awr.awr_max_weight)
         if cfg.awr.awr_positive_returns:  # the actor imitates only the turns that led to reward
-            w = torch.where(g > 0, w, torch.zeros_like(w))
+            w = w * (g > 0)
         turns = [TrainTurn(e.episode_id, e.episode_id, e.step_index, e.chat, tuple(e.completion_ids),
                            (0.0,) * len(e.completion_ids), policy.version, True) for e in examples]
         self._pending = (feats, g.float(), v.float())  # the critic fits every turn
@@ -215,8 +215,8 @@ class AWR(algorithms.AWR, _WithCritic):
                                                  for vi, gi, wi in zip(v, g, w)])
         stats = {"replay": float(len(self.replay)), "replay_turns": float(len(turns)),
                  "adv_mean": float(a.mean()), "awr_weight_mean": float(w.mean())}
-        keep = [i for i, wi in enumerate(w.tolist()) if wi > 0] if cfg.awr.awr_positive_returns else None
-        if keep is not None:  # turns of weight 0 leave the actor's batch (its token mean is over the kept ones)
+        if cfg.awr.awr_positive_returns:  # turns of weight 0 leave the actor's batch (its token mean: the kept ones)
+            keep = (g > 0).nonzero().flatten().tolist()
             stats["awr_kept_turns"] = float(len(keep))
             turns, w = [turns[i] for i in keep], w[keep]
         return Batch(turns, w.float(), stats)

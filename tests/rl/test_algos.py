@@ -8,13 +8,13 @@ import math
 import pytest
 import torch
 
+from guiagent.config import ConfigError
 from guiagent.store import Store, StoreReader
 from guiagent.types import Click, Finish, Observation, Step, TaskSpec, Trajectory
 from rl.settings import horizon_at, parse_horizon_schedule
 from rl.strategies import make_strategy
 from rl.strategies.gigpo import thumbnail
 from rl.checkpoint import CheckpointError, TrainerState
-from guiagent.config import ConfigError
 from rl.config import TrainConfig
 from rl.critic import TurnCritic
 from rl.rollout import RolloutResult, TrainTurn

@@ -143,17 +143,14 @@ def test_the_embedded_default_on_webapps_runs_online_awr_on_its_warm_start_on_a_
 
 
 def _first_iteration_replies(run_dir):
-    """The replies of a run's first iteration (policy version 0), by group and member."""
-    import sqlite3
+    """The replies of a run's first iteration (policy version 0): (group, member, turn, reply), sorted."""
+    from guiagent.store import EpisodeFilter, StoreReader
 
-    c = sqlite3.connect(f"file:{run_dir / 'store.sqlite'}?mode=ro", uri=True)
-    try:
-        rows = c.execute("select e.group_id, json_extract(e.metadata, '$.member'), s.idx, s.response from episodes e "
-                         "join steps s on s.episode_pk = e.pk where e.policy_version_max = 0 and e.agent != 'oracle' "
-                         "and e.status = 'completed'").fetchall()
-    finally:
-        c.close()
-    return sorted(rows, key=str)
+    with StoreReader(run_dir) as reader:
+        eps = [e for e in reader.iter_episodes(EpisodeFilter(status="completed", policy_version=0))
+               if e.agent != "oracle"]
+        return sorted((e.group_id, e.metadata.get("member"), s.index, s.response)
+                      for e in eps for s in reader.load_trajectory(e.episode_id, pixels=False).steps)
 
 
 @pytest.mark.slow
